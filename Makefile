@@ -1,0 +1,49 @@
+# The commands the README tells people to type. Each one installs missing Debian packages first.
+#   make run    build, then generate from BOS on the default model (stories260K, greedy)
+#   make test   build and run every test flavour: release, ASan+UBSan, fuzz (bounded time)
+#   make bench  performance figures (see bench/README.md)
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all run test deps release asan tsan fuzz test-release test-asan test-tsan test-fuzz clean
+
+all: release
+
+deps:
+	@sh tools/install-deps.sh
+
+build/%/Makefile: deps
+	@true
+
+release: deps
+	@cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build/release -j $(JOBS)
+
+asan: deps
+	@cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAFT_SANITIZE=address $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build/asan -j $(JOBS)
+
+tsan: deps
+	@cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAFT_SANITIZE=thread $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build/tsan -j $(JOBS)
+
+fuzz: deps
+	@cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DGRAFT_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build/fuzz -j $(JOBS)
+
+run: release
+	./build/release/graft run --temp 0 -n 60
+
+test-release: release
+	cd build/release && ctest --output-on-failure -j $(JOBS)
+
+test-asan: asan
+	cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+test-fuzz: fuzz
+	cd build/fuzz && ctest --output-on-failure
+
+test: test-release test-asan test-fuzz
+
+clean:
+	rm -rf build

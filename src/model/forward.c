@@ -1,0 +1,292 @@
+/*
+ * forward.c: the batched forward pass of every supported architecture.
+ *
+ * A batch is a list of (sequence, position, token) entries, possibly from many sequences.
+ * Each layer runs over all entries at once: projections are one matmul per weight for the
+ * whole batch (so each weight is read once per batch), then every entry's K and V rows are
+ * written through the KV interface, then each entry attends over its own sequence's keys.
+ * Every step computes an entry's values independently of the other entries (the kernels
+ * are batch invariant), so a token's logits do not depend on what it was batched with.
+ *
+ * Per token, top to bottom (docs/architectures.md):
+ *   x = embd[token] * embd_scale
+ *   for each layer:  h = norm(x); q,k,v = proj(h) (+bias); q,k = qk_norm; rope(q,k)
+ *                    o = Wo attend(q, K, V); o = post_norm(o); x += o
+ *                    h = norm(x); f = Wdown(act(Wgate h) * Wup h); f = post_norm(f); x += f
+ *   logits = Wout norm(x)  (softcapped when the model says so)
+ */
+#include <string.h>
+
+#include "model/model.h"
+
+/* Scratch for one batch; all (n, width) row-major. */
+typedef struct scratch {
+    float *x;     /* (n, n_embd) residual stream */
+    float *h;     /* (n, n_embd) normed input of a block */
+    float *q;     /* (n, n_head * head_dim) */
+    float *k;     /* (n, n_head_kv * head_dim) */
+    float *v;     /* (n, n_head_kv * head_dim_v) */
+    float *att;   /* (n, n_head * head_dim_v) attention output */
+    float *o;     /* (n, n_embd) block output */
+    float *gate;  /* (n, n_ff) */
+    float *up;    /* (n, n_ff) */
+    const float **keys;   /* (max_pos + 1) key pointers of one head */
+    const float **values; /* (max_pos + 1) value pointers of one head */
+} scratch;
+
+static void scratch_free(scratch *s)
+{
+    graft__free(s->x);
+    graft__free(s->h);
+    graft__free(s->q);
+    graft__free(s->k);
+    graft__free(s->v);
+    graft__free(s->att);
+    graft__free(s->o);
+    graft__free(s->gate);
+    graft__free(s->up);
+    graft__free(s->keys);
+    graft__free(s->values);
+}
+
+static float *alloc_rows(int32_t n, int64_t width)
+{
+    size_t bytes;
+    if (!graft__mul_size((size_t)n, (size_t)width, &bytes) ||
+        !graft__mul_size(bytes, sizeof(float), &bytes))
+        return NULL;
+    return graft__malloc(bytes);
+}
+
+static int scratch_alloc(scratch *s, const graft__hparams *hp, int32_t n, int32_t max_pos)
+{
+    memset(s, 0, sizeof *s);
+    s->x = alloc_rows(n, hp->n_embd);
+    s->h = alloc_rows(n, hp->n_embd);
+    s->q = alloc_rows(n, (int64_t)hp->n_head * hp->head_dim);
+    s->k = alloc_rows(n, (int64_t)hp->n_head_kv * hp->head_dim);
+    s->v = alloc_rows(n, (int64_t)hp->n_head_kv * hp->head_dim_v);
+    s->att = alloc_rows(n, (int64_t)hp->n_head * hp->head_dim_v);
+    s->o = alloc_rows(n, hp->n_embd);
+    s->gate = alloc_rows(n, hp->n_ff);
+    s->up = alloc_rows(n, hp->n_ff);
+    s->keys = graft__malloc(((size_t)max_pos + 1) * sizeof *s->keys);
+    s->values = graft__malloc(((size_t)max_pos + 1) * sizeof *s->values);
+    if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->gate || !s->up ||
+        !s->keys || !s->values) {
+        scratch_free(s);
+        return GRAFT_ENOMEM;
+    }
+    return GRAFT_OK;
+}
+
+static void norm_rows(float *out, const float *x, const graft__weight *w, int32_t n, int64_t width,
+                      float eps)
+{
+    for (int32_t t = 0; t < n; t++)
+        graft__rmsnorm(out + t * width, x + t * width, w->data, width, eps);
+}
+
+static void matmul(float *y, const graft__weight *w, const float *x, int32_t n)
+{
+    graft__matmul(y, w->data, w->type, w->cols, w->rows, x, n);
+}
+
+static void add_bias(float *y, const graft__weight *b, int32_t n)
+{
+    if (b->data == NULL)
+        return;
+    const float *bias = b->data;
+    for (int32_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < b->cols; i++)
+            y[t * b->cols + i] += bias[i];
+}
+
+static void embed(const struct graft_model *m, const graft__batch_entry *e, int32_t n, float *x)
+{
+    const graft__hparams *hp = &m->hp;
+    size_t row_bytes = graft__type_row_bytes(m->tok_embd.type, (uint64_t)hp->n_embd);
+    for (int32_t t = 0; t < n; t++) {
+        float *row = x + (int64_t)t * hp->n_embd;
+        const char *src = (const char *)m->tok_embd.data + (size_t)e[t].token * row_bytes;
+        graft__dequantize_row(m->tok_embd.type, src, row, hp->n_embd);
+        if (hp->embd_scale != 1.0f)
+            for (int32_t i = 0; i < hp->n_embd; i++)
+                row[i] *= hp->embd_scale;
+    }
+}
+
+/* q, k of each entry: per-head norm (qwen3, gemma3), then rotary position embedding. */
+static void position_qk(const struct graft_model *m, const graft__layer *L, int32_t il,
+                        const graft__batch_entry *e, int32_t n, float *q, float *k)
+{
+    const graft__hparams *hp = &m->hp;
+    const int64_t qw = (int64_t)hp->n_head * hp->head_dim, kw = (int64_t)hp->n_head_kv * hp->head_dim;
+    const bool swa = hp->layer_is_swa[il];
+    const float base = swa ? hp->rope_base_swa : hp->rope_base;
+    const float scale = swa ? 1.0f : hp->rope_freq_scale;
+    const float *factors = m->rope_freqs.data;
+    for (int32_t t = 0; t < n; t++) {
+        float *qt = q + t * qw, *kt = k + t * kw;
+        if (L->q_norm.data != NULL) {
+            for (int32_t hd = 0; hd < hp->n_head; hd++)
+                graft__rmsnorm(qt + hd * hp->head_dim, qt + hd * hp->head_dim, L->q_norm.data,
+                               hp->head_dim, hp->rms_eps);
+            for (int32_t hd = 0; hd < hp->n_head_kv; hd++)
+                graft__rmsnorm(kt + hd * hp->head_dim, kt + hd * hp->head_dim, L->k_norm.data,
+                               hp->head_dim, hp->rms_eps);
+        }
+        graft__rope(qt, hp->n_head, hp->head_dim, hp->rope_dims, e[t].pos, base, scale, factors,
+                    hp->rope_layout);
+        graft__rope(kt, hp->n_head_kv, hp->head_dim, hp->rope_dims, e[t].pos, base, scale, factors,
+                    hp->rope_layout);
+    }
+}
+
+static void store_kv(const graft__hparams *hp, graft__kv *kv, int32_t il,
+                     const graft__batch_entry *e, int32_t n, const float *k, const float *v)
+{
+    const int64_t kw = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t vw = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    for (int32_t t = 0; t < n; t++) {
+        memcpy(kv->k_row(kv->self, il, e[t].seq, e[t].pos), k + t * kw, (size_t)kw * sizeof(float));
+        memcpy(kv->v_row(kv->self, il, e[t].seq, e[t].pos), v + t * vw, (size_t)vw * sizeof(float));
+    }
+}
+
+/* att (n, n_head * head_dim_v): each entry's heads attend over [lo, pos] of its sequence. */
+static void attend_all(const graft__hparams *hp, graft__kv *kv, int32_t il,
+                       const graft__batch_entry *e, int32_t n, const float *q, float *att,
+                       scratch *s)
+{
+    const int32_t group = hp->n_head / hp->n_head_kv;
+    const int64_t qw = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t aw = (int64_t)hp->n_head * hp->head_dim_v;
+    for (int32_t t = 0; t < n; t++) {
+        int32_t lo = 0;
+        if (hp->layer_is_swa[il] && e[t].pos >= hp->sliding_window)
+            lo = e[t].pos - hp->sliding_window + 1;
+        const int32_t n_keys = e[t].pos - lo + 1;
+        for (int32_t kvh = 0; kvh < hp->n_head_kv; kvh++) {
+            for (int32_t j = 0; j < n_keys; j++) {
+                s->keys[j] = kv->k_row(kv->self, il, e[t].seq, lo + j) + kvh * hp->head_dim;
+                s->values[j] = kv->v_row(kv->self, il, e[t].seq, lo + j) + kvh * hp->head_dim_v;
+            }
+            for (int32_t g = 0; g < group; g++) {
+                int32_t hq = kvh * group + g;
+                graft__attend(att + t * aw + hq * hp->head_dim_v, q + t * qw + hq * hp->head_dim,
+                              s->keys, s->values, n_keys, hp->head_dim, hp->attn_scale);
+            }
+        }
+    }
+}
+
+static void add_rows(float *x, const float *y, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        x[i] += y[i];
+}
+
+static void attention_block(const struct graft_model *m, graft__kv *kv, int32_t il,
+                            const graft__batch_entry *e, int32_t n, scratch *s)
+{
+    const graft__hparams *hp = &m->hp;
+    const graft__layer *L = &m->layers[il];
+    norm_rows(s->h, s->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    matmul(s->q, &L->wq, s->h, n);
+    matmul(s->k, &L->wk, s->h, n);
+    matmul(s->v, &L->wv, s->h, n);
+    add_bias(s->q, &L->bq, n);
+    add_bias(s->k, &L->bk, n);
+    add_bias(s->v, &L->bv, n);
+    position_qk(m, L, il, e, n, s->q, s->k);
+    store_kv(hp, kv, il, e, n, s->k, s->v);
+    attend_all(hp, kv, il, e, n, s->q, s->att, s);
+    matmul(s->o, &L->wo, s->att, n);
+    if (L->post_attn_norm.data != NULL)
+        norm_rows(s->o, s->o, &L->post_attn_norm, n, hp->n_embd, hp->rms_eps);
+    add_rows(s->x, s->o, (int64_t)n * hp->n_embd);
+}
+
+static void ffn_block(const struct graft_model *m, int32_t il, int32_t n, scratch *s)
+{
+    const graft__hparams *hp = &m->hp;
+    const graft__layer *L = &m->layers[il];
+    norm_rows(s->h, s->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    matmul(s->gate, &L->w_gate, s->h, n);
+    matmul(s->up, &L->w_up, s->h, n);
+    if (hp->arch == GRAFT_ARCH_GEMMA3)
+        graft__geglu(s->gate, s->up, (int64_t)n * hp->n_ff);
+    else
+        graft__swiglu(s->gate, s->up, (int64_t)n * hp->n_ff);
+    matmul(s->o, &L->w_down, s->gate, n);
+    if (L->post_ffn_norm.data != NULL)
+        norm_rows(s->o, s->o, &L->post_ffn_norm, n, hp->n_embd, hp->rms_eps);
+    add_rows(s->x, s->o, (int64_t)n * hp->n_embd);
+}
+
+/* Normalises the rows that want logits (gathered to the front of s->h) and projects them. */
+static void output_logits(const struct graft_model *m, const graft__batch_entry *e, int32_t n,
+                          scratch *s, float *logits)
+{
+    const graft__hparams *hp = &m->hp;
+    int32_t rows = 0;
+    for (int32_t t = 0; t < n; t++) {
+        if (!e[t].want_logits)
+            continue;
+        graft__rmsnorm(s->h + (int64_t)rows * hp->n_embd, s->x + (int64_t)t * hp->n_embd,
+                       m->output_norm.data, hp->n_embd, hp->rms_eps);
+        rows++;
+    }
+    if (rows == 0)
+        return;
+    matmul(logits, &m->output, s->h, rows);
+    if (hp->final_softcap > 0.0f)
+        graft__softcap(logits, (int64_t)rows * hp->n_vocab, hp->final_softcap);
+}
+
+static int check_batch(const struct graft_model *m, const graft__batch_entry *e, int32_t n,
+                       int32_t *max_pos, char **errmsg)
+{
+    *max_pos = 0;
+    for (int32_t t = 0; t < n; t++) {
+        if (e[t].token < 0 || e[t].token >= m->hp.n_vocab)
+            return graft__errmsg(errmsg, GRAFT_EINVAL,
+                                 "forward: entry %d: token %d is outside the vocabulary [0, %d)", t,
+                                 e[t].token, m->hp.n_vocab);
+        if (e[t].pos < 0)
+            return graft__errmsg(errmsg, GRAFT_EINVAL, "forward: entry %d: negative position %d",
+                                 t, e[t].pos);
+        if (e[t].pos > *max_pos)
+            *max_pos = e[t].pos;
+    }
+    return GRAFT_OK;
+}
+
+int graft__forward(const struct graft_model *m, graft__kv *kv, const graft__batch_entry *e,
+                   int32_t n, float *logits, char **errmsg)
+{
+    if (errmsg)
+        *errmsg = NULL;
+    if (n <= 0)
+        return graft__errmsg(errmsg, GRAFT_EINVAL, "forward: empty batch");
+    int32_t max_pos;
+    int rc = check_batch(m, e, n, &max_pos, errmsg);
+    if (rc != GRAFT_OK)
+        return rc;
+    rc = kv->reserve(kv->self, e, n);
+    if (rc != GRAFT_OK)
+        return graft__errmsg(errmsg, rc, "forward: the KV store refused the batch: %s",
+                             graft_status_str(rc));
+    scratch s;
+    if (scratch_alloc(&s, &m->hp, n, max_pos) != GRAFT_OK)
+        return graft__errmsg(errmsg, GRAFT_ENOMEM, "forward: out of memory for a batch of %d", n);
+    embed(m, e, n, s.x);
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        attention_block(m, kv, il, e, n, &s);
+        ffn_block(m, il, n, &s);
+    }
+    output_logits(m, e, n, &s, logits);
+    scratch_free(&s);
+    return GRAFT_OK;
+}

@@ -1,0 +1,130 @@
+/*
+ * model.h: architectures, weights and the batched forward pass.
+ *
+ * A graft_model is a mapped GGUF file plus its hyperparameters (validated on load), the
+ * weight tensors bound by name for its architecture, and its vocabulary. It is immutable
+ * after loading.
+ *
+ * The forward pass runs a batch of (sequence, position, token) entries. It writes each
+ * entry's K and V rows through a graft__kv interface, attends over that sequence's keys
+ * [lo, pos] (lo > 0 only in sliding-window layers), and produces logits only for the
+ * entries that ask for them. The model never sees how KV is stored: a simple per-sequence
+ * store (kv_simple.c) and the engine's paged, reference-counted pool both sit behind the
+ * same interface.
+ */
+#ifndef GRAFT_MODEL_H
+#define GRAFT_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "model/tokenizer.h"
+
+#define GRAFT_MAX_LAYERS 512
+
+typedef enum graft__arch {
+    GRAFT_ARCH_LLAMA,
+    GRAFT_ARCH_QWEN2,
+    GRAFT_ARCH_QWEN3,
+    GRAFT_ARCH_GEMMA3
+} graft__arch;
+
+typedef struct graft__hparams {
+    graft__arch arch;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;      /* key/query width per head */
+    int32_t head_dim_v;    /* value width per head */
+    int32_t n_ff;
+    int32_t rope_dims;     /* rotated dims per head */
+    graft__rope_layout rope_layout;
+    float rope_base;       /* global layers */
+    float rope_base_swa;   /* sliding-window layers */
+    float rope_freq_scale; /* 1 / linear scaling factor (global layers) */
+    float rms_eps;
+    float attn_scale;      /* multiplies q.k */
+    float embd_scale;      /* multiplies the token embedding (gemma: sqrt(n_embd)) */
+    float final_softcap;   /* 0: none */
+    int32_t sliding_window;            /* 0: none */
+    bool layer_is_swa[GRAFT_MAX_LAYERS];
+} graft__hparams;
+
+/* A weight: a row-major matrix (rows, cols) of `type`, or a vector (rows = 1). */
+typedef struct graft__weight {
+    const void *data;
+    uint32_t type;
+    int64_t cols; /* ne[0] */
+    int64_t rows; /* ne[1] */
+} graft__weight;
+
+typedef struct graft__layer {
+    graft__weight attn_norm, wq, wk, wv, wo;
+    graft__weight bq, bk, bv;                 /* qwen2 biases (data NULL when absent) */
+    graft__weight q_norm, k_norm;             /* qwen3, gemma3 (per head_dim) */
+    graft__weight post_attn_norm;             /* gemma3 */
+    graft__weight ffn_norm, w_gate, w_up, w_down;
+    graft__weight post_ffn_norm;              /* gemma3 */
+} graft__layer;
+
+struct graft_model {
+    graft__gguf *file;
+    graft__hparams hp;
+    graft__vocab *vocab;
+    graft__weight tok_embd;    /* (n_vocab, n_embd) */
+    graft__weight output_norm; /* (n_embd) */
+    graft__weight output;      /* (n_vocab, n_embd); == tok_embd when tied */
+    graft__weight rope_freqs;  /* llama3 frequency factors (rope_dims/2), or data NULL */
+    graft__layer *layers;      /* n_layer */
+    char *name;
+};
+
+/* One row of a forward batch. */
+typedef struct graft__batch_entry {
+    int32_t seq;      /* the KV store's sequence id */
+    int32_t pos;      /* absolute position of this token in its sequence */
+    int32_t token;
+    bool want_logits; /* produce this row's logits */
+} graft__batch_entry;
+
+/* Where the forward pass keeps K and V. Rows are float32, n_head_kv * head_dim (K) and
+ * n_head_kv * head_dim_v (V) wide, one per (layer, sequence, position).
+ *   reserve: called once before a forward with the whole batch; makes every entry's
+ *            (seq, pos) writable in every layer. Within one sequence, entries come in
+ *            increasing position order and attend to positions written earlier or in the
+ *            same batch. May refuse (GRAFT_ECAPACITY, GRAFT_ENOMEM): nothing is computed.
+ *   k_row / v_row: the row of (layer, seq, pos); writable for batch positions, readable
+ *            for every position the sequence holds (in sliding-window layers, at least the
+ *            last `sliding_window` ones). */
+typedef struct graft__kv {
+    void *self;
+    int (*reserve)(void *self, const graft__batch_entry *entries, int32_t n);
+    float *(*k_row)(void *self, int32_t layer, int32_t seq, int32_t pos);
+    float *(*v_row)(void *self, int32_t layer, int32_t seq, int32_t pos);
+} graft__kv;
+
+/* Loads and validates a model (see graft_model_load). */
+int graft__model_load(const char *path, struct graft_model **out, char **errmsg);
+void graft__model_free(struct graft_model *m);
+const char *graft__arch_name(graft__arch arch);
+
+/* Runs the batch. logits (rows that want them, in entry order; n_vocab each).
+ * Errors: GRAFT_EINVAL (token out of range, bad position), whatever kv->reserve refuses,
+ * GRAFT_ENOMEM. On error nothing is written to logits. */
+int graft__forward(const struct graft_model *m, graft__kv *kv, const graft__batch_entry *entries,
+                   int32_t n, float *logits, char **errmsg);
+
+/* A simple KV store: `n_seq` sequences of up to `n_ctx` positions each, all contiguous.
+ * CONSTRUCTOR: graft__kv_simple_create   DESTRUCTOR: graft__kv_simple_free */
+typedef struct graft__kv_simple graft__kv_simple;
+int graft__kv_simple_create(const graft__hparams *hp, int32_t n_seq, int32_t n_ctx,
+                            graft__kv_simple **out);
+void graft__kv_simple_free(graft__kv_simple *s);
+graft__kv graft__kv_simple_iface(graft__kv_simple *s);
+
+#endif /* GRAFT_MODEL_H */

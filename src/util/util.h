@@ -1,0 +1,58 @@
+/*
+ * util.h: the bottom layer shared by every other one.
+ *
+ * - Allocation goes through graft__malloc / graft__calloc / graft__realloc / graft__free so
+ *   tests can inject failures (as SQLite's test_malloc.c does): graft__alloc_fail_after(n)
+ *   makes the allocation after the next n succeed fail (and, when `persistent`, every one
+ *   after it too). The counters are atomic; injection is meant for single-test processes.
+ * - Error messages: graft__errmsg() formats a heap message into a caller's `char **errmsg`.
+ * - Two tiers of assert: GRAFT_ASSERT is always on (shapes, bounds); GRAFT_DEBUG_ASSERT is
+ *   compiled only without NDEBUG (O(n) consistency checks).
+ * - Monotonic time in nanoseconds.
+ */
+#ifndef GRAFT_UTIL_H
+#define GRAFT_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graft.h"
+
+void *graft__malloc(size_t size);
+void *graft__calloc(size_t count, size_t size);
+void *graft__realloc(void *ptr, size_t size);
+void graft__free(void *ptr);
+char *graft__strndup(const char *s, size_t n);
+
+/* Overflow-checked size arithmetic: false when the result does not fit. */
+bool graft__mul_size(size_t a, size_t b, size_t *out);
+bool graft__add_size(size_t a, size_t b, size_t *out);
+
+/* Failure injection. After `n` more successful allocations the next one fails; with
+ * `persistent` all later ones fail too. graft__alloc_fail_after(-1, false) turns it off. */
+void graft__alloc_fail_after(long n, bool persistent);
+/* How many allocations were refused since injection was last set. */
+long graft__alloc_failures(void);
+/* Live allocations made through graft__malloc & co. (for leak checks in tests). */
+long graft__alloc_live(void);
+
+/* Sets *errmsg (when errmsg is not NULL) to a newly allocated, printf-formatted message and
+ * returns `status`, so error paths read `return graft__errmsg(errmsg, GRAFT_EFORMAT, ...)`.
+ * If the message itself cannot be allocated, *errmsg is NULL. */
+int graft__errmsg(char **errmsg, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prints "graft: assertion failed: ..." with file and line, then aborts. */
+_Noreturn void graft__assert_fail(const char *expr, const char *file, int line);
+
+#define GRAFT_ASSERT(x) ((x) ? (void)0 : graft__assert_fail(#x, __FILE__, __LINE__))
+#ifdef NDEBUG
+#define GRAFT_DEBUG_ASSERT(x) ((void)0)
+#else
+#define GRAFT_DEBUG_ASSERT(x) GRAFT_ASSERT(x)
+#endif
+
+uint64_t graft__now_ns(void);
+
+#endif /* GRAFT_UTIL_H */

@@ -1,0 +1,248 @@
+/*
+ * test_golden.c: stories260K against the golden figures in shared/models/stories260K.golden.txt.
+ *
+ * For the F32 file and every derived quantized copy: first-step top-5 logits within 1e-3 of
+ * the dequantize-to-float64 reference, and the greedy continuation from BOS equal to its ids.
+ * The F32 file must also give the 60 greedy ids that llama.cpp gives, and the second prompt's
+ * top-5. The expected figures are parsed from the golden file at run time, not copied here.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graft.h"
+
+#define MAX_IDS 64
+
+typedef struct golden {
+    int32_t prompt[8];
+    int n_prompt;
+    int32_t top_id[5];
+    float top_logit[5];
+    int32_t greedy[MAX_IDS];
+    int n_greedy;
+} golden;
+
+static const char *models_dir(void)
+{
+    const char *dir = getenv("GRAFT_MODELS_DIR");
+    return dir ? dir : "../shared/models";
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)size + 1);
+    assert_int_equal(fread(text, 1, (size_t)size, f), (size_t)size);
+    text[size] = '\0';
+    fclose(f);
+    return text;
+}
+
+static int parse_ids(const char *s, int32_t *ids, int cap)
+{
+    int n = 0;
+    char *end;
+    for (long v = strtol(s, &end, 10); end != s && n < cap; v = strtol(s, &end, 10)) {
+        ids[n++] = (int32_t)v;
+        s = end;
+        if (*s == '\n' || *s == '\0' || *s == '(')
+            break;
+    }
+    return n;
+}
+
+/* Finds block "== FILE  prompt: ..." in the section starting at `section` (NULL: whole file)
+ * and parses its prompt, top5 and greedy lines. */
+static void find_golden(const char *text, const char *section, const char *file, const char *prompt,
+                        golden *g)
+{
+    const char *from = text;
+    if (section != NULL) {
+        from = strstr(text, section);
+        assert_non_null(from);
+    }
+    char header[256];
+    snprintf(header, sizeof header, "== %s  prompt: %s", file, prompt);
+    const char *block = strstr(from, header);
+    assert_non_null(block);
+    memset(g, 0, sizeof *g);
+    g->n_prompt = parse_ids(strstr(block, "prompt:") + 7, g->prompt, 8);
+    const char *top = strstr(block, "top5:");
+    assert_non_null(top);
+    top += 5;
+    for (int i = 0; i < 5; i++) {
+        char *end;
+        g->top_id[i] = (int32_t)strtol(top, &end, 10);
+        assert_true(*end == ':');
+        g->top_logit[i] = strtof(end + 1, &end);
+        top = end;
+    }
+    const char *greedy = strstr(block, "greedy:");
+    assert_non_null(greedy);
+    g->n_greedy = parse_ids(greedy + 7, g->greedy, MAX_IDS);
+    assert_true(g->n_greedy >= 20);
+}
+
+static int32_t argmax(const float *x, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* Checks first-step top-5 within tol and the greedy continuation. */
+static void check_model(const char *file, const golden *g, float tol)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", models_dir(), file);
+    graft_model *m = NULL;
+    char *err = NULL;
+    int rc = graft_model_load(path, &m, &err);
+    if (rc != GRAFT_OK)
+        fail_msg("load %s: %s", path, err ? err : "?");
+    graft_model_info info;
+    graft_model_get_info(m, &info);
+    assert_int_equal(info.n_vocab, 512);
+    graft_context *ctx = NULL;
+    assert_int_equal(graft_context_create(m, 256, &ctx, NULL), GRAFT_OK);
+    float *logits = malloc(512 * sizeof(float));
+    assert_int_equal(graft_context_eval(ctx, g->prompt, (size_t)g->n_prompt, logits), GRAFT_OK);
+    for (int i = 0; i < 5; i++) {
+        float got = logits[g->top_id[i]];
+        if (fabsf(got - g->top_logit[i]) > tol)
+            fail_msg("%s: logit[%d] = %.5f, golden %.5f (tolerance %g)", file, g->top_id[i], got,
+                     g->top_logit[i], tol);
+    }
+    for (int i = 0; i < g->n_greedy; i++) {
+        int32_t next = argmax(logits, 512);
+        if (next != g->greedy[i])
+            fail_msg("%s: greedy token %d is %d, golden %d", file, i, next, g->greedy[i]);
+        assert_int_equal(graft_context_eval(ctx, &next, 1, logits), GRAFT_OK);
+    }
+    printf("%-36s top-5 and %d greedy ids match\n", file, g->n_greedy);
+    free(logits);
+    graft_context_free(ctx);
+    graft_model_free(m);
+}
+
+static char *golden_text;
+
+static void test_f32_llama_cpp_greedy_60(void **state)
+{
+    (void)state;
+    golden g;
+    find_golden(golden_text, NULL, "stories260K.gguf", "1\n", &g);
+    assert_int_equal(g.n_greedy, 60);
+    check_model("stories260K.gguf", &g, 2e-3f);
+}
+
+static void test_f32_second_prompt(void **state)
+{
+    (void)state;
+    golden g;
+    find_golden(golden_text, NULL, "stories260K.gguf", "1 403 407 261 378", &g);
+    assert_int_equal(g.n_prompt, 5);
+    check_model("stories260K.gguf", &g, 2e-3f);
+}
+
+/* Every file against the dequantize-to-float64 reference: within 1e-3. */
+static void test_float64_reference(void **state)
+{
+    (void)state;
+    static const char *files[] = {
+        "stories260K.gguf",
+        "derived/stories260K-F16.gguf",
+        "derived/stories260K-Q8_0mix.gguf",
+        "derived/stories260K-Q5_1mix.gguf",
+        "derived/stories260K-Q5_0mix.gguf",
+        "derived/stories260K-Q4_1mix.gguf",
+        "derived/stories260K-Q4_0mix.gguf",
+        "derived/stories260K-IQ4_NLmix.gguf",
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        golden g;
+        find_golden(golden_text, "# ---- Second reference", files[i], "1\n", &g);
+        check_model(files[i], &g, 1e-3f);
+    }
+}
+
+/* The prompt in one batch gives the same last-position logits, bit for bit, as token by token. */
+static void test_batch_equals_sequential(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/derived/stories260K-Q4_1mix.gguf", models_dir());
+    graft_model *m = NULL;
+    assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
+    const int32_t prompt[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298};
+    const size_t n = sizeof prompt / sizeof prompt[0];
+    float *batched = malloc(512 * sizeof(float)), *sequential = malloc(512 * sizeof(float));
+    graft_context *a = NULL, *b = NULL;
+    assert_int_equal(graft_context_create(m, 64, &a, NULL), GRAFT_OK);
+    assert_int_equal(graft_context_create(m, 64, &b, NULL), GRAFT_OK);
+    assert_int_equal(graft_context_eval(a, prompt, n, batched), GRAFT_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(graft_context_eval(b, &prompt[i], 1, sequential), GRAFT_OK);
+    assert_memory_equal(batched, sequential, 512 * sizeof(float));
+    assert_int_equal(graft_context_position(a), (int32_t)n);
+    free(batched);
+    free(sequential);
+    graft_context_free(a);
+    graft_context_free(b);
+    graft_model_free(m);
+}
+
+static void test_context_capacity(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", models_dir());
+    graft_model *m = NULL;
+    assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
+    graft_context *ctx = NULL;
+    char *err = NULL;
+    assert_int_equal(graft_context_create(m, 4096, &ctx, &err), GRAFT_ERANGE);
+    assert_non_null(strstr(err, "2048"));
+    graft_free(err);
+    assert_int_equal(graft_context_create(m, 4, &ctx, NULL), GRAFT_OK);
+    const int32_t five[] = {1, 2, 3, 4, 5};
+    assert_int_equal(graft_context_eval(ctx, five, 5, NULL), GRAFT_ECAPACITY);
+    assert_int_equal(graft_context_position(ctx), 0);
+    const int32_t bad = 512;
+    assert_int_equal(graft_context_eval(ctx, &bad, 1, NULL), GRAFT_EINVAL);
+    assert_int_equal(graft_context_eval(ctx, five, 4, NULL), GRAFT_OK);
+    assert_int_equal(graft_context_position(ctx), 4);
+    graft_context_free(ctx);
+    graft_model_free(m);
+}
+
+int main(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/stories260K.golden.txt", models_dir());
+    golden_text = read_text(path);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f32_llama_cpp_greedy_60),
+        cmocka_unit_test(test_f32_second_prompt),
+        cmocka_unit_test(test_float64_reference),
+        cmocka_unit_test(test_batch_equals_sequential),
+        cmocka_unit_test(test_context_capacity),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    free(golden_text);
+    return failed;
+}

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Installs the Debian packages graft needs to build and test (see README "Dependencies").
+# Runs apt-get when root; otherwise prints the one command to run and fails.
+set -e
+pkgs="cmake make gcc clang libclang-rt-14-dev pkg-config libcmocka-dev libpcre2-dev libjansson-dev"
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" = 0 ]; then
+    echo "graft: installing missing packages:$missing" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+else
+    echo "graft: missing packages:$missing" >&2
+    echo "graft: run: sudo apt-get install -y$missing" >&2
+    exit 1
+fi

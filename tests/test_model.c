@@ -1,0 +1,235 @@
+/*
+ * test_model.c: model loading refuses inconsistent or unsupported files with a precise message.
+ *
+ * Each case copies stories260K.gguf through the GGUF writer with one change (a key replaced
+ * or removed, a tensor dropped, reshaped or retyped) and checks the status and the message.
+ * Allocation failures during loading are injected at every allocation point.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+typedef enum edit_kind { SET_U32, SET_STR, DROP_KEY, DROP_TENSOR, RESHAPE, RETYPE } edit_kind;
+
+typedef struct edit {
+    edit_kind kind;
+    const char *name; /* key or tensor */
+    uint32_t u32;     /* SET_U32 value; RETYPE type */
+    const char *str;  /* SET_STR value */
+    uint64_t ne1;     /* RESHAPE: new ne[1] */
+} edit;
+
+static const char *models_dir(void)
+{
+    const char *dir = getenv("GRAFT_MODELS_DIR");
+    return dir ? dir : "../shared/models";
+}
+
+static graft__gguf *open_stories(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", models_dir());
+    graft__gguf *g = NULL;
+    assert_int_equal(graft__gguf_open(path, &g, NULL), GRAFT_OK);
+    return g;
+}
+
+static void copy_kvs(graft__gguf_writer *w, const graft__gguf *src, const edit *e)
+{
+    for (uint64_t i = 0; i < graft__gguf_n_kv(src); i++) {
+        const graft__gguf_kv *kv = graft__gguf_kv_at(src, i);
+        if (e->kind <= DROP_KEY && graft__gguf_str_eq(kv->key, e->name))
+            continue;
+        assert_int_equal(graft__gguf_writer_copy_kv(w, kv), GRAFT_OK);
+    }
+    if (e->kind == SET_U32)
+        assert_int_equal(graft__gguf_writer_set_u32(w, e->name, e->u32), GRAFT_OK);
+    if (e->kind == SET_STR)
+        assert_int_equal(graft__gguf_writer_set_str(w, e->name, e->str), GRAFT_OK);
+}
+
+static void copy_tensors(graft__gguf_writer *w, const graft__gguf *src, const edit *e)
+{
+    for (uint64_t i = 0; i < graft__gguf_n_tensors(src); i++) {
+        const graft__gguf_tensor *t = graft__gguf_tensor_at(src, i);
+        bool target = e->kind >= DROP_TENSOR && graft__gguf_str_eq(t->name, e->name);
+        if (target && e->kind == DROP_TENSOR)
+            continue;
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        uint64_t ne[GRAFT_GGUF_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof ne);
+        uint32_t type = t->type;
+        if (target && e->kind == RESHAPE)
+            ne[1] = e->ne1;
+        if (target && e->kind == RETYPE)
+            type = e->u32;
+        assert_int_equal(graft__gguf_writer_add_tensor(w, name, type, t->n_dims, ne, t->data,
+                                                       NULL, NULL),
+                         GRAFT_OK);
+    }
+}
+
+/* Writes stories260K with the edit applied, loads it, and checks status and message. */
+static void expect_refusal(const edit *e, int status, const char *needle)
+{
+    graft__gguf *src = open_stories();
+    graft__gguf_writer *w = graft__gguf_writer_create(3, GRAFT_GGUF_DEFAULT_ALIGNMENT);
+    assert_non_null(w);
+    copy_kvs(w, src, e);
+    copy_tensors(w, src, e);
+    char path[512];
+    const char *tmp = getenv("GRAFT_TEST_TMP");
+    snprintf(path, sizeof path, "%s/test_model_%s.gguf", tmp ? tmp : "/tmp", e->name);
+    assert_int_equal(graft__gguf_writer_write_file(w, path, NULL), GRAFT_OK);
+    graft__gguf_writer_free(w);
+    graft__gguf_close(src);
+
+    graft_model *m = NULL;
+    char *err = NULL;
+    int rc = graft_model_load(path, &m, &err);
+    assert_null(m);
+    assert_non_null(err);
+    if (rc != status || strstr(err, needle) == NULL)
+        fail_msg("edit of '%s': got %d '%s', want %d containing '%s'", e->name, rc, err, status,
+                 needle);
+    graft_free(err);
+    remove(path);
+}
+
+static void test_architecture_missing(void **state)
+{
+    (void)state;
+    edit e = {DROP_KEY, "general.architecture", 0, NULL, 0};
+    expect_refusal(&e, GRAFT_EFORMAT, "'general.architecture' is missing");
+}
+
+static void test_architecture_unsupported(void **state)
+{
+    (void)state;
+    edit e = {SET_STR, "general.architecture", 0, "mamba", 0};
+    expect_refusal(&e, GRAFT_EUNSUPPORTED, "architecture 'mamba' is not supported");
+}
+
+static void test_required_key_missing(void **state)
+{
+    (void)state;
+    edit e = {DROP_KEY, "llama.block_count", 0, NULL, 0};
+    expect_refusal(&e, GRAFT_EFORMAT, "'llama.block_count' is missing");
+}
+
+static void test_key_of_wrong_type(void **state)
+{
+    (void)state;
+    edit e = {SET_STR, "llama.embedding_length", 0, "64", 0};
+    expect_refusal(&e, GRAFT_EFORMAT, "'llama.embedding_length' must be an integer");
+}
+
+static void test_heads_not_grouped(void **state)
+{
+    (void)state;
+    edit e = {SET_U32, "llama.attention.head_count_kv", 3, NULL, 0};
+    expect_refusal(&e, GRAFT_EFORMAT, "head_count 8 is not a multiple of head_count_kv 3");
+}
+
+static void test_odd_rope_dims(void **state)
+{
+    (void)state;
+    edit e = {SET_U32, "llama.rope.dimension_count", 7, NULL, 0};
+    expect_refusal(&e, GRAFT_EFORMAT, "rope.dimension_count 7 must be even");
+}
+
+static void test_zero_embedding(void **state)
+{
+    (void)state;
+    edit e = {SET_U32, "llama.embedding_length", 0, NULL, 0};
+    expect_refusal(&e, GRAFT_EFORMAT, "embedding_length is 0, must be positive");
+}
+
+static void test_tensor_missing(void **state)
+{
+    (void)state;
+    edit e = {DROP_TENSOR, "blk.2.ffn_up.weight", 0, NULL, 0};
+    expect_refusal(&e, GRAFT_EFORMAT, "tensor 'blk.2.ffn_up.weight' is missing");
+}
+
+static void test_tensor_wrong_shape(void **state)
+{
+    (void)state;
+    edit e = {RESHAPE, "blk.0.attn_k.weight", 0, NULL, 16};
+    expect_refusal(&e, GRAFT_EFORMAT, "tensor 'blk.0.attn_k.weight' has shape [64, 16]");
+}
+
+static void test_tensor_type_unsupported(void **state)
+{
+    (void)state;
+    edit e = {RETYPE, "blk.1.attn_q.weight", GRAFT_TYPE_Q8_1, NULL, 0};
+    expect_refusal(&e, GRAFT_EUNSUPPORTED, "has type Q8_1, which graft does not compute with");
+}
+
+static void test_not_gguf(void **state)
+{
+    (void)state;
+    graft_model *m = NULL;
+    char *err = NULL;
+    assert_int_equal(graft_model_load("/nonexistent/model.gguf", &m, &err), GRAFT_EIO);
+    assert_non_null(strstr(err, "/nonexistent/model.gguf"));
+    graft_free(err);
+}
+
+/* Fails the n-th allocation of a load for every n until a load succeeds. */
+static void test_allocation_failures(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", models_dir());
+    long before = graft__alloc_live();
+    int n;
+    for (n = 0; n < 100000; n++) {
+        graft__alloc_fail_after(n, false);
+        graft_model *m = NULL;
+        char *err = NULL;
+        int rc = graft_model_load(path, &m, &err);
+        long failures = graft__alloc_failures();
+        graft__alloc_fail_after(-1, false);
+        graft_free(err);
+        if (failures == 0) {
+            assert_int_equal(rc, GRAFT_OK);
+            graft_model_free(m);
+            break;
+        }
+        assert_int_equal(rc, GRAFT_ENOMEM);
+        assert_null(m);
+        assert_int_equal(graft__alloc_live(), before);
+    }
+    assert_true(n > 3);
+    assert_int_equal(graft__alloc_live(), before);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_architecture_missing),
+        cmocka_unit_test(test_architecture_unsupported),
+        cmocka_unit_test(test_required_key_missing),
+        cmocka_unit_test(test_key_of_wrong_type),
+        cmocka_unit_test(test_heads_not_grouped),
+        cmocka_unit_test(test_odd_rope_dims),
+        cmocka_unit_test(test_zero_embedding),
+        cmocka_unit_test(test_tensor_missing),
+        cmocka_unit_test(test_tensor_wrong_shape),
+        cmocka_unit_test(test_tensor_type_unsupported),
+        cmocka_unit_test(test_not_gguf),
+        cmocka_unit_test(test_allocation_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

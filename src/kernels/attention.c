@@ -1,0 +1,75 @@
+/*
+ * attention.c: scaled dot-product attention of one query head over a list of keys, the
+ * scalar reference version.
+ *
+ * The softmax is computed online (one pass over the keys, as in FlashAttention) in fixed
+ * chunks of GRAFT_ATTN_CHUNK keys counted from the first key. The caller always passes the
+ * keys of a sequence from the same absolute start, so the chunks sit at fixed absolute
+ * positions and the result for a given set of keys is always computed by the same
+ * operations in the same order (DESIGN.md invariant 1): it cannot depend on how the query
+ * was batched, and adding later keys never changes how the earlier ones are reduced.
+ *
+ * Per chunk: the scores s_j = scale * (q . k_j) (dot summed in element order), the chunk's
+ * maximum, a new running maximum M; the running sum and the output accumulator are
+ * rescaled by exp(M_old - M), then each key adds p_j = exp(s_j - M) to the sum and p_j v_j
+ * to the accumulator, in key order. At the end the accumulator is divided by the sum.
+ * `out` itself holds the accumulator, so it must not overlap q.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "util/util.h"
+
+static float dot(const float *a, const float *b, int32_t n)
+{
+    float sum = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        sum += a[i] * b[i];
+    return sum;
+}
+
+static void scale_vec(float *v, int32_t n, float factor)
+{
+    for (int32_t i = 0; i < n; i++)
+        v[i] *= factor;
+}
+
+/* acc (n) += p * v (n) */
+static void add_scaled(float *acc, const float *v, int32_t n, float p)
+{
+    for (int32_t i = 0; i < n; i++)
+        acc[i] += p * v[i];
+}
+
+void graft__attend(float *out, const float *q, const float *const *keys,
+                   const float *const *values, int64_t n_keys, int32_t head_dim, float scale)
+{
+    GRAFT_ASSERT(n_keys >= 0 && head_dim > 0);
+    memset(out, 0, (size_t)head_dim * sizeof(float));
+    float running_max = -INFINITY;
+    float running_sum = 0.0f;
+    float scores[GRAFT_ATTN_CHUNK]; // (chunk keys)
+
+    for (int64_t c0 = 0; c0 < n_keys; c0 += GRAFT_ATTN_CHUNK) {
+        int n = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;
+        float chunk_max = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            scores[j] = scale * dot(q, keys[c0 + j], head_dim);
+            chunk_max = fmaxf(chunk_max, scores[j]);
+        }
+        if (chunk_max > running_max) {
+            float rescale = expf(running_max - chunk_max); /* 0 for the first chunk */
+            running_sum *= rescale;
+            scale_vec(out, head_dim, rescale);
+            running_max = chunk_max;
+        }
+        for (int j = 0; j < n; j++) {
+            float p = expf(scores[j] - running_max);
+            running_sum += p;
+            add_scaled(out, values[c0 + j], head_dim, p);
+        }
+    }
+    if (running_sum > 0.0f)
+        scale_vec(out, head_dim, 1.0f / running_sum);
+}

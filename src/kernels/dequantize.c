@@ -1,0 +1,298 @@
+/*
+ * dequantize.c: turns rows stored in a GGUF tensor type back into floats.
+ *
+ * These are the reference decoders for every type graft computes with. They reproduce the
+ * block layouts of ggml (the library that defines the GGUF tensor types) bit for bit, and
+ * they evaluate each element with the same float operations in the same order as ggml's
+ * reference dequantizers, so a file written by llama.cpp decodes to exactly the floats
+ * llama.cpp sees. The matmul (matmul.c) decodes weights through graft__dequantize_row too.
+ *
+ * Blocks are read as bytes at fixed offsets (never through a struct pointer), so a row may
+ * start at any address. All multi-byte fields are little-endian. Layouts, offsets in bytes:
+ *
+ *   type    elems bytes  layout                                        element i
+ *   Q4_0     32    18    d:f16 @0, qs[16] @2                           d * (q - 8)
+ *   Q4_1     32    20    d:f16 @0, m:f16 @2, qs[16] @4                 d * q + m
+ *   Q5_0     32    22    d:f16 @0, qh[4] @2, qs[16] @6                 d * (q - 16)
+ *   Q5_1     32    24    d:f16 @0, m:f16 @2, qh[4] @4, qs[16] @8       d * q + m
+ *   Q8_0     32    34    d:f16 @0, qs:int8[32] @2                      d * qs[i]
+ *   IQ4_NL   32    18    d:f16 @0, qs[16] @2                           d * kvalues[q]
+ *   Q4_K    256   144    d:f16 @0, dmin:f16 @2, scales[12] @4, qs[128] @16
+ *   Q5_K    256   176    d:f16 @0, dmin:f16 @2, scales[12] @4, qh[32] @16, qs[128] @48
+ *   Q6_K    256   210    ql[128] @0, qh[64] @128, scales:int8[16] @192, d:f16 @208
+ *
+ * 32-element types: byte qs[j] holds element j in its low nibble and element j + 16 in its
+ * high nibble. Q5_0/Q5_1 add a fifth bit from the 32-bit word qh: bit j for element j.
+ *
+ * Q4_K/Q5_K: 8 sub-blocks of 32 elements, each with a 6-bit scale sc and 6-bit min m
+ * packed into `scales` (see scale_min_k4); element = (d * sc) * q - (dmin * m). The 256
+ * elements form 4 groups of 64: in group g, byte qs[32g + l] holds element 64g + l (low
+ * nibble, sub-block 2g) and element 64g + 32 + l (high nibble, sub-block 2g + 1). Q5_K's
+ * fifth bit of those two elements is bit 2g resp. 2g + 1 of qh[l].
+ *
+ * Q6_K: 16 sub-blocks of 16 elements, element i scaled by the signed scales[i / 16];
+ * element = (d * sc) * (q - 32), q 6 bits. Two halves of 128: in half h, for l < 32,
+ * ql[64h + l] holds elements 128h + l (low nibble) and 128h + 64 + l (high nibble),
+ * ql[64h + 32 + l] holds 128h + 32 + l and 128h + 96 + l, and qh[32h + l] holds the top two
+ * bits of elements 128h + l, +32, +64, +96 in bits 0-1, 2-3, 4-5 and 6-7.
+ */
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "util/util.h"
+
+enum { QK = 32, QK_K = 256 }; /* elements per block: legacy types, K-quants */
+
+/* The 16 values a 4-bit IQ4_NL code stands for (before scaling by d). */
+static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
+
+bool graft__type_is_supported(uint32_t type)
+{
+    switch (type) {
+    case GRAFT_TYPE_F32:
+    case GRAFT_TYPE_F16:
+    case GRAFT_TYPE_BF16:
+    case GRAFT_TYPE_Q8_0:
+    case GRAFT_TYPE_Q4_0:
+    case GRAFT_TYPE_Q4_1:
+    case GRAFT_TYPE_Q5_0:
+    case GRAFT_TYPE_Q5_1:
+    case GRAFT_TYPE_IQ4_NL:
+    case GRAFT_TYPE_Q4_K:
+    case GRAFT_TYPE_Q5_K:
+    case GRAFT_TYPE_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static float load_f16(const uint8_t *p)
+{
+    return graft__f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+}
+
+static uint32_t load_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static void dequantize_q4_0(const uint8_t *b, float *y) // y (32)
+{
+    float d = load_f16(b);
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)((qs[j] & 0x0f) - 8) * d;
+        y[j + 16] = (float)((qs[j] >> 4) - 8) * d;
+    }
+}
+
+static void dequantize_q4_1(const uint8_t *b, float *y) // y (32)
+{
+    float d = load_f16(b);
+    float m = load_f16(b + 2);
+    const uint8_t *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)(qs[j] & 0x0f) * d + m;
+        y[j + 16] = (float)(qs[j] >> 4) * d + m;
+    }
+}
+
+/* The 5-bit values of a Q5_0/Q5_1 block: low nibbles from qs, fifth bits from qh. */
+static void unpack_5bit(const uint8_t *qh_bytes, const uint8_t *qs, int *q) // q (32)
+{
+    uint32_t qh = load_u32(qh_bytes);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
+        q[j + 16] = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+    }
+}
+
+static void dequantize_q5_0(const uint8_t *b, float *y) // y (32)
+{
+    float d = load_f16(b);
+    int q[QK];
+    unpack_5bit(b + 2, b + 6, q);
+    for (int j = 0; j < QK; j++)
+        y[j] = (float)(q[j] - 16) * d;
+}
+
+static void dequantize_q5_1(const uint8_t *b, float *y) // y (32)
+{
+    float d = load_f16(b);
+    float m = load_f16(b + 2);
+    int q[QK];
+    unpack_5bit(b + 4, b + 8, q);
+    for (int j = 0; j < QK; j++)
+        y[j] = (float)q[j] * d + m;
+}
+
+static void dequantize_q8_0(const uint8_t *b, float *y) // y (32)
+{
+    float d = load_f16(b);
+    const int8_t *qs = (const int8_t *)(b + 2);
+    for (int j = 0; j < QK; j++)
+        y[j] = (float)qs[j] * d;
+}
+
+static void dequantize_iq4_nl(const uint8_t *b, float *y) // y (32)
+{
+    float d = load_f16(b);
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)iq4nl_values[qs[j] & 0x0f];
+        y[j + 16] = d * (float)iq4nl_values[qs[j] >> 4];
+    }
+}
+
+/* Scale and min of sub-block j (0..7) from the 12 packed bytes of a Q4_K/Q5_K block:
+ * bytes 0-3 hold the low 6 bits of scales 0-3 and their top 2 bits hold the high bits of
+ * scales 4-7; bytes 4-7 likewise for mins; bytes 8-11 hold the low nibbles of scale j+4
+ * (low nibble) and min j+4 (high nibble). */
+static void scale_min_k4(const uint8_t *scales, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = scales[j] & 63;
+        *m = scales[j + 4] & 63;
+    } else {
+        *sc = (scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4);
+        *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+    }
+}
+
+/* Shared by Q4_K and Q5_K: q (256) holds the unpacked quants 0..15 or 0..31. */
+static void dequantize_k4_sub_blocks(const uint8_t *b, const int *q, float *y) // y (256)
+{
+    float d = load_f16(b);
+    float dmin = load_f16(b + 2);
+    for (int j = 0; j < QK_K / 32; j++) {
+        int sc, m;
+        scale_min_k4(b + 4, j, &sc, &m);
+        float scale = d * (float)sc;
+        float min = dmin * (float)m;
+        for (int l = 0; l < 32; l++)
+            y[32 * j + l] = scale * (float)q[32 * j + l] - min;
+    }
+}
+
+static void dequantize_q4_k(const uint8_t *b, float *y) // y (256)
+{
+    const uint8_t *qs = b + 16;
+    int q[QK_K];
+    for (int g = 0; g < 4; g++) {
+        for (int l = 0; l < 32; l++) {
+            q[64 * g + l] = qs[32 * g + l] & 0x0f;
+            q[64 * g + 32 + l] = qs[32 * g + l] >> 4;
+        }
+    }
+    dequantize_k4_sub_blocks(b, q, y);
+}
+
+static void dequantize_q5_k(const uint8_t *b, float *y) // y (256)
+{
+    const uint8_t *qh = b + 16;
+    const uint8_t *qs = b + 48;
+    int q[QK_K];
+    for (int g = 0; g < 4; g++) {
+        for (int l = 0; l < 32; l++) {
+            q[64 * g + l] = (qs[32 * g + l] & 0x0f) | (((qh[l] >> (2 * g)) & 1) << 4);
+            q[64 * g + 32 + l] = (qs[32 * g + l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4);
+        }
+    }
+    dequantize_k4_sub_blocks(b, q, y);
+}
+
+static void dequantize_q6_k(const uint8_t *b, float *y) // y (256)
+{
+    const uint8_t *ql = b;
+    const uint8_t *qh = b + 128;
+    const int8_t *scales = (const int8_t *)(b + 192);
+    float d = load_f16(b + 208);
+    int q[QK_K];
+    for (int h = 0; h < 2; h++) {
+        for (int l = 0; l < 32; l++) {
+            int lo = ql[64 * h + l], hi = ql[64 * h + 32 + l], top = qh[32 * h + l];
+            q[128 * h + l] = (lo & 0x0f) | ((top & 3) << 4);
+            q[128 * h + 32 + l] = (hi & 0x0f) | (((top >> 2) & 3) << 4);
+            q[128 * h + 64 + l] = (lo >> 4) | (((top >> 4) & 3) << 4);
+            q[128 * h + 96 + l] = (hi >> 4) | (((top >> 6) & 3) << 4);
+        }
+    }
+    for (int i = 0; i < QK_K; i++)
+        y[i] = (d * (float)scales[i / 16]) * (float)(q[i] - 32);
+}
+
+static void dequantize_f16(const uint8_t *src, float *dst, int64_t n) // dst (n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = graft__f16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
+}
+
+static void dequantize_bf16(const uint8_t *src, float *dst, int64_t n) // dst (n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = graft__bf16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
+}
+
+typedef void (*dequantize_block_fn)(const uint8_t *block, float *y);
+
+/* The block decoder of a block type, with its block size in elements and bytes. */
+static dequantize_block_fn block_decoder(uint32_t type, int *elems, int *bytes)
+{
+    switch (type) {
+    case GRAFT_TYPE_Q4_0:
+        *elems = QK, *bytes = 18;
+        return dequantize_q4_0;
+    case GRAFT_TYPE_Q4_1:
+        *elems = QK, *bytes = 20;
+        return dequantize_q4_1;
+    case GRAFT_TYPE_Q5_0:
+        *elems = QK, *bytes = 22;
+        return dequantize_q5_0;
+    case GRAFT_TYPE_Q5_1:
+        *elems = QK, *bytes = 24;
+        return dequantize_q5_1;
+    case GRAFT_TYPE_Q8_0:
+        *elems = QK, *bytes = 34;
+        return dequantize_q8_0;
+    case GRAFT_TYPE_IQ4_NL:
+        *elems = QK, *bytes = 18;
+        return dequantize_iq4_nl;
+    case GRAFT_TYPE_Q4_K:
+        *elems = QK_K, *bytes = 144;
+        return dequantize_q4_k;
+    case GRAFT_TYPE_Q5_K:
+        *elems = QK_K, *bytes = 176;
+        return dequantize_q5_k;
+    case GRAFT_TYPE_Q6_K:
+        *elems = QK_K, *bytes = 210;
+        return dequantize_q6_k;
+    default:
+        return NULL;
+    }
+}
+
+void graft__dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
+{
+    const uint8_t *bytes = src;
+    GRAFT_ASSERT(n >= 0);
+    switch (type) {
+    case GRAFT_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    case GRAFT_TYPE_F16:
+        dequantize_f16(bytes, dst, n);
+        return;
+    case GRAFT_TYPE_BF16:
+        dequantize_bf16(bytes, dst, n);
+        return;
+    }
+    int block_elems = 0, block_bytes = 0;
+    dequantize_block_fn decode = block_decoder(type, &block_elems, &block_bytes);
+    GRAFT_ASSERT(decode != NULL);
+    GRAFT_ASSERT(n % block_elems == 0);
+    for (int64_t i = 0; i < n / block_elems; i++)
+        decode(bytes + i * block_bytes, dst + i * block_elems);
+}

@@ -30,6 +30,8 @@
 extern "C" {
 #endif
 
+#define GRAFT_VERSION "0.1.0"
+
 /* ---------------------------------------------------------------------------------------
  * Status codes. One list; the enum and graft_status_str() are generated from it.
  * XX(name, value, message)

@@ -119,6 +119,12 @@ const char *graft__arch_name(graft__arch arch);
 int graft__forward(const struct graft_model *m, graft__kv *kv, const graft__batch_entry *entries,
                    int32_t n, float *logits, char **errmsg);
 
+/* The llama3 rope-scaling frequency factors (rope_dims/2 of them), as `graft synth` writes
+ * them into rope_freqs.weight (synth.c). */
+void graft__synth_llama3_rope_factors(float *factors, int32_t rope_dims, double base,
+                                      double factor, double low_freq_factor,
+                                      double high_freq_factor, double original_ctx);
+
 /* A simple KV store: `n_seq` sequences of up to `n_ctx` positions each, all contiguous.
  * CONSTRUCTOR: graft__kv_simple_create   DESTRUCTOR: graft__kv_simple_free */
 typedef struct graft__kv_simple graft__kv_simple;

@@ -1,0 +1,580 @@
+/*
+ * test_cli.c: the `graft` executable, run as a user runs it.
+ *
+ * Each case spawns $GRAFT_BIN with posix_spawn, its stdout and stderr going to scratch
+ * files in $GRAFT_TEST_TMP, and checks the exit status and the output: --help of every
+ * command, usage errors (exit 2, one line naming the option), runtime failures (exit 1),
+ * `info`, `tokenize` and `run` on stories260K against its golden data, and `synth` files
+ * of every architecture that `info` and `run` then accept.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define GOLDEN_TEXT                                                                             \
+    " Once upon a time, there was a little girl named Lily. She loved to play outside in the " \
+    "park. One day, she saw a big, red ball. She wanted to play with it, but it was too high"
+
+typedef struct cli_result {
+    int status; /* exit status; -1 when killed by a signal */
+    char *out;
+    char *err;
+} cli_result;
+
+static const char *bin(void)
+{
+    const char *b = getenv("GRAFT_BIN");
+    return b && b[0] ? b : "./graft";
+}
+
+static const char *tmp_dir(void)
+{
+    const char *dir = getenv("GRAFT_TEST_TMP");
+    return dir && dir[0] ? dir : "/tmp";
+}
+
+static const char *models_dir(void)
+{
+    const char *dir = getenv("GRAFT_MODELS_DIR");
+    return dir && dir[0] ? dir : "../shared/models";
+}
+
+static char *stories(void)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", models_dir());
+    return path;
+}
+
+static void tmp_path(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/test_cli_%ld_%s", tmp_dir(), (long)getpid(), name);
+}
+
+static char *slurp_fd(int fd)
+{
+    off_t size = lseek(fd, 0, SEEK_END);
+    assert_true(size >= 0);
+    char *buf = malloc((size_t)size + 1);
+    assert_non_null(buf);
+    assert_int_equal(pread(fd, buf, (size_t)size, 0), size);
+    buf[size] = '\0';
+    close(fd);
+    return buf;
+}
+
+static int scratch_fd(const char *what)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/test_cli_%ld_%s_XXXXXX", tmp_dir(), (long)getpid(), what);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    return fd;
+}
+
+/* environ without the variables named in `unset` (NULL-terminated), plus `set`. */
+static char **make_env(const char *const *unset, const char *const *set)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 8, sizeof *env);
+    assert_non_null(env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool drop = false;
+        for (const char *const *u = unset; u && *u; u++)
+            if (strncmp(environ[i], *u, strlen(*u)) == 0 && environ[i][strlen(*u)] == '=')
+                drop = true;
+        if (!drop)
+            env[k++] = environ[i];
+    }
+    for (const char *const *s = set; s && *s; s++)
+        env[k++] = (char *)*s;
+    return env;
+}
+
+/* Runs graft with `args` (NULL-terminated) in the environment `env` (NULL: ours). */
+static cli_result run_env(char **env, const char *const *args)
+{
+    const char *argv[32] = {bin()};
+    size_t n = 1;
+    while (args[n - 1] != NULL && n < 31) {
+        argv[n] = args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
+    int out = scratch_fd("out"), err = scratch_fd("err");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out, 1);
+    posix_spawn_file_actions_adddup2(&fa, err, 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, bin(), &fa, NULL, (char *const *)argv, env ? env : environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        fail_msg("cannot run %s: %s", bin(), strerror(rc));
+    int wstatus;
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    cli_result r = {WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, slurp_fd(out), slurp_fd(err)};
+    return r;
+}
+
+static cli_result run(const char *const *args)
+{
+    return run_env(NULL, args);
+}
+
+#define GRAFT(...) run((const char *const[]){__VA_ARGS__, NULL})
+
+static void result_free(cli_result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static void expect_status(const cli_result *r, int status)
+{
+    if (r->status != status)
+        fail_msg("exit status %d, want %d\nstdout: %s\nstderr: %s", r->status, status, r->out,
+                 r->err);
+}
+
+static void expect_contains(const char *text, const char *words)
+{
+    if (strstr(text, words) == NULL)
+        fail_msg("'%s' not found in:\n%s", words, text);
+}
+
+/* The value of the `label` line of `graft info` ("layers          5" gives "5"). */
+static const char *info_field(const char *out, const char *label, char *buf, size_t cap)
+{
+    size_t len = strlen(label);
+    for (const char *line = out; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : "") {
+        if (strncmp(line, label, len) == 0 && line[len] == ' ') {
+            const char *v = line + len;
+            while (*v == ' ')
+                v++;
+            size_t n = strcspn(v, "\n");
+            snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), v);
+            return buf;
+        }
+    }
+    fail_msg("no '%s' line in:\n%s", label, out);
+    return NULL;
+}
+
+/* ---- help and usage errors ------------------------------------------------------------- */
+
+static void test_help(void **state)
+{
+    (void)state;
+    cli_result r = GRAFT("--help");
+    expect_status(&r, 0);
+    expect_contains(r.out, "usage: graft");
+    static const char *const cmds[] = {"run", "info", "tokenize", "synth"};
+    for (size_t i = 0; i < 4; i++)
+        expect_contains(r.out, cmds[i]);
+    result_free(&r);
+    for (size_t i = 0; i < 4; i++) {
+        r = GRAFT(cmds[i], "--help");
+        expect_status(&r, 0);
+        char want[64];
+        snprintf(want, sizeof want, "usage: graft %s", cmds[i]);
+        expect_contains(r.out, want);
+        assert_string_equal(r.err, "");
+        result_free(&r);
+    }
+    r = GRAFT("--version");
+    expect_status(&r, 0);
+    expect_contains(r.out, "graft ");
+    result_free(&r);
+    r = GRAFT("run", "-h");
+    expect_status(&r, 0);
+    expect_contains(r.out, "--logits-out");
+    result_free(&r);
+}
+
+static void expect_usage_error(const char *const *args, const char *words)
+{
+    cli_result r = run(args);
+    expect_status(&r, 2);
+    expect_contains(r.err, words);
+    char *nl = strchr(r.err, '\n');
+    if (nl == NULL || nl[1] != '\0')
+        fail_msg("want one line on stderr, got:\n%s", r.err);
+    assert_string_equal(r.out, "");
+    result_free(&r);
+}
+
+#define USAGE_ERROR(words, ...) expect_usage_error((const char *const[]){__VA_ARGS__, NULL}, words)
+
+static void test_usage_errors(void **state)
+{
+    (void)state;
+    USAGE_ERROR("'frobnicate'", "frobnicate");
+    USAGE_ERROR("'--bogus'", "run", "--bogus");
+    USAGE_ERROR("option -n: 'abc' is not an integer", "run", "-n", "abc");
+    USAGE_ERROR("option --temp: -1 is out of range", "run", "--temp", "-1");
+    USAGE_ERROR("option --top-p", "run", "--top-p", "1.5");
+    USAGE_ERROR("option --min-p", "run", "--min-p=x");
+    USAGE_ERROR("option --seed", "run", "--seed", "-3");
+    USAGE_ERROR("option --ctx", "run", "--ctx", "12345678901");
+    USAGE_ERROR("option -m needs a value", "run", "-m");
+    USAGE_ERROR("unexpected argument 'extra'", "run", "extra");
+    USAGE_ERROR("missing MODEL", "info");
+    USAGE_ERROR("unexpected argument 'b'", "info", "a", "b");
+    USAGE_ERROR("missing TEXT", "tokenize", "model.gguf");
+    USAGE_ERROR("'--bos'", "tokenize", "--bos", "m", "t");
+    USAGE_ERROR("option --no-special takes no value", "tokenize", "--no-special=1", "m", "t");
+    USAGE_ERROR("unknown command ''", "");
+    cli_result r = run((const char *const[]){NULL});
+    expect_status(&r, 2);
+    expect_contains(r.err, "usage: graft");
+    result_free(&r);
+}
+
+static void test_missing_model(void **state)
+{
+    (void)state;
+    static const char path[] = "/nonexistent/model.gguf";
+    cli_result r = GRAFT("info", path);
+    expect_status(&r, 1);
+    expect_contains(r.err, path);
+    result_free(&r);
+    r = GRAFT("tokenize", path, "hello");
+    expect_status(&r, 1);
+    expect_contains(r.err, path);
+    result_free(&r);
+    r = GRAFT("run", "-m", path, "-n", "4");
+    expect_status(&r, 1);
+    expect_contains(r.err, path);
+    result_free(&r);
+    char text[512];
+    snprintf(text, sizeof text, "%s/stories260K.tokenizer-tests.inp", models_dir());
+    r = GRAFT("info", text);
+    expect_status(&r, 1);
+    expect_contains(r.err, "graft info: ");
+    result_free(&r);
+}
+
+/* ---- info, tokenize, run on stories260K ------------------------------------------------ */
+
+static void test_info(void **state)
+{
+    (void)state;
+    cli_result r = GRAFT("info", stories());
+    expect_status(&r, 0);
+    char buf[256];
+    assert_string_equal(info_field(r.out, "architecture", buf, sizeof buf), "llama");
+    assert_string_equal(info_field(r.out, "layers", buf, sizeof buf), "5");
+    assert_string_equal(info_field(r.out, "embedding", buf, sizeof buf), "64");
+    assert_string_equal(info_field(r.out, "feed-forward", buf, sizeof buf), "172");
+    expect_contains(info_field(r.out, "attention", buf, sizeof buf), "8 heads, 4 KV heads");
+    expect_contains(info_field(r.out, "vocabulary", buf, sizeof buf), "512 tokens, spm");
+    expect_contains(info_field(r.out, "special tokens", buf, sizeof buf), "BOS 1 '<s>'");
+    expect_contains(info_field(r.out, "tensor types", buf, sizeof buf), "F32 x48");
+    expect_contains(info_field(r.out, "file", buf, sizeof buf), "1185376 bytes");
+    assert_string_equal(info_field(r.out, "sliding window", buf, sizeof buf), "none");
+    result_free(&r);
+}
+
+/* Case `index` of the stories260K tokenizer tests: its text and expected ids. */
+static void tokenizer_case(int index, char **text, int *ids, int *n_ids)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.inp", models_dir());
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *inp = calloc(1, 1 << 16);
+    assert_non_null(inp);
+    assert_true(fread(inp, 1, (1 << 16) - 1, f) > 0);
+    fclose(f);
+    char *start = inp;
+    for (int i = 0; i < index; i++)
+        start = strstr(start, "\n__ggml_vocab_test__\n") + 21;
+    char *end = strstr(start, "\n__ggml_vocab_test__\n");
+    *text = strndup(start, (size_t)(end - start));
+    free(inp);
+    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.out", models_dir());
+    f = fopen(path, "r");
+    assert_non_null(f);
+    char line[4096];
+    for (int i = 0; i <= index; i++)
+        assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    *n_ids = 0;
+    char *p = line, *next;
+    for (long id = strtol(p, &next, 10); next != p; id = strtol(p, &next, 10)) {
+        ids[(*n_ids)++] = (int)id;
+        p = next;
+    }
+}
+
+/* The ids `graft tokenize` printed (lines `ID  "TEXT"`); checks the count line after them. */
+static int parse_tokens(const char *out, int *ids)
+{
+    int n = 0;
+    const char *line = out;
+    for (;;) {
+        char *end;
+        long id = strtol(line, &end, 10);
+        if (end == line || strncmp(end, "  \"", 3) != 0)
+            break;
+        ids[n++] = (int)id;
+        line = strchr(line, '\n') + 1;
+    }
+    int count = -1;
+    assert_int_equal(sscanf(line, "%d token", &count), 1);
+    assert_int_equal(count, n);
+    return n;
+}
+
+static void check_tokenize_case(int index)
+{
+    char *text;
+    int want[256], got[256], n_want;
+    tokenizer_case(index, &text, want, &n_want);
+    cli_result r = GRAFT("tokenize", stories(), text, "--no-special");
+    expect_status(&r, 0);
+    int n = parse_tokens(r.out, got);
+    assert_int_equal(n, n_want);
+    assert_memory_equal(got, want, (size_t)n * sizeof *got);
+    result_free(&r);
+    r = GRAFT("tokenize", "--", stories(), text);
+    expect_status(&r, 0);
+    n = parse_tokens(r.out, got);
+    assert_int_equal(n, n_want + 1);
+    assert_int_equal(got[0], 1);
+    assert_memory_equal(got + 1, want, (size_t)n_want * sizeof *got);
+    result_free(&r);
+    free(text);
+}
+
+static void test_tokenize(void **state)
+{
+    (void)state;
+    check_tokenize_case(0); /* Once upon a time */
+    check_tokenize_case(3); /* Lily's mom said, "Lily, let's go to the park." */
+    check_tokenize_case(4); /* two lines */
+    cli_result r = GRAFT("tokenize", stories(), "say \"hi\"\n", "--no-special");
+    expect_status(&r, 0);
+    expect_contains(r.out, "\"<0x0A>\"");
+    result_free(&r);
+    r = GRAFT("tokenize", stories(), "<s>", "--no-special", "--parse-special");
+    expect_status(&r, 0);
+    expect_contains(r.out, "      1  \"<s>\"\n1 token\n");
+    result_free(&r);
+}
+
+static void test_run_golden(void **state)
+{
+    (void)state;
+    cli_result r = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "60");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, GOLDEN_TEXT "\n");
+    expect_contains(r.err, "prompt: 1 tokens, ");
+    expect_contains(r.err, "eval: 60 tokens, ");
+    result_free(&r);
+}
+
+static void test_run_prompt(void **state)
+{
+    (void)state;
+    cli_result r = GRAFT("run", "-m", stories(), "-p", "Once upon a time", "--temp", "0", "-n",
+                         "12", "--seed", "7", "--top-k", "5");
+    expect_status(&r, 0);
+    expect_contains(r.out, "Once upon a time, there was a little girl named Lily.");
+    assert_int_equal(strncmp(r.out, "Once upon a time,", 17), 0);
+    expect_contains(r.err, "prompt: 5 tokens, ");
+    result_free(&r);
+    r = GRAFT("run", "-m", stories(), "-p", "Once", "-n", "20", "--temp", "0.8", "--top-p",
+              "0.9", "--min-p", "0.1", "--repeat-penalty", "1.1", "--seed", "3");
+    expect_status(&r, 0);
+    assert_int_equal(strncmp(r.out, "Once", 4), 0);
+    result_free(&r);
+}
+
+static void test_run_default_model(void **state)
+{
+    (void)state;
+    char models[600];
+    snprintf(models, sizeof models, "GRAFT_MODELS_DIR=%s", models_dir());
+    char **env = make_env((const char *const[]){"GRAFT_MODEL", "GRAFT_MODELS_DIR", NULL},
+                          (const char *const[]){models, NULL});
+    cli_result r = run_env(env, (const char *const[]){"run", "--temp", "0", "-n", "5", NULL});
+    expect_status(&r, 0);
+    assert_string_equal(r.out, " Once upon a time,\n");
+    result_free(&r);
+    free(env);
+    char model[600];
+    snprintf(model, sizeof model, "GRAFT_MODEL=%s", stories());
+    env = make_env((const char *const[]){"GRAFT_MODEL", "GRAFT_MODELS_DIR", NULL},
+                   (const char *const[]){model, NULL});
+    r = run_env(env, (const char *const[]){"run", "--temp", "0", "-n", "3", NULL});
+    expect_status(&r, 0);
+    assert_string_equal(r.out, " Once upon a\n");
+    result_free(&r);
+    free(env);
+}
+
+static void test_logits_out(void **state)
+{
+    (void)state;
+    char path[512];
+    tmp_path(path, sizeof path, "logits.bin");
+    cli_result r = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "1", "--logits-out", path);
+    expect_status(&r, 0);
+    result_free(&r);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char bytes[512 * 4 + 1];
+    assert_int_equal(fread(bytes, 1, sizeof bytes, f), 512 * 4);
+    fclose(f);
+    unlink(path);
+    float logits[512];
+    for (int i = 0; i < 512; i++) {
+        uint32_t bits = (uint32_t)bytes[4 * i] | (uint32_t)bytes[4 * i + 1] << 8 |
+                        (uint32_t)bytes[4 * i + 2] << 16 | (uint32_t)bytes[4 * i + 3] << 24;
+        memcpy(&logits[i], &bits, sizeof bits);
+    }
+    static const int top_ids[5] = {403, 385, 410, 317, 407};
+    static const float top_vals[5] = {17.02352f, 15.40621f, 13.10826f, 12.76917f, 12.41809f};
+    bool used[512] = {0};
+    for (int k = 0; k < 5; k++) {
+        int best = -1;
+        for (int i = 0; i < 512; i++)
+            if (!used[i] && (best < 0 || logits[i] > logits[best]))
+                best = i;
+        used[best] = true;
+        assert_int_equal(best, top_ids[k]);
+        assert_float_equal(logits[best], top_vals[k], 1e-3);
+    }
+    r = GRAFT("run", "-m", stories(), "-n", "1", "--logits-out", "/nonexistent/dir/l.bin");
+    expect_status(&r, 1);
+    expect_contains(r.err, "/nonexistent/dir/l.bin");
+    result_free(&r);
+}
+
+/* ---- synth ------------------------------------------------------------------------------- */
+
+static void synth_and_use(const char *arch, const char *type)
+{
+    char path[512];
+    tmp_path(path, sizeof path, "synth.gguf");
+    cli_result r = GRAFT("synth", "--arch", arch, "--preset", "tiny", "--type", type, "--seed",
+                         "11", "-o", path);
+    expect_status(&r, 0);
+    expect_contains(r.out, path);
+    result_free(&r);
+    r = GRAFT("info", path);
+    expect_status(&r, 0);
+    char buf[256];
+    assert_string_equal(info_field(r.out, "architecture", buf, sizeof buf), arch);
+    assert_string_equal(info_field(r.out, "layers", buf, sizeof buf),
+                        strcmp(arch, "gemma3") == 0 ? "6" : "4");
+    expect_contains(info_field(r.out, "vocabulary", buf, sizeof buf), "1024 tokens, spm");
+    expect_contains(info_field(r.out, "tensor types", buf, sizeof buf), type);
+    if (strcmp(arch, "gemma3") == 0)
+        expect_contains(info_field(r.out, "sliding window", buf, sizeof buf),
+                        "16 tokens on 4 of 6 layers");
+    result_free(&r);
+    r = GRAFT("run", "-m", path, "-n", "8", "--temp", "0", "-p", "Once upon a time");
+    expect_status(&r, 0);
+    expect_contains(r.err, "prompt: ");
+    result_free(&r);
+    unlink(path);
+}
+
+static void test_synth_archs(void **state)
+{
+    (void)state;
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma3"};
+    static const char *const kquants[] = {"Q4_K", "Q5_K", "Q6_K", "Q4_K"};
+    for (int i = 0; i < 4; i++) {
+        synth_and_use(archs[i], "F32");
+        synth_and_use(archs[i], "Q8_0");
+        synth_and_use(archs[i], kquants[i]);
+    }
+}
+
+static void test_synth_vocab(void **state)
+{
+    (void)state;
+    char path[512], vocab[512];
+    tmp_path(path, sizeof path, "gpt2.gguf");
+    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-gpt-2.gguf", models_dir());
+    cli_result r = GRAFT("synth", "--arch", "llama", "--preset", "tiny", "--type", "q8_0",
+                         "--vocab", vocab, "-o", path);
+    expect_status(&r, 0);
+    result_free(&r);
+    r = GRAFT("info", path);
+    expect_status(&r, 0);
+    char buf[256];
+    expect_contains(info_field(r.out, "vocabulary", buf, sizeof buf), "50257 tokens, bpe");
+    result_free(&r);
+    unlink(path);
+}
+
+static void test_synth_errors(void **state)
+{
+    (void)state;
+    char path[512];
+    tmp_path(path, sizeof path, "bad.gguf");
+    USAGE_ERROR("unknown architecture 'mamba'", "synth", "--arch", "mamba", "--preset", "tiny",
+                "-o", path);
+    USAGE_ERROR("unknown preset 'huge'", "synth", "--arch", "llama", "--preset", "huge", "-o",
+                path);
+    USAGE_ERROR("option --type: unknown type 'Q9_9'", "synth", "--arch", "llama", "--preset",
+                "tiny", "--type", "Q9_9", "-o", path);
+    USAGE_ERROR("Q2_K", "synth", "--arch", "llama", "--preset", "tiny", "--type", "q2_k", "-o",
+                path);
+    USAGE_ERROR("1152 (n_embd)", "synth", "--arch", "gemma3", "--preset", "gemma3-1b", "--type",
+                "Q4_K", "-o", path);
+    USAGE_ERROR("missing -o", "synth", "--arch", "llama", "--preset", "tiny");
+    USAGE_ERROR("missing --arch", "synth", "--preset", "tiny", "-o", path);
+    USAGE_ERROR("missing --preset", "synth", "--arch", "llama", "-o", path);
+    USAGE_ERROR("option --seed: 'x'", "synth", "--arch", "llama", "--preset", "tiny", "--seed",
+                "x", "-o", path);
+    USAGE_ERROR("unexpected argument", "synth", "--arch", "llama", "--preset", "tiny", "-o",
+                path, "more");
+    assert_int_not_equal(access(path, F_OK), 0);
+    cli_result r = GRAFT("synth", "--arch", "llama", "--preset", "tiny", "--vocab",
+                         "/nonexistent/vocab.gguf", "-o", path);
+    expect_status(&r, 1);
+    expect_contains(r.err, "/nonexistent/vocab.gguf");
+    result_free(&r);
+    assert_int_not_equal(access(path, F_OK), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_missing_model),
+        cmocka_unit_test(test_info),
+        cmocka_unit_test(test_tokenize),
+        cmocka_unit_test(test_run_golden),
+        cmocka_unit_test(test_run_prompt),
+        cmocka_unit_test(test_run_default_model),
+        cmocka_unit_test(test_logits_out),
+        cmocka_unit_test(test_synth_archs),
+        cmocka_unit_test(test_synth_vocab),
+        cmocka_unit_test(test_synth_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,6 +1,6 @@
 # The commands the README tells people to type. Each one installs missing Debian packages first.
 #   make run    build, then generate from BOS on the default model (stories260K, greedy)
-#   make test   build and run every test flavour: release, ASan+UBSan, fuzz (bounded time)
+#   make test   build and run every test flavour: release, ASan+UBSan, TSan (engine), fuzz (bounded time)
 #   make bench  performance figures (see bench/README.md)
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -40,10 +40,13 @@ test-release: release
 test-asan: asan
 	cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+test-tsan: tsan
+	cd build/tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
 test-fuzz: fuzz
 	cd build/fuzz && ctest --output-on-failure
 
-test: test-release test-asan test-fuzz
+test: test-release test-asan test-tsan test-fuzz
 
 clean:
 	rm -rf build

@@ -143,22 +143,61 @@ int graft_detok_push(graft_detok *detok, int32_t token, const char **text, size_
 int graft_detok_flush(graft_detok *detok, const char **text, size_t *len);
 
 /* ---------------------------------------------------------------------------------------
- * Contexts: one sequence evaluated token by token or in prompt batches.
- * CONSTRUCTOR: graft_context_create   DESTRUCTOR: graft_context_free
- * The model must outlive its contexts.
+ * Contexts: a fixed set of sequences evaluated a batch of tokens at a time, on a pool of
+ * threads owned by the context.
+ * CONSTRUCTOR: graft_context_create, graft_context_create_ex   DESTRUCTOR: graft_context_free
+ * The model must outlive its contexts. A context is used by one thread at a time.
  */
 typedef struct graft_context graft_context;
 
-/* n_ctx: the most positions the context will hold (0: the model's training length). */
+typedef struct graft_context_options {
+    int32_t n_ctx;       /* positions per sequence (0: the model's training length) */
+    int32_t n_seq;       /* sequences held, ids 0..n_seq-1 (0: 1) */
+    int32_t n_threads;   /* compute threads, the caller's included (0: one per online CPU) */
+    const char *kernels; /* "scalar", "avx2", "avx512", or NULL: the environment variable
+                            GRAFT_KERNELS, else the best this processor runs */
+    int32_t kv_f32;      /* nonzero: keep K and V in float32 (default: float16) */
+} graft_context_options;
+
+/* All zero: the defaults above. */
+graft_context_options graft_context_default_options(void);
+
+/* KV for n_seq * n_ctx positions is allocated here, up front. Errors: GRAFT_ERANGE (n_ctx,
+ * n_seq or n_threads out of range), GRAFT_EINVAL / GRAFT_EUNSUPPORTED (kernels unknown or
+ * not runnable here), GRAFT_ENOMEM / GRAFT_ECAPACITY (KV does not fit). */
+int graft_context_create_ex(const graft_model *model, const graft_context_options *opts,
+                            graft_context **out, char **errmsg);
+/* graft_context_create_ex with one sequence of n_ctx positions and the other defaults. */
 int graft_context_create(const graft_model *model, int32_t n_ctx, graft_context **out,
                          char **errmsg);
 void graft_context_free(graft_context *ctx);
 
-/* Appends `n` tokens at the current position and runs the forward pass over them in one
- * batch. When logits is not NULL it receives the n_vocab logits of the last token.
- * GRAFT_ECAPACITY when the context would exceed n_ctx (nothing is appended). */
+/* Appends `n` tokens to sequence 0 and runs the forward pass over them in one batch. When
+ * logits is not NULL it receives the n_vocab logits of the last token. GRAFT_ECAPACITY when
+ * the sequence would exceed n_ctx; on any error nothing is appended. */
 int graft_context_eval(graft_context *ctx, const int32_t *tokens, size_t n, float *logits);
+
+/* One token of a multi-sequence batch: appended to sequence `seq` at its next position. */
+typedef struct graft_batch_token {
+    int32_t seq;
+    int32_t token;
+    int32_t want_logits; /* nonzero: produce this token's logits */
+} graft_batch_token;
+
+/* Runs one forward pass over tokens of any of the context's sequences (a sequence's tokens
+ * in order). logits receives n_vocab floats per token that wants them, in batch order.
+ * A token's logits are the same bits however it is batched (DESIGN.md invariant 1). */
+int graft_context_eval_batch(graft_context *ctx, const graft_batch_token *batch, size_t n,
+                             float *logits);
+
+/* Tokens held by sequence 0 / by sequence `seq` (-1 for a bad id). */
 int32_t graft_context_position(const graft_context *ctx);
+int32_t graft_context_seq_position(const graft_context *ctx, int32_t seq);
+/* Forgets sequence `seq`'s tokens (its position becomes 0). */
+int graft_context_seq_reset(graft_context *ctx, int32_t seq);
+/* The kernel set in use ("scalar", "avx2", "avx512") and the thread count. */
+const char *graft_context_kernels(const graft_context *ctx);
+int32_t graft_context_threads(const graft_context *ctx);
 
 /* ---------------------------------------------------------------------------------------
  * Sampling.
@@ -199,6 +238,222 @@ typedef struct graft_synth_options {
 } graft_synth_options;
 
 int graft_synth_write(const graft_synth_options *opts, char **errmsg);
+
+/* ---------------------------------------------------------------------------------------
+ * The engine: many sessions served at once by one engine thread (DESIGN.md §3).
+ *
+ * A session is a sequence of committed tokens whose KV lives in the engine's paged,
+ * reference-counted pool. graft_session_generate feeds a suffix of tokens and samples new
+ * ones; graft_session_clone makes a new session holding the first `upto` committed tokens
+ * of another by sharing its KV blocks (no KV bytes copied). The logits of a position depend
+ * only on the tokens before it: not on batching, chunking or cloning (DESIGN.md §1).
+ *
+ * Threads (libuv style):
+ *   - graft_engine_create starts the engine thread. It owns every session's state, the KV
+ *     pool, the scheduler and the forward pass. The functions below may be called from any
+ *     thread: they reach the engine through its command queue (a mutex and a condition
+ *     variable) or through atomic flags, as each declaration says.
+ *   - Commands run on the engine thread in the order they were queued, between forward
+ *     passes. A command queued from a callback runs before the next forward pass, so a clone
+ *     requested at a generation's first output holds exactly its prompt.
+ *   - Callbacks (on_update, on_settled, on_done) run on the engine thread, one at a time.
+ *     They must not block. Functions marked "callback-safe" may be called from them; the
+ *     blocking ones return GRAFT_EINVAL there instead of deadlocking.
+ * Lifetimes (libuv style):
+ *   - The model must outlive the engine.
+ *   - A session handle is valid from the open or clone that gave it until
+ *     graft_session_close, or until graft_engine_shutdown, which closes every session still
+ *     open.
+ *   - A generation handle is reference counted: it stays valid until graft_generation_free,
+ *     even after its session is closed or the engine is shut down.
+ * CONSTRUCTOR: graft_engine_create   DESTRUCTOR: graft_engine_shutdown
+ */
+typedef struct graft_engine graft_engine;
+typedef struct graft_session graft_session;
+typedef struct graft_generation graft_generation;
+
+typedef struct graft_engine_options {
+    size_t kv_mem;            /* KV pool budget in bytes, fixed for the engine's life
+                                 (0: enough for max_sessions full contexts) */
+    int32_t max_sessions;     /* sessions open at once, clones included (0: 8) */
+    int32_t max_context;      /* positions per session (0: the model's training length, at
+                                 most 4096) */
+    int32_t max_batch_tokens; /* tokens per forward pass (0: 512) */
+    int32_t n_threads;        /* compute threads, the engine thread included (0: one per
+                                 online CPU) */
+    const char *kernels;      /* as in graft_context_options; read at create only */
+    int32_t kv_f32;           /* nonzero: keep K and V in float32 (default: float16) */
+} graft_engine_options;
+
+/* All zero: the defaults above. */
+graft_engine_options graft_engine_default_options(void);
+
+/* Validates every limit, then allocates the KV pool (all of kv_mem, up front), the compute
+ * threads and the engine thread. Errors: GRAFT_EINVAL (NULL argument), GRAFT_ERANGE (a limit
+ * out of range; the message names it), GRAFT_EINVAL / GRAFT_EUNSUPPORTED (kernels),
+ * GRAFT_ECAPACITY (kv_mem below one KV block per layer group), GRAFT_ENOMEM. On failure
+ * nothing is left to free. */
+int graft_engine_create(const graft_model *model, const graft_engine_options *opts,
+                        graft_engine **out, char **errmsg);
+
+/* Stops the engine and frees it: every queued command is answered (opens and probes with
+ * GRAFT_ESHUTDOWN, clones through on_done with GRAFT_ESHUTDOWN, queued generations settle
+ * cancelled with GRAFT_ESHUTDOWN, closes run), every live generation settles cancelled with
+ * status GRAFT_ESHUTDOWN, every session is closed and every KV block released. Callbacks run
+ * during shutdown as usual. Returns when the engine thread has ended; afterwards no session
+ * handle may be used, generation handles may. NULL is fine (GRAFT_OK). GRAFT_EINVAL from a
+ * callback (nothing is done). Other threads must have stopped using the engine. */
+int graft_engine_shutdown(graft_engine *engine);
+
+typedef struct graft_engine_metrics {
+    uint64_t steps;               /* forward passes of the scheduler */
+    uint64_t step_failures;       /* forward passes that failed (their generations failed) */
+    uint64_t batch_tokens;        /* tokens over all steps (mean batch: batch_tokens / steps) */
+    uint64_t batch_generations;   /* generations over all steps */
+    int32_t batch_tokens_max;     /* the largest step */
+    uint64_t prefill_tokens;      /* prompt tokens computed */
+    uint64_t decode_tokens;       /* sampled tokens fed back */
+    uint64_t sampled_tokens;      /* tokens sampled */
+    uint64_t generations_started; /* admitted */
+    uint64_t generations_stop, generations_length, generations_cancelled,
+        generations_failed;       /* settled, by finish reason */
+    int32_t sessions_open;
+    int32_t generations_live;
+    int32_t kv_block_tokens;      /* positions per block */
+    int64_t kv_block_bytes;       /* bytes per block (all layers of one group) */
+    int64_t kv_blocks_total, kv_blocks_used, kv_blocks_shared, kv_blocks_free;
+    uint64_t kv_cow_copies;       /* blocks copied on first write since create */
+    uint64_t clones_done;
+    uint64_t clones_refused_boundary, clones_refused_retention, clones_refused_capacity,
+        clones_refused_nomem, clones_refused_shutdown;
+} graft_engine_metrics;
+
+/* A consistent snapshot of the engine's counters, taken between steps. Any thread (it waits
+ * for the current step to end) and callback-safe. GRAFT_ESHUTDOWN once shut down. */
+int graft_engine_metrics_get(graft_engine *engine, graft_engine_metrics *out);
+
+/* METHOD: graft_session. Opens an empty session. Blocking (waits for the engine thread);
+ * any thread, not callbacks (GRAFT_EINVAL). Errors: GRAFT_ECAPACITY (max_sessions open),
+ * GRAFT_ENOMEM, GRAFT_ESHUTDOWN. On failure *out is NULL and nothing is left to free. */
+int graft_session_open(graft_engine *engine, graft_session **out, char **errmsg);
+
+/* DESTRUCTOR: graft_session. Queues the close and returns at once; the handle is invalid
+ * from this call on. The session's live generation settles cancelled (GRAFT_ECANCELLED);
+ * commands queued earlier on it (clones, generations) run first, so a clone requested just
+ * before survives with its own references. Its KV references are dropped. Any thread,
+ * callback-safe; cannot fail. NULL is fine. */
+void graft_session_close(graft_session *session);
+
+/* The committed length: tokens whose KV is computed. A token sampled but not yet fed back
+ * is not counted: after a generation settles, its last sampled token is not committed (feed
+ * it as the first token of the next generation to continue). Any thread, callback-safe
+ * (an atomic read; it may grow while a generation runs). */
+int32_t graft_session_position(const graft_session *session);
+
+/* Called on the engine thread once a clone is done. status: GRAFT_OK (clone is a new idle
+ * session the callee owns and must close), or the refusal: GRAFT_EBOUNDARY (upto < 0 or
+ * above the committed position), GRAFT_ERETENTION (sliding-window KV needed for [upto -
+ * window, upto) is gone), GRAFT_ECAPACITY (max_sessions open, or no KV room), GRAFT_ENOMEM,
+ * GRAFT_ESHUTDOWN; clone is then NULL. The source session is unaffected either way. */
+typedef void (*graft_clone_cb)(int status, graft_session *clone, void *user);
+
+/* Queues a clone of `session` at `upto`: a new, independently writable session holding
+ * exactly its committed tokens [0, upto), sharing their KV blocks. on_done is called exactly
+ * once when this returns GRAFT_OK; a NULL on_done abandons the result (a clone made is
+ * closed at once). Any thread, callback-safe. Errors (no callback): GRAFT_EINVAL (NULL
+ * session), GRAFT_ENOMEM (queueing), GRAFT_ESHUTDOWN. */
+int graft_session_clone(graft_session *session, int32_t upto, graft_clone_cb on_done,
+                        void *user);
+
+/* The same, waiting for the result: *out receives the clone (the caller owns it) or NULL;
+ * returns its status as above, with a message in *errmsg. Any thread, not callbacks
+ * (GRAFT_EINVAL). */
+int graft_session_clone_wait(graft_session *session, int32_t upto, graft_session **out,
+                             char **errmsg);
+
+typedef enum graft_finish {
+    GRAFT_FINISH_NONE,      /* still running */
+    GRAFT_FINISH_STOP,      /* sampled a stop token (not reported, not committed) */
+    GRAFT_FINISH_LENGTH,    /* max_new_tokens reached, or the session's context is full */
+    GRAFT_FINISH_CANCELLED, /* cancelled, freed, session closed (GRAFT_ECANCELLED) or
+                               engine shut down (GRAFT_ESHUTDOWN) */
+    GRAFT_FINISH_FAILED     /* an error: see graft_generation_status / _error */
+} graft_finish;
+
+typedef struct graft_generate_config {
+    int32_t max_new_tokens;     /* tokens to sample at most (0: until the context is full) */
+    const int32_t *stop_tokens; /* extra tokens that end the generation; copied */
+    size_t n_stop_tokens;
+    int32_t ignore_eog;         /* nonzero: the model's end-of-generation tokens do not stop */
+    graft_sampling sampling;    /* with its own random state (the seed): results do not
+                                   depend on what else is batched */
+} graft_generate_config;
+
+/* max_new_tokens 0, no stop tokens, graft_sampling_default(). */
+graft_generate_config graft_generate_default(void);
+
+/* Called on the engine thread with newly sampled tokens (borrowed for the call). */
+typedef void (*graft_update_cb)(graft_generation *gen, const int32_t *tokens, size_t n,
+                                void *user);
+/* Called on the engine thread exactly once per generation, whatever the outcome, after
+ * which the generation is done (its results are final before the call). */
+typedef void (*graft_settled_cb)(graft_generation *gen, void *user);
+
+/* METHOD: graft_session. Queues a generation: feeds `tokens` (n >= 1, copied), the suffix
+ * after the committed position, in chunks under the per-step budget, then samples a token
+ * per step, feeding each back before sampling the next. Tokens are committed as they are fed
+ * back. A session runs one generation at a time: a second one fails (GRAFT_EINVAL). Either
+ * callback may be NULL. *out receives a handle (the caller frees it with
+ * graft_generation_free). Any thread, callback-safe. Errors (no handle, no callback):
+ * GRAFT_EINVAL (NULL argument, n < 1, a token out of the vocabulary, bad sampling),
+ * GRAFT_ENOMEM, GRAFT_ESHUTDOWN. Once queued, failures arrive as the finish reason: a prompt
+ * beyond max_context fails with GRAFT_ERANGE, a step that fails fails only its own
+ * generations (KV capacity, memory) and leaves their sessions at their committed position. */
+int graft_session_generate(graft_session *session, const int32_t *tokens, size_t n,
+                           const graft_generate_config *config, graft_update_cb on_update,
+                           graft_settled_cb on_settled, void *user, graft_generation **out);
+
+/* Waits until the generation is done (on_settled has returned) and returns its status:
+ * GRAFT_OK (stop, length), GRAFT_ECANCELLED, GRAFT_ESHUTDOWN, or the failure's code. Any
+ * thread; from a callback GRAFT_EINVAL unless already done. */
+int graft_generation_wait(graft_generation *gen);
+/* Asks the generation to stop; it settles cancelled before the next step that would have
+ * included it. Tokens already committed stay committed (a cancelled prompt leaves the prefix
+ * it consumed). Any thread, callback-safe (an atomic flag). */
+void graft_generation_cancel(graft_generation *gen);
+/* Nonzero once done. Any thread, callback-safe. */
+int graft_generation_done(const graft_generation *gen);
+/* GRAFT_FINISH_NONE until done. Any thread. */
+graft_finish graft_generation_finish_reason(const graft_generation *gen);
+/* Once done: the status as graft_generation_wait returns it, and a message (borrowed, valid
+ * until graft_generation_free; NULL when the status is GRAFT_OK). */
+int graft_generation_status(const graft_generation *gen);
+const char *graft_generation_error(const graft_generation *gen);
+/* Once done: the tokens sampled, stop token excluded (borrowed, valid until
+ * graft_generation_free). */
+const int32_t *graft_generation_tokens(const graft_generation *gen, size_t *n);
+
+typedef struct graft_generation_metrics {
+    uint64_t queue_wait_ns;          /* submission to first step */
+    uint64_t time_to_first_token_ns; /* submission to first sampled token */
+    int32_t prompt_tokens;           /* tokens given */
+    int32_t prompt_tokens_computed;  /* of them, fed through the model so far */
+    int32_t prompt_tokens_reused;    /* committed tokens already in the session's KV when
+                                        admitted (not recomputed) */
+    int32_t generated_tokens;        /* tokens sampled, stop token included */
+    double prefill_tokens_per_s;     /* computed prompt tokens / (first token - first step) */
+    double decode_tokens_per_s;      /* (generated - 1) / (last token - first token) */
+    uint64_t inter_token_mean_ns;    /* mean gap between sampled tokens */
+    uint64_t inter_token_max_ns;
+} graft_generation_metrics;
+
+/* The metrics so far (final once done). Any thread, callback-safe. */
+void graft_generation_metrics_get(graft_generation *gen, graft_generation_metrics *out);
+
+/* DESTRUCTOR: graft_generation. Drops the caller's reference; a generation not yet done is
+ * cancelled first (its callbacks still run). Any thread, callback-safe (on_settled may free
+ * its own generation). NULL is fine. */
+void graft_generation_free(graft_generation *gen);
 
 #ifdef __cplusplus
 }

@@ -1056,7 +1056,7 @@ static void test_softcap(void **state)
 #define AT_DIM 16
 
 static float at_q[AT_DIM], at_k[AT_KEYS][AT_DIM], at_v[AT_KEYS][AT_DIM];
-static const float *at_kp[AT_KEYS], *at_vp[AT_KEYS];
+static const void *at_kp[AT_KEYS], *at_vp[AT_KEYS];
 
 static void make_attention_case(uint64_t seed, float q_scale)
 {
@@ -1106,7 +1106,7 @@ static void test_attend_against_two_pass(void **state)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
             float out[AT_DIM];
             double want[AT_DIM];
-            graft__attend(out, at_q, at_kp, at_vp, counts[c], AT_DIM, 0.25f);
+            graft__attend(out, at_q, 1, at_kp, at_vp, GRAFT_TYPE_F32, counts[c], AT_DIM, 0.25f);
             naive_attention(want, counts[c], 0.25f);
             for (int d = 0; d < AT_DIM; d++)
                 assert_near(out[d], want[d], 3e-5);
@@ -1114,7 +1114,7 @@ static void test_attend_against_two_pass(void **state)
     }
     /* A single key: its value, exactly. */
     float out[AT_DIM];
-    graft__attend(out, at_q, at_kp, at_vp, 1, AT_DIM, 0.25f);
+    graft__attend(out, at_q, 1, at_kp, at_vp, GRAFT_TYPE_F32, 1, AT_DIM, 0.25f);
     assert_memory_equal(out, at_v[0], sizeof out);
 }
 
@@ -1125,13 +1125,13 @@ static void test_attend_deterministic_prefix(void **state)
     (void)state;
     make_attention_case(50, 2.0f);
     float first[AT_DIM], again[AT_DIM];
-    graft__attend(first, at_q, at_kp, at_vp, 100, AT_DIM, 0.3f);
-    graft__attend(again, at_q, at_kp, at_vp, 100, AT_DIM, 0.3f);
+    graft__attend(first, at_q, 1, at_kp, at_vp, GRAFT_TYPE_F32, 100, AT_DIM, 0.3f);
+    graft__attend(again, at_q, 1, at_kp, at_vp, GRAFT_TYPE_F32, 100, AT_DIM, 0.3f);
     assert_memory_equal(first, again, sizeof first);
 
     /* Copies elsewhere in memory, the same up to key 100 and different after it. */
     static float k_copy[AT_KEYS][AT_DIM], v_copy[AT_KEYS][AT_DIM];
-    const float *kp[AT_KEYS], *vp[AT_KEYS];
+    const void *kp[AT_KEYS], *vp[AT_KEYS];
     for (int j = 0; j < AT_KEYS; j++) {
         for (int d = 0; d < AT_DIM; d++) {
             k_copy[j][d] = j < 100 ? at_k[j][d] : 5.0f * at_k[j][d];
@@ -1140,11 +1140,11 @@ static void test_attend_deterministic_prefix(void **state)
         kp[j] = k_copy[j];
         vp[j] = v_copy[j];
     }
-    graft__attend(again, at_q, kp, vp, 100, AT_DIM, 0.3f);
+    graft__attend(again, at_q, 1, kp, vp, GRAFT_TYPE_F32, 100, AT_DIM, 0.3f);
     assert_memory_equal(first, again, sizeof first);
 
     float more[AT_DIM]; /* with the later keys present the answer does change */
-    graft__attend(more, at_q, kp, vp, AT_KEYS, AT_DIM, 0.3f);
+    graft__attend(more, at_q, 1, kp, vp, GRAFT_TYPE_F32, AT_KEYS, AT_DIM, 0.3f);
     assert_true(memcmp(first, more, sizeof more) != 0);
 }
 
@@ -1153,7 +1153,7 @@ static void test_attend_no_keys(void **state)
     (void)state;
     float out[AT_DIM];
     memset(out, 0xff, sizeof out);
-    graft__attend(out, at_q, at_kp, at_vp, 0, AT_DIM, 1.0f);
+    graft__attend(out, at_q, 1, at_kp, at_vp, GRAFT_TYPE_F32, 0, AT_DIM, 1.0f);
     for (int d = 0; d < AT_DIM; d++)
         assert_float_bits_equal(out[d], 0.0f);
 }

@@ -294,7 +294,10 @@ static graft_context *new_context(graft_model *model, size_t n)
 {
     graft_context *ctx = NULL;
     char *err = NULL;
-    int rc = graft_context_create(model, (int32_t)n, &ctx, &err);
+    graft_context_options opts = graft_context_default_options();
+    opts.n_ctx = (int32_t)n;
+    opts.kv_f32 = 1; /* the float64 comparison is about the math, not KV storage precision */
+    int rc = graft_context_create_ex(model, &opts, &ctx, &err);
     if (rc != GRAFT_OK)
         fail_msg("graft_context_create: %s (%s)", graft_status_str(rc), err ? err : "");
     return ctx;

@@ -13,13 +13,26 @@
  * maximum, a new running maximum M; the running sum and the output accumulator are
  * rescaled by exp(M_old - M), then each key adds p_j = exp(s_j - M) to the sum and p_j v_j
  * to the accumulator, in key order. At the end the accumulator is divided by the sum.
- * `out` itself holds the accumulator, so it must not overlap q.
+ * `out` itself holds the accumulator, so it must not overlap q. K and V rows are decoded
+ * from their storage type (F16 or F32) one at a time.
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "util/util.h"
+
+/* x (n) = the n elements of a K or V row stored in kv_type. */
+static void load_row(float *x, const void *row, uint32_t kv_type, int32_t n)
+{
+    if (kv_type == GRAFT_TYPE_F32) {
+        memcpy(x, row, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *h = row;
+    for (int32_t i = 0; i < n; i++)
+        x[i] = graft__f16_to_f32(h[i]);
+}
 
 static float dot(const float *a, const float *b, int32_t n)
 {
@@ -42,10 +55,11 @@ static void add_scaled(float *acc, const float *v, int32_t n, float p)
         acc[i] += p * v[i];
 }
 
-void graft__attend(float *out, const float *q, const float *const *keys,
-                   const float *const *values, int64_t n_keys, int32_t head_dim, float scale)
+/* One head: out (head_dim) over all keys. row (head_dim) is scratch for a decoded row. */
+static void attend_head(float *out, const float *q, const void *const *keys,
+                        const void *const *values, uint32_t kv_type, int64_t n_keys,
+                        int32_t head_dim, float scale, float *row)
 {
-    GRAFT_ASSERT(n_keys >= 0 && head_dim > 0);
     memset(out, 0, (size_t)head_dim * sizeof(float));
     float running_max = -INFINITY;
     float running_sum = 0.0f;
@@ -55,7 +69,8 @@ void graft__attend(float *out, const float *q, const float *const *keys,
         int n = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;
         float chunk_max = -INFINITY;
         for (int j = 0; j < n; j++) {
-            scores[j] = scale * dot(q, keys[c0 + j], head_dim);
+            load_row(row, keys[c0 + j], kv_type, head_dim);
+            scores[j] = scale * dot(q, row, head_dim);
             chunk_max = fmaxf(chunk_max, scores[j]);
         }
         if (chunk_max > running_max) {
@@ -67,9 +82,22 @@ void graft__attend(float *out, const float *q, const float *const *keys,
         for (int j = 0; j < n; j++) {
             float p = expf(scores[j] - running_max);
             running_sum += p;
-            add_scaled(out, values[c0 + j], head_dim, p);
+            load_row(row, values[c0 + j], kv_type, head_dim);
+            add_scaled(out, row, head_dim, p);
         }
     }
     if (running_sum > 0.0f)
         scale_vec(out, head_dim, 1.0f / running_sum);
+}
+
+void graft__attend(float *out, const float *q, int32_t n_q, const void *const *keys,
+                   const void *const *values, uint32_t kv_type, int64_t n_keys, int32_t head_dim,
+                   float scale)
+{
+    GRAFT_ASSERT(n_keys >= 0 && head_dim > 0 && head_dim <= GRAFT_ATTN_MAX_HEAD_DIM);
+    GRAFT_ASSERT(kv_type == GRAFT_TYPE_F16 || kv_type == GRAFT_TYPE_F32);
+    float row[GRAFT_ATTN_MAX_HEAD_DIM]; // (head_dim) one decoded K or V row
+    for (int32_t h = 0; h < n_q; h++)
+        attend_head(out + (int64_t)h * head_dim, q + (int64_t)h * head_dim, keys, values, kv_type,
+                    n_keys, head_dim, scale, row);
 }

@@ -99,3 +99,15 @@ uint16_t graft__f32_to_bf16(float f)
         return (uint16_t)((u >> 16) | 0x40);
     return (uint16_t)(shift_round_even(u, 16));
 }
+
+void graft__store_row(uint32_t type, void *dst, const float *src, int64_t n)
+{
+    GRAFT_ASSERT(type == GRAFT_TYPE_F16 || type == GRAFT_TYPE_F32);
+    if (type == GRAFT_TYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++)
+        h[i] = graft__f32_to_f16(src[i]);
+}

@@ -65,12 +65,83 @@ void graft__geglu(float *x, const float *y, int64_t n);
 /* x (n) = cap * tanh(x / cap) */
 void graft__softcap(float *x, int64_t n, float cap);
 
-/* One query head against n_keys keys in absolute-position order:
- * out (head_dim) = sum_j softmax_j(scale * q.k_j) v_j, with k_j = keys[j], v_j = values[j]
- * (each head_dim floats). Softmax is computed online over fixed chunks of
- * GRAFT_ATTN_CHUNK keys, so the result depends only on the keys, not on the batch. */
+/* n_q query heads that share their keys (a GQA group), against n_keys keys in
+ * absolute-position order: for each head h,
+ * out[h] (head_dim) = sum_j softmax_j(scale * q[h].k_j) v_j, with k_j = keys[j] and
+ * v_j = values[j] (each head_dim elements of kv_type: GRAFT_TYPE_F16 or GRAFT_TYPE_F32).
+ * Softmax is computed online over fixed chunks of GRAFT_ATTN_CHUNK keys, so each head's
+ * result depends only on its query and the keys, not on the batch or on n_q. out must not
+ * overlap q. This is the scalar reference; each kernel path has its own (matmul_path.h). */
 #define GRAFT_ATTN_CHUNK 64
-void graft__attend(float *out, const float *q, const float *const *keys,
-                   const float *const *values, int64_t n_keys, int32_t head_dim, float scale);
+#define GRAFT_ATTN_MAX_HEAD_DIM 512
+typedef void (*graft__attend_fn)(float *out, const float *q, int32_t n_q,
+                                 const void *const *keys, const void *const *values,
+                                 uint32_t kv_type, int64_t n_keys, int32_t head_dim, float scale);
+void graft__attend(float *out, const float *q, int32_t n_q, const void *const *keys,
+                   const void *const *values, uint32_t kv_type, int64_t n_keys, int32_t head_dim,
+                   float scale);
+
+/* The same for the avx2 and avx512 kernel paths (attention_avx2.c, attention_avx512.c). */
+void graft__attend_avx2(float *out, const float *q, int32_t n_q, const void *const *keys,
+                        const void *const *values, uint32_t kv_type, int64_t n_keys,
+                        int32_t head_dim, float scale);
+void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *const *keys,
+                          const void *const *values, uint32_t kv_type, int64_t n_keys,
+                          int32_t head_dim, float scale);
+
+/* dst (n elements of type F16 or F32) = src (n floats). */
+void graft__store_row(uint32_t type, void *dst, const float *src, int64_t n);
+
+/* ---------------------------------------------------------------------------------------
+ * Thread pool (threadpool.c). Persistent workers; graft__pool_run runs fn(ctx, task, thread)
+ * for task in [0, n_tasks) on the pool's threads and the caller (thread 0) and returns when
+ * all are done. One caller at a time per pool. A NULL pool runs everything on the caller.
+ * CONSTRUCTOR: graft__pool_create   DESTRUCTOR: graft__pool_free
+ */
+#define GRAFT_MAX_THREADS 256
+typedef struct graft__pool graft__pool;
+typedef void (*graft__task_fn)(void *ctx, int64_t task, int thread);
+int graft__pool_create(int n_threads, graft__pool **out);
+void graft__pool_free(graft__pool *pool);
+int graft__pool_size(const graft__pool *pool);
+void graft__pool_run(graft__pool *pool, int64_t n_tasks, graft__task_fn fn, void *ctx);
+
+/* ---------------------------------------------------------------------------------------
+ * Matmul paths and their dispatch (dispatch.c; the path interface is matmul_path.h).
+ */
+typedef struct graft__matmul_path graft__matmul_path;
+
+/* Whether this processor and OS run the avx2 path (AVX2, FMA, F16C) and the avx512 path
+ * (AVX-512 F, BW, VL, DQ, VNNI and BF16) (cpu_features.c). */
+bool graft__cpu_has_avx2(void);
+bool graft__cpu_has_avx512(void);
+
+/* Picks the path: `name` ("scalar", "avx2", "avx512"), else the environment variable
+ * GRAFT_KERNELS, else the best the processor supports. GRAFT_EINVAL for an unknown name,
+ * GRAFT_EUNSUPPORTED for a path this processor cannot run (with a message). */
+int graft__kernels_select(const char *name, const graft__matmul_path **out, char **errmsg);
+/* The path of that name if this processor can run it, else NULL. */
+const graft__matmul_path *graft__kernels_by_name(const char *name);
+
+/* How a forward pass runs its kernels: on which threads, with which path, and the buffer
+ * for prepared activations (64-byte aligned, work_size bytes). */
+typedef struct graft__exec {
+    graft__pool *pool;
+    const graft__matmul_path *path;
+    graft__attend_fn attend; /* the attention kernel of the same instruction set */
+    void *work;
+    size_t work_size;
+} graft__exec;
+
+/* The attention kernel that goes with a matmul path. */
+graft__attend_fn graft__attend_for(const graft__matmul_path *path);
+
+/* Bytes of work buffer graft__matmul_run needs for n_tok tokens of n_in inputs. */
+size_t graft__matmul_work_size(const graft__matmul_path *path, uint32_t type, int64_t n_in,
+                               int64_t n_tok);
+/* y (n_tok, n_out) = x (n_tok, n_in) w^T on the exec's threads and path; the same bits for
+ * any number of threads and any n_tok. */
+void graft__matmul_run(const graft__exec *ex, float *y, const void *w, uint32_t type,
+                       int64_t n_in, int64_t n_out, const float *x, int64_t n_tok);
 
 #endif /* GRAFT_KERNELS_H */

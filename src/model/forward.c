@@ -17,6 +17,7 @@
  */
 #include <string.h>
 
+#include "kernels/matmul_path.h"
 #include "model/model.h"
 
 /* Scratch for one batch; all (n, width) row-major. */
@@ -30,8 +31,11 @@ typedef struct scratch {
     float *o;     /* (n, n_embd) block output */
     float *gate;  /* (n, n_ff) */
     float *up;    /* (n, n_ff) */
-    const float **keys;   /* (max_pos + 1) key pointers of one head */
-    const float **values; /* (max_pos + 1) value pointers of one head */
+    const void **keys;    /* (threads, max_pos + 1) key pointers of one head */
+    const void **values;  /* (threads, max_pos + 1) value pointers of one head */
+    int64_t ptr_stride;   /* max_pos + 1 */
+    void *work_block;     /* allocation behind ex.work */
+    graft__exec ex;       /* threads, path and aligned activation buffer */
 } scratch;
 
 static void scratch_free(scratch *s)
@@ -47,6 +51,7 @@ static void scratch_free(scratch *s)
     graft__free(s->up);
     graft__free(s->keys);
     graft__free(s->values);
+    graft__free(s->work_block);
 }
 
 static float *alloc_rows(int32_t n, int64_t width)
@@ -58,8 +63,26 @@ static float *alloc_rows(int32_t n, int64_t width)
     return graft__malloc(bytes);
 }
 
-static int scratch_alloc(scratch *s, const graft__hparams *hp, int32_t n, int32_t max_pos)
+/* The largest prepared-activation buffer any matmul of this batch needs. */
+static size_t work_size(const struct graft_model *m, const graft__matmul_path *path, int32_t n)
 {
+    size_t most = graft__matmul_work_size(path, m->output.type, m->output.cols, n);
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        const graft__layer *L = &m->layers[il];
+        const graft__weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                     &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            size_t bytes = graft__matmul_work_size(path, ws[i]->type, ws[i]->cols, n);
+            most = bytes > most ? bytes : most;
+        }
+    }
+    return most;
+}
+
+static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__exec *ex,
+                         int32_t n, int32_t max_pos)
+{
+    const graft__hparams *hp = &m->hp;
     memset(s, 0, sizeof *s);
     s->x = alloc_rows(n, hp->n_embd);
     s->h = alloc_rows(n, hp->n_embd);
@@ -70,10 +93,17 @@ static int scratch_alloc(scratch *s, const graft__hparams *hp, int32_t n, int32_
     s->o = alloc_rows(n, hp->n_embd);
     s->gate = alloc_rows(n, hp->n_ff);
     s->up = alloc_rows(n, hp->n_ff);
-    s->keys = graft__malloc(((size_t)max_pos + 1) * sizeof *s->keys);
-    s->values = graft__malloc(((size_t)max_pos + 1) * sizeof *s->values);
+    s->ptr_stride = (int64_t)max_pos + 1;
+    size_t n_ptr = (size_t)s->ptr_stride * (size_t)graft__pool_size(ex->pool);
+    s->keys = graft__malloc(n_ptr * sizeof *s->keys);
+    s->values = graft__malloc(n_ptr * sizeof *s->values);
+    s->ex = *ex;
+    s->ex.attend = graft__attend_for(ex->path);
+    s->ex.work_size = work_size(m, ex->path, n);
+    s->work_block = graft__malloc(s->ex.work_size + 64);
+    s->ex.work = (void *)(((uintptr_t)s->work_block + 63) & ~(uintptr_t)63);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->gate || !s->up ||
-        !s->keys || !s->values) {
+        !s->keys || !s->values || !s->work_block) {
         scratch_free(s);
         return GRAFT_ENOMEM;
     }
@@ -87,9 +117,9 @@ static void norm_rows(float *out, const float *x, const graft__weight *w, int32_
         graft__rmsnorm(out + t * width, x + t * width, w->data, width, eps);
 }
 
-static void matmul(float *y, const graft__weight *w, const float *x, int32_t n)
+static void matmul(const scratch *s, float *y, const graft__weight *w, const float *x, int32_t n)
 {
-    graft__matmul(y, w->data, w->type, w->cols, w->rows, x, n);
+    graft__matmul_run(&s->ex, y, w->data, w->type, w->cols, w->rows, x, n);
 }
 
 static void add_bias(float *y, const graft__weight *b, int32_t n)
@@ -143,15 +173,51 @@ static void position_qk(const struct graft_model *m, const graft__layer *L, int3
     }
 }
 
+/* Writes each entry's K and V rows into the store, converted to its element type. */
 static void store_kv(const graft__hparams *hp, graft__kv *kv, int32_t il,
                      const graft__batch_entry *e, int32_t n, const float *k, const float *v)
 {
     const int64_t kw = (int64_t)hp->n_head_kv * hp->head_dim;
     const int64_t vw = (int64_t)hp->n_head_kv * hp->head_dim_v;
     for (int32_t t = 0; t < n; t++) {
-        memcpy(kv->k_row(kv->self, il, e[t].seq, e[t].pos), k + t * kw, (size_t)kw * sizeof(float));
-        memcpy(kv->v_row(kv->self, il, e[t].seq, e[t].pos), v + t * vw, (size_t)vw * sizeof(float));
+        graft__store_row(kv->type, kv->k_row(kv->self, il, e[t].seq, e[t].pos), k + t * kw, kw);
+        graft__store_row(kv->type, kv->v_row(kv->self, il, e[t].seq, e[t].pos), v + t * vw, vw);
     }
+}
+
+typedef struct attend_job {
+    const graft__hparams *hp;
+    graft__kv *kv;
+    int32_t il;
+    const graft__batch_entry *e;
+    const float *q;
+    float *att;
+    scratch *s;
+} attend_job;
+
+/* Task (token t, kv head kvh): the query heads of that group attend over [lo, pos]. */
+static void attend_task(void *ctx, int64_t task, int thread)
+{
+    const attend_job *j = ctx;
+    const graft__hparams *hp = j->hp;
+    const int32_t t = (int32_t)(task / hp->n_head_kv), kvh = (int32_t)(task % hp->n_head_kv);
+    const int32_t group = hp->n_head / hp->n_head_kv, pos = j->e[t].pos, seq = j->e[t].seq;
+    int32_t lo = 0;
+    if (hp->layer_is_swa[j->il] && pos >= hp->sliding_window)
+        lo = pos - hp->sliding_window + 1;
+    const int32_t n_keys = pos - lo + 1;
+    const void **keys = j->s->keys + thread * j->s->ptr_stride;
+    const void **values = j->s->values + thread * j->s->ptr_stride;
+    const size_t k_off = graft__type_row_bytes(j->kv->type, (uint64_t)kvh * hp->head_dim);
+    const size_t v_off = graft__type_row_bytes(j->kv->type, (uint64_t)kvh * hp->head_dim_v);
+    for (int32_t i = 0; i < n_keys; i++) {
+        keys[i] = (const uint8_t *)j->kv->k_row(j->kv->self, j->il, seq, lo + i) + k_off;
+        values[i] = (const uint8_t *)j->kv->v_row(j->kv->self, j->il, seq, lo + i) + v_off;
+    }
+    const int32_t hq = kvh * group;
+    j->s->ex.attend(j->att + (int64_t)t * hp->n_head * hp->head_dim_v + hq * hp->head_dim_v,
+                          j->q + (int64_t)t * hp->n_head * hp->head_dim + hq * hp->head_dim, group,
+                          keys, values, j->kv->type, n_keys, hp->head_dim, hp->attn_scale);
 }
 
 /* att (n, n_head * head_dim_v): each entry's heads attend over [lo, pos] of its sequence. */
@@ -159,26 +225,8 @@ static void attend_all(const graft__hparams *hp, graft__kv *kv, int32_t il,
                        const graft__batch_entry *e, int32_t n, const float *q, float *att,
                        scratch *s)
 {
-    const int32_t group = hp->n_head / hp->n_head_kv;
-    const int64_t qw = (int64_t)hp->n_head * hp->head_dim;
-    const int64_t aw = (int64_t)hp->n_head * hp->head_dim_v;
-    for (int32_t t = 0; t < n; t++) {
-        int32_t lo = 0;
-        if (hp->layer_is_swa[il] && e[t].pos >= hp->sliding_window)
-            lo = e[t].pos - hp->sliding_window + 1;
-        const int32_t n_keys = e[t].pos - lo + 1;
-        for (int32_t kvh = 0; kvh < hp->n_head_kv; kvh++) {
-            for (int32_t j = 0; j < n_keys; j++) {
-                s->keys[j] = kv->k_row(kv->self, il, e[t].seq, lo + j) + kvh * hp->head_dim;
-                s->values[j] = kv->v_row(kv->self, il, e[t].seq, lo + j) + kvh * hp->head_dim_v;
-            }
-            for (int32_t g = 0; g < group; g++) {
-                int32_t hq = kvh * group + g;
-                graft__attend(att + t * aw + hq * hp->head_dim_v, q + t * qw + hq * hp->head_dim,
-                              s->keys, s->values, n_keys, hp->head_dim, hp->attn_scale);
-            }
-        }
-    }
+    attend_job j = {hp, kv, il, e, q, att, s};
+    graft__pool_run(s->ex.pool, (int64_t)n * hp->n_head_kv, attend_task, &j);
 }
 
 static void add_rows(float *x, const float *y, int64_t count)
@@ -193,16 +241,16 @@ static void attention_block(const struct graft_model *m, graft__kv *kv, int32_t 
     const graft__hparams *hp = &m->hp;
     const graft__layer *L = &m->layers[il];
     norm_rows(s->h, s->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
-    matmul(s->q, &L->wq, s->h, n);
-    matmul(s->k, &L->wk, s->h, n);
-    matmul(s->v, &L->wv, s->h, n);
+    matmul(s, s->q, &L->wq, s->h, n);
+    matmul(s, s->k, &L->wk, s->h, n);
+    matmul(s, s->v, &L->wv, s->h, n);
     add_bias(s->q, &L->bq, n);
     add_bias(s->k, &L->bk, n);
     add_bias(s->v, &L->bv, n);
     position_qk(m, L, il, e, n, s->q, s->k);
     store_kv(hp, kv, il, e, n, s->k, s->v);
     attend_all(hp, kv, il, e, n, s->q, s->att, s);
-    matmul(s->o, &L->wo, s->att, n);
+    matmul(s, s->o, &L->wo, s->att, n);
     if (L->post_attn_norm.data != NULL)
         norm_rows(s->o, s->o, &L->post_attn_norm, n, hp->n_embd, hp->rms_eps);
     add_rows(s->x, s->o, (int64_t)n * hp->n_embd);
@@ -213,13 +261,13 @@ static void ffn_block(const struct graft_model *m, int32_t il, int32_t n, scratc
     const graft__hparams *hp = &m->hp;
     const graft__layer *L = &m->layers[il];
     norm_rows(s->h, s->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
-    matmul(s->gate, &L->w_gate, s->h, n);
-    matmul(s->up, &L->w_up, s->h, n);
+    matmul(s, s->gate, &L->w_gate, s->h, n);
+    matmul(s, s->up, &L->w_up, s->h, n);
     if (hp->arch == GRAFT_ARCH_GEMMA3)
         graft__geglu(s->gate, s->up, (int64_t)n * hp->n_ff);
     else
         graft__swiglu(s->gate, s->up, (int64_t)n * hp->n_ff);
-    matmul(s->o, &L->w_down, s->gate, n);
+    matmul(s, s->o, &L->w_down, s->gate, n);
     if (L->post_ffn_norm.data != NULL)
         norm_rows(s->o, s->o, &L->post_ffn_norm, n, hp->n_embd, hp->rms_eps);
     add_rows(s->x, s->o, (int64_t)n * hp->n_embd);
@@ -240,7 +288,7 @@ static void output_logits(const struct graft_model *m, const graft__batch_entry 
     }
     if (rows == 0)
         return;
-    matmul(logits, &m->output, s->h, rows);
+    matmul(s, logits, &m->output, s->h, rows);
     if (hp->final_softcap > 0.0f)
         graft__softcap(logits, (int64_t)rows * hp->n_vocab, hp->final_softcap);
 }
@@ -263,8 +311,8 @@ static int check_batch(const struct graft_model *m, const graft__batch_entry *e,
     return GRAFT_OK;
 }
 
-int graft__forward(const struct graft_model *m, graft__kv *kv, const graft__batch_entry *e,
-                   int32_t n, float *logits, char **errmsg)
+int graft__forward(const struct graft_model *m, const graft__exec *ex, graft__kv *kv,
+                   const graft__batch_entry *e, int32_t n, float *logits, char **errmsg)
 {
     if (errmsg)
         *errmsg = NULL;
@@ -279,7 +327,7 @@ int graft__forward(const struct graft_model *m, graft__kv *kv, const graft__batc
         return graft__errmsg(errmsg, rc, "forward: the KV store refused the batch: %s",
                              graft_status_str(rc));
     scratch s;
-    if (scratch_alloc(&s, &m->hp, n, max_pos) != GRAFT_OK)
+    if (scratch_alloc(&s, m, ex, n, max_pos) != GRAFT_OK)
         return graft__errmsg(errmsg, GRAFT_ENOMEM, "forward: out of memory for a batch of %d", n);
     embed(m, e, n, s.x);
     for (int32_t il = 0; il < m->hp.n_layer; il++) {

@@ -5,7 +5,8 @@
  * up front (memory is budgeted before it is used). It backs graft_context and tests; the
  * engine's paged, reference-counted pool implements the same interface.
  *
- * Layout: k[layer][seq][pos][n_head_kv * head_dim], v likewise with head_dim_v.
+ * Layout: k[layer][seq][pos][n_head_kv * head_dim], v likewise with head_dim_v; elements
+ * of the store's type (F16 or F32).
  */
 #include <string.h>
 
@@ -13,16 +14,17 @@
 
 struct graft__kv_simple {
     int32_t n_layer, n_seq, n_ctx;
-    int64_t k_width, v_width; /* floats per row */
-    float *k;
-    float *v;
+    uint32_t type;
+    size_t k_bytes, v_bytes; /* bytes per row */
+    uint8_t *k;
+    uint8_t *v;
 };
 
 int graft__kv_simple_create(const graft__hparams *hp, int32_t n_seq, int32_t n_ctx,
-                            graft__kv_simple **out)
+                            uint32_t type, graft__kv_simple **out)
 {
     *out = NULL;
-    if (n_seq <= 0 || n_ctx <= 0)
+    if (n_seq <= 0 || n_ctx <= 0 || (type != GRAFT_TYPE_F16 && type != GRAFT_TYPE_F32))
         return GRAFT_EINVAL;
     graft__kv_simple *s = graft__calloc(1, sizeof *s);
     if (s == NULL)
@@ -30,12 +32,13 @@ int graft__kv_simple_create(const graft__hparams *hp, int32_t n_seq, int32_t n_c
     s->n_layer = hp->n_layer;
     s->n_seq = n_seq;
     s->n_ctx = n_ctx;
-    s->k_width = (int64_t)hp->n_head_kv * hp->head_dim;
-    s->v_width = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    s->type = type;
+    s->k_bytes = graft__type_row_bytes(type, (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim);
+    s->v_bytes = graft__type_row_bytes(type, (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim_v);
     size_t rows, k_bytes, v_bytes;
     bool fits = graft__mul_size((size_t)hp->n_layer * (size_t)n_seq, (size_t)n_ctx, &rows) &&
-                graft__mul_size(rows, (size_t)s->k_width * sizeof(float), &k_bytes) &&
-                graft__mul_size(rows, (size_t)s->v_width * sizeof(float), &v_bytes);
+                graft__mul_size(rows, s->k_bytes, &k_bytes) &&
+                graft__mul_size(rows, s->v_bytes, &v_bytes);
     if (fits) {
         s->k = graft__malloc(k_bytes);
         s->v = graft__malloc(v_bytes);
@@ -76,20 +79,20 @@ static size_t row_index(const graft__kv_simple *s, int32_t layer, int32_t seq, i
     return ((size_t)layer * (size_t)s->n_seq + (size_t)seq) * (size_t)s->n_ctx + (size_t)pos;
 }
 
-static float *simple_k_row(void *self, int32_t layer, int32_t seq, int32_t pos)
+static void *simple_k_row(void *self, int32_t layer, int32_t seq, int32_t pos)
 {
     graft__kv_simple *s = self;
-    return s->k + row_index(s, layer, seq, pos) * (size_t)s->k_width;
+    return s->k + row_index(s, layer, seq, pos) * s->k_bytes;
 }
 
-static float *simple_v_row(void *self, int32_t layer, int32_t seq, int32_t pos)
+static void *simple_v_row(void *self, int32_t layer, int32_t seq, int32_t pos)
 {
     graft__kv_simple *s = self;
-    return s->v + row_index(s, layer, seq, pos) * (size_t)s->v_width;
+    return s->v + row_index(s, layer, seq, pos) * s->v_bytes;
 }
 
 graft__kv graft__kv_simple_iface(graft__kv_simple *s)
 {
-    graft__kv kv = {s, simple_reserve, simple_k_row, simple_v_row};
+    graft__kv kv = {s, s->type, simple_reserve, simple_k_row, simple_v_row};
     return kv;
 }

@@ -92,8 +92,9 @@ typedef struct graft__batch_entry {
     bool want_logits; /* produce this row's logits */
 } graft__batch_entry;
 
-/* Where the forward pass keeps K and V. Rows are float32, n_head_kv * head_dim (K) and
- * n_head_kv * head_dim_v (V) wide, one per (layer, sequence, position).
+/* Where the forward pass keeps K and V. Rows hold n_head_kv * head_dim (K) and
+ * n_head_kv * head_dim_v (V) elements of `type` (GRAFT_TYPE_F16 or GRAFT_TYPE_F32), one per
+ * (layer, sequence, position).
  *   reserve: called once before a forward with the whole batch; makes every entry's
  *            (seq, pos) writable in every layer. Within one sequence, entries come in
  *            increasing position order and attend to positions written earlier or in the
@@ -103,9 +104,10 @@ typedef struct graft__batch_entry {
  *            last `sliding_window` ones). */
 typedef struct graft__kv {
     void *self;
+    uint32_t type;
     int (*reserve)(void *self, const graft__batch_entry *entries, int32_t n);
-    float *(*k_row)(void *self, int32_t layer, int32_t seq, int32_t pos);
-    float *(*v_row)(void *self, int32_t layer, int32_t seq, int32_t pos);
+    void *(*k_row)(void *self, int32_t layer, int32_t seq, int32_t pos);
+    void *(*v_row)(void *self, int32_t layer, int32_t seq, int32_t pos);
 } graft__kv;
 
 /* Loads and validates a model (see graft_model_load). */
@@ -113,11 +115,12 @@ int graft__model_load(const char *path, struct graft_model **out, char **errmsg)
 void graft__model_free(struct graft_model *m);
 const char *graft__arch_name(graft__arch arch);
 
-/* Runs the batch. logits (rows that want them, in entry order; n_vocab each).
+/* Runs the batch on ex's threads and matmul path (ex->work is not used: the forward pass
+ * sizes its own). logits (rows that want them, in entry order; n_vocab each).
  * Errors: GRAFT_EINVAL (token out of range, bad position), whatever kv->reserve refuses,
  * GRAFT_ENOMEM. On error nothing is written to logits. */
-int graft__forward(const struct graft_model *m, graft__kv *kv, const graft__batch_entry *entries,
-                   int32_t n, float *logits, char **errmsg);
+int graft__forward(const struct graft_model *m, const graft__exec *ex, graft__kv *kv,
+                   const graft__batch_entry *entries, int32_t n, float *logits, char **errmsg);
 
 /* The llama3 rope-scaling frequency factors (rope_dims/2 of them), as `graft synth` writes
  * them into rope_freqs.weight (synth.c). */
@@ -125,11 +128,12 @@ void graft__synth_llama3_rope_factors(float *factors, int32_t rope_dims, double 
                                       double factor, double low_freq_factor,
                                       double high_freq_factor, double original_ctx);
 
-/* A simple KV store: `n_seq` sequences of up to `n_ctx` positions each, all contiguous.
+/* A simple KV store: `n_seq` sequences of up to `n_ctx` positions each, all contiguous,
+ * rows of `type` (GRAFT_TYPE_F16 or GRAFT_TYPE_F32).
  * CONSTRUCTOR: graft__kv_simple_create   DESTRUCTOR: graft__kv_simple_free */
 typedef struct graft__kv_simple graft__kv_simple;
 int graft__kv_simple_create(const graft__hparams *hp, int32_t n_seq, int32_t n_ctx,
-                            graft__kv_simple **out);
+                            uint32_t type, graft__kv_simple **out);
 void graft__kv_simple_free(graft__kv_simple *s);
 graft__kv graft__kv_simple_iface(graft__kv_simple *s);
 

@@ -1,20 +1,25 @@
 /*
  * model_api.c: the public model and context functions of include/graft.h.
  *
- * graft_context is the simplest way to run a model: one sequence in a graft__kv_simple
- * store, evaluated a batch of tokens at a time through graft__forward. The engine (with
+ * graft_context is the simplest way to run a model: a fixed set of sequences in a
+ * graft__kv_simple store, evaluated a batch of tokens at a time through graft__forward on
+ * the context's own thread pool and matmul path. The engine (with
  * paged KV, many sessions and cloning) is built on the same forward pass.
  */
 #include <string.h>
+#include <unistd.h>
 
+#include "kernels/matmul_path.h"
 #include "model/model.h"
 
 struct graft_context {
     const struct graft_model *model;
     graft__kv_simple *kv;
-    int32_t n_ctx;
-    int32_t pos;
-    graft__batch_entry *batch; /* n_ctx entries */
+    graft__pool *pool;
+    const graft__matmul_path *path;
+    int32_t n_ctx, n_seq;
+    int32_t *pos;              /* n_seq: tokens held per sequence */
+    graft__batch_entry *batch; /* n_ctx entries for graft_context_eval */
 };
 
 int graft_model_load(const char *path, graft_model **out, char **errmsg)
@@ -73,34 +78,78 @@ void graft_model_get_info(const graft_model *m, graft_model_info *info)
     count_tensors(m->file, info);
 }
 
-int graft_context_create(const graft_model *model, int32_t n_ctx, graft_context **out,
-                         char **errmsg)
+graft_context_options graft_context_default_options(void)
+{
+    graft_context_options o = {0, 0, 0, NULL, 0};
+    return o;
+}
+
+static int check_options(const graft_model *model, graft_context_options *o, char **errmsg)
+{
+    if (o->n_ctx == 0)
+        o->n_ctx = model->hp.n_ctx_train;
+    if (o->n_seq == 0)
+        o->n_seq = 1;
+    if (o->n_threads == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        o->n_threads = cpus < 1 ? 1 : cpus > GRAFT_MAX_THREADS ? GRAFT_MAX_THREADS : (int32_t)cpus;
+    }
+    if (o->n_ctx < 0 || o->n_ctx > model->hp.n_ctx_train)
+        return graft__errmsg(errmsg, GRAFT_ERANGE,
+                             "context: n_ctx %d is outside [1, %d] (the model's context length)",
+                             o->n_ctx, model->hp.n_ctx_train);
+    if (o->n_seq < 0 || o->n_seq > 4096)
+        return graft__errmsg(errmsg, GRAFT_ERANGE, "context: n_seq %d is outside [1, 4096]",
+                             o->n_seq);
+    if (o->n_threads < 0 || o->n_threads > GRAFT_MAX_THREADS)
+        return graft__errmsg(errmsg, GRAFT_ERANGE, "context: n_threads %d is outside [1, %d]",
+                             o->n_threads, GRAFT_MAX_THREADS);
+    return GRAFT_OK;
+}
+
+int graft_context_create_ex(const graft_model *model, const graft_context_options *opts,
+                            graft_context **out, char **errmsg)
 {
     if (errmsg)
         *errmsg = NULL;
     if (out == NULL || model == NULL)
         return graft__errmsg(errmsg, GRAFT_EINVAL, "graft_context_create: NULL argument");
     *out = NULL;
-    if (n_ctx == 0)
-        n_ctx = model->hp.n_ctx_train;
-    if (n_ctx < 0 || n_ctx > model->hp.n_ctx_train)
-        return graft__errmsg(errmsg, GRAFT_ERANGE,
-                             "context: n_ctx %d is outside [1, %d] (the model's context length)",
-                             n_ctx, model->hp.n_ctx_train);
+    graft_context_options o = opts ? *opts : graft_context_default_options();
+    const graft__matmul_path *path = NULL;
+    int rc = check_options(model, &o, errmsg);
+    if (rc == GRAFT_OK)
+        rc = graft__kernels_select(o.kernels, &path, errmsg);
+    if (rc != GRAFT_OK)
+        return rc;
     graft_context *ctx = graft__calloc(1, sizeof *ctx);
     if (ctx == NULL)
         return graft__errmsg(errmsg, GRAFT_ENOMEM, "context: out of memory");
     ctx->model = model;
-    ctx->n_ctx = n_ctx;
-    ctx->batch = graft__malloc((size_t)n_ctx * sizeof *ctx->batch);
-    int rc = ctx->batch ? graft__kv_simple_create(&model->hp, 1, n_ctx, &ctx->kv) : GRAFT_ENOMEM;
+    ctx->path = path;
+    ctx->n_ctx = o.n_ctx;
+    ctx->n_seq = o.n_seq;
+    ctx->pos = graft__calloc((size_t)o.n_seq, sizeof *ctx->pos);
+    ctx->batch = graft__malloc((size_t)o.n_ctx * sizeof *ctx->batch);
+    rc = ctx->pos && ctx->batch ? graft__pool_create(o.n_threads, &ctx->pool) : GRAFT_ENOMEM;
+    if (rc == GRAFT_OK)
+        rc = graft__kv_simple_create(&model->hp, o.n_seq, o.n_ctx,
+                                     o.kv_f32 ? GRAFT_TYPE_F32 : GRAFT_TYPE_F16, &ctx->kv);
     if (rc != GRAFT_OK) {
         graft_context_free(ctx);
-        return graft__errmsg(errmsg, rc, "context: cannot allocate KV for %d positions: %s",
-                             n_ctx, graft_status_str(rc));
+        return graft__errmsg(errmsg, rc, "context: cannot allocate %d x %d positions: %s",
+                             o.n_seq, o.n_ctx, graft_status_str(rc));
     }
     *out = ctx;
     return GRAFT_OK;
+}
+
+int graft_context_create(const graft_model *model, int32_t n_ctx, graft_context **out,
+                         char **errmsg)
+{
+    graft_context_options o = graft_context_default_options();
+    o.n_ctx = n_ctx;
+    return graft_context_create_ex(model, &o, out, errmsg);
 }
 
 void graft_context_free(graft_context *ctx)
@@ -108,8 +157,18 @@ void graft_context_free(graft_context *ctx)
     if (ctx == NULL)
         return;
     graft__kv_simple_free(ctx->kv);
+    graft__pool_free(ctx->pool);
+    graft__free(ctx->pos);
     graft__free(ctx->batch);
     graft__free(ctx);
+}
+
+static int run_forward(graft_context *ctx, const graft__batch_entry *entries, int32_t n,
+                       float *logits)
+{
+    graft__exec ex = {ctx->pool, ctx->path, NULL, NULL, 0};
+    graft__kv kv = graft__kv_simple_iface(ctx->kv);
+    return graft__forward(ctx->model, &ex, &kv, entries, n, logits, NULL);
 }
 
 int graft_context_eval(graft_context *ctx, const int32_t *tokens, size_t n, float *logits)
@@ -118,20 +177,85 @@ int graft_context_eval(graft_context *ctx, const int32_t *tokens, size_t n, floa
         return GRAFT_EINVAL;
     if (n == 0)
         return GRAFT_OK;
-    if (n > (size_t)(ctx->n_ctx - ctx->pos))
+    if (n > (size_t)(ctx->n_ctx - ctx->pos[0]))
         return GRAFT_ECAPACITY;
-    for (size_t i = 0; i < n; i++) {
-        ctx->batch[i] = (graft__batch_entry){0, ctx->pos + (int32_t)i, tokens[i],
+    for (size_t i = 0; i < n; i++)
+        ctx->batch[i] = (graft__batch_entry){0, ctx->pos[0] + (int32_t)i, tokens[i],
                                              logits != NULL && i + 1 == n};
-    }
-    graft__kv kv = graft__kv_simple_iface(ctx->kv);
-    int rc = graft__forward(ctx->model, &kv, ctx->batch, (int32_t)n, logits, NULL);
+    int rc = run_forward(ctx, ctx->batch, (int32_t)n, logits);
     if (rc == GRAFT_OK)
-        ctx->pos += (int32_t)n;
+        ctx->pos[0] += (int32_t)n;
+    return rc;
+}
+
+/* Fills entries from the batch, giving each token its sequence's next position; the
+ * positions themselves are left unchanged. */
+static int plan_batch(graft_context *ctx, const graft_batch_token *batch, size_t n,
+                      graft__batch_entry *entries)
+{
+    for (size_t i = 0; i < n; i++)
+        if (batch[i].seq < 0 || batch[i].seq >= ctx->n_seq)
+            return GRAFT_EINVAL;
+    int rc = GRAFT_OK;
+    size_t planned = 0;
+    for (; planned < n; planned++) {
+        int32_t seq = batch[planned].seq;
+        if (ctx->pos[seq] >= ctx->n_ctx) {
+            rc = GRAFT_ECAPACITY;
+            break;
+        }
+        entries[planned] = (graft__batch_entry){seq, ctx->pos[seq]++, batch[planned].token,
+                                                batch[planned].want_logits != 0};
+    }
+    for (size_t i = planned; i-- > 0;)
+        ctx->pos[batch[i].seq]--;
+    return rc;
+}
+
+int graft_context_eval_batch(graft_context *ctx, const graft_batch_token *batch, size_t n,
+                             float *logits)
+{
+    if (ctx == NULL || (batch == NULL && n > 0) || n > INT32_MAX)
+        return GRAFT_EINVAL;
+    if (n == 0)
+        return GRAFT_OK;
+    graft__batch_entry *entries = graft__malloc(n * sizeof *entries);
+    if (entries == NULL)
+        return GRAFT_ENOMEM;
+    int rc = plan_batch(ctx, batch, n, entries);
+    if (rc == GRAFT_OK)
+        rc = run_forward(ctx, entries, (int32_t)n, logits);
+    if (rc == GRAFT_OK)
+        for (size_t i = 0; i < n; i++)
+            ctx->pos[batch[i].seq]++;
+    graft__free(entries);
     return rc;
 }
 
 int32_t graft_context_position(const graft_context *ctx)
 {
-    return ctx->pos;
+    return ctx->pos[0];
+}
+
+int32_t graft_context_seq_position(const graft_context *ctx, int32_t seq)
+{
+    return seq < 0 || seq >= ctx->n_seq ? -1 : ctx->pos[seq];
+}
+
+int graft_context_seq_reset(graft_context *ctx, int32_t seq)
+{
+    if (seq < 0 || seq >= ctx->n_seq)
+        return GRAFT_EINVAL;
+    ctx->pos[seq] = 0;
+    return GRAFT_OK;
+}
+
+const char *graft_context_kernels(const graft_context *ctx)
+{
+    return ctx->path->name;
+}
+
+int32_t graft_context_threads(const graft_context *ctx)
+{
+    return graft__pool_size(ctx->pool);
 }

@@ -1,0 +1,102 @@
+/*
+ * test_threadpool.c: the persistent worker pool runs every task exactly once per job, for any
+ * thread count, job after job, and shuts down cleanly (also run under TSan).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define MAX_TASKS 1000
+
+typedef struct job {
+    atomic_int runs[MAX_TASKS];
+    atomic_int by_thread[GRAFT_MAX_THREADS];
+    int64_t n_tasks;
+} job;
+
+static void count_task(void *ctx, int64_t task, int thread)
+{
+    job *j = ctx;
+    assert_true(task >= 0 && task < j->n_tasks);
+    atomic_fetch_add(&j->runs[task], 1);
+    atomic_fetch_add(&j->by_thread[thread], 1);
+}
+
+static void run_and_check(graft__pool *pool, int64_t n_tasks)
+{
+    static job j;
+    memset(&j, 0, sizeof j);
+    j.n_tasks = n_tasks;
+    graft__pool_run(pool, n_tasks, count_task, &j);
+    for (int64_t t = 0; t < n_tasks; t++)
+        assert_int_equal(atomic_load(&j.runs[t]), 1);
+    int total = 0;
+    for (int t = 0; t < graft__pool_size(pool); t++)
+        total += atomic_load(&j.by_thread[t]);
+    assert_int_equal(total, n_tasks);
+}
+
+static void test_every_task_once(void **state)
+{
+    (void)state;
+    for (int threads = 1; threads <= 4; threads++) {
+        graft__pool *pool = NULL;
+        assert_int_equal(graft__pool_create(threads, &pool), GRAFT_OK);
+        assert_int_equal(graft__pool_size(pool), threads);
+        static const int64_t sizes[] = {0, 1, 2, 3, 7, 64, 999, MAX_TASKS};
+        for (int round = 0; round < 50; round++)
+            run_and_check(pool, sizes[round % 8]);
+        graft__pool_free(pool);
+    }
+}
+
+static void test_limits(void **state)
+{
+    (void)state;
+    graft__pool *pool = NULL;
+    assert_int_equal(graft__pool_create(0, &pool), GRAFT_EINVAL);
+    assert_null(pool);
+    assert_int_equal(graft__pool_create(GRAFT_MAX_THREADS + 1, &pool), GRAFT_EINVAL);
+    assert_int_equal(graft__pool_size(NULL), 1);
+    graft__pool_free(NULL);
+}
+
+static void test_allocation_failures(void **state)
+{
+    (void)state;
+    long before = graft__alloc_live();
+    for (long n = 0;; n++) {
+        graft__alloc_fail_after(n, false);
+        graft__pool *pool = NULL;
+        int rc = graft__pool_create(3, &pool);
+        long failures = graft__alloc_failures();
+        graft__alloc_fail_after(-1, false);
+        if (failures == 0) {
+            assert_int_equal(rc, GRAFT_OK);
+            run_and_check(pool, 10);
+            graft__pool_free(pool);
+            break;
+        }
+        assert_int_equal(rc, GRAFT_ENOMEM);
+        assert_null(pool);
+        assert_int_equal(graft__alloc_live(), before);
+    }
+    assert_int_equal(graft__alloc_live(), before);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_task_once),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_allocation_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,102 @@
+/*
+ * attention_avx512.c: graft__attend (kernels.h) with AVX-512, for the avx512 kernel path.
+ *
+ * Same algorithm and chunking as the scalar reference (attention.c): online softmax over
+ * chunks of GRAFT_ATTN_CHUNK keys, running max and sum rescaled per chunk. Each key and value
+ * row is decoded once (F16 -> F32 with vcvtph2ps) and used by every query head of the GQA
+ * group. Dot products run 16 lanes wide and are reduced by one fixed instruction sequence,
+ * so each head's result depends only on its query and the keys. Head sizes that are not a
+ * multiple of 16 use the scalar reference.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+enum { LANES = 16, MAX_VECS = GRAFT_ATTN_MAX_HEAD_DIM / LANES, MAX_GROUP = 32 };
+
+/* row (head_dim floats) = a K or V row of kv_type. */
+static void load_row(float *row, const void *src, uint32_t kv_type, int32_t nvec)
+{
+    for (int32_t v = 0; v < nvec; v++) {
+        __m512 x = kv_type == GRAFT_TYPE_F32
+                       ? _mm512_loadu_ps((const float *)src + v * LANES)
+                       : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)src + v));
+        _mm512_storeu_ps(row + v * LANES, x);
+    }
+}
+
+static float dot(const float *q, const float *k, int32_t nvec)
+{
+    __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+    for (int32_t v = 1; v < nvec; v++)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + v * LANES), _mm512_loadu_ps(k + v * LANES), acc);
+    return _mm512_reduce_add_ps(acc);
+}
+
+static void scale_row(float *x, int32_t nvec, float factor)
+{
+    __m512 f = _mm512_set1_ps(factor);
+    for (int32_t v = 0; v < nvec; v++)
+        _mm512_storeu_ps(x + v * LANES, _mm512_mul_ps(_mm512_loadu_ps(x + v * LANES), f));
+}
+
+/* acc (head_dim) += p * row (head_dim) */
+static void add_scaled(float *acc, const float *row, int32_t nvec, float p)
+{
+    __m512 pv = _mm512_set1_ps(p);
+    for (int32_t v = 0; v < nvec; v++)
+        _mm512_storeu_ps(acc + v * LANES, _mm512_fmadd_ps(pv, _mm512_loadu_ps(row + v * LANES),
+                                                          _mm512_loadu_ps(acc + v * LANES)));
+}
+
+void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *const *keys,
+                          const void *const *values, uint32_t kv_type, int64_t n_keys,
+                          int32_t head_dim, float scale)
+{
+    if (head_dim % LANES != 0 || head_dim > GRAFT_ATTN_MAX_HEAD_DIM || n_q > MAX_GROUP) {
+        graft__attend(out, q, n_q, keys, values, kv_type, n_keys, head_dim, scale);
+        return;
+    }
+    const int32_t nvec = head_dim / LANES;
+    float row[GRAFT_ATTN_MAX_HEAD_DIM];            // (head_dim) one decoded K or V row
+    float scores[MAX_GROUP][GRAFT_ATTN_CHUNK];     // (n_q, chunk keys)
+    float running_max[MAX_GROUP], running_sum[MAX_GROUP];
+    memset(out, 0, (size_t)n_q * (size_t)head_dim * sizeof(float));
+    for (int32_t h = 0; h < n_q; h++) {
+        running_max[h] = -INFINITY;
+        running_sum[h] = 0.0f;
+    }
+    for (int64_t c0 = 0; c0 < n_keys; c0 += GRAFT_ATTN_CHUNK) {
+        int n = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;
+        for (int j = 0; j < n; j++) {
+            load_row(row, keys[c0 + j], kv_type, nvec);
+            for (int32_t h = 0; h < n_q; h++)
+                scores[h][j] = scale * dot(q + h * head_dim, row, nvec);
+        }
+        for (int32_t h = 0; h < n_q; h++) {
+            float chunk_max = -INFINITY;
+            for (int j = 0; j < n; j++)
+                chunk_max = fmaxf(chunk_max, scores[h][j]);
+            if (chunk_max > running_max[h]) {
+                float rescale = expf(running_max[h] - chunk_max);
+                running_sum[h] *= rescale;
+                scale_row(out + h * head_dim, nvec, rescale);
+                running_max[h] = chunk_max;
+            }
+            for (int j = 0; j < n; j++) {
+                scores[h][j] = expf(scores[h][j] - running_max[h]);
+                running_sum[h] += scores[h][j];
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            load_row(row, values[c0 + j], kv_type, nvec);
+            for (int32_t h = 0; h < n_q; h++)
+                add_scaled(out + h * head_dim, row, nvec, scores[h][j]);
+        }
+    }
+    for (int32_t h = 0; h < n_q; h++)
+        if (running_sum[h] > 0.0f)
+            scale_row(out + h * head_dim, nvec, 1.0f / running_sum[h]);
+}

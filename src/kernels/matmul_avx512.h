@@ -1,0 +1,177 @@
+/*
+ * matmul_avx512.h: what the files of the AVX-512 matmul path share (private to them; only
+ * files compiled with AVX-512 enabled, *_avx512.c, may include it).
+ *
+ * The path is split by weight family:
+ *   matmul_avx512.c         the graft__matmul_path object, the tiling driver, F32/F16/BF16
+ *   matmul_q32_avx512.c     Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (blocks of 32)
+ *   matmul_kquant_avx512.c  Q4_K, Q5_K, Q6_K (blocks of 256)
+ *
+ * Each family provides a kernel per type: how to prepare a token's activations, and tile
+ * functions that compute `rows` weight rows times `toks` tokens at a time over the whole of
+ * n_in, for a run of row steps. The driver (matmul_avx512.c) cuts the caller's [o0, o1)
+ * into `segments` contiguous segments, and step k of a tile takes row k of each of `rows`
+ * segments: so the weights are read as a few long sequential streams, which (with a
+ * software prefetch running ahead) reach the memory bandwidth, where many short
+ * interleaved streams get less than half of it.
+ *
+ * Batch invariance rests on one rule every tile function keeps: the output of (row,
+ * token) goes through the same instructions whatever tile and step it sits in, a tile
+ * being nothing but several independent (row, token) computations run side by side. So
+ * tiles may differ in shape, and a segment one row shorter than the others repeats its
+ * last row in the final step (the repeat is computed and dropped) rather than calling a
+ * differently written kernel.
+ */
+#ifndef GRAFT_MATMUL_AVX512_H
+#define GRAFT_MATMUL_AVX512_H
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    GRAFT_AVX512_MAX_ROWS = 8,      /* most segments, and so rows a tile computes */
+    GRAFT_AVX512_MAX_TOKS = 8,      /* most tokens a tile computes */
+    GRAFT_AVX512_TILE_VARIANTS = 4, /* tile widths (token counts) per type */
+};
+
+/* What the tile functions compute: y for the segments of rows and `toks` tokens. */
+typedef struct graft__avx512_job {
+    const uint8_t *w0[GRAFT_AVX512_MAX_ROWS]; /* weight row of each segment's step 0 */
+    int64_t len[GRAFT_AVX512_MAX_ROWS];       /* steps each segment has a row for (>= 0) */
+    float *y0[GRAFT_AVX512_MAX_ROWS];         /* output of step 0, token 0 of each segment */
+    size_t row_bytes;
+    int64_t ldy; /* floats from one token's outputs to the next */
+    const uint8_t *acts[GRAFT_AVX512_MAX_TOKS]; /* prepared activations of each token */
+    int64_t n_in;
+    int prefetch; /* whether the weights may still be in memory rather than in cache */
+    /* Packed weights (kernels that pack): the rows of steps [packed_k0, ...) of every
+     * segment, row (k, j) at packed + ((k - packed_k0) * segments + j) * packed_row_bytes. */
+    const uint8_t *packed;
+    int64_t packed_k0;
+    size_t packed_row_bytes;
+    int segments;
+} graft__avx512_job;
+
+/* Computes steps [k0, k1) of segments [seg, seg + rows) of job: for each step k, segment j
+ * and token t, y0[j][t * ldy + k] = dot(weight row w0[j] + k * row_bytes, acts[t]) where
+ * k < len[j]. */
+typedef void (*graft__avx512_tile_fn)(const graft__avx512_job *job, int seg, int64_t k0,
+                                      int64_t k1);
+
+typedef struct graft__avx512_tile {
+    int toks, rows; /* rows divides the kernel's segments */
+    graft__avx512_tile_fn fn;
+} graft__avx512_tile;
+
+typedef struct graft__avx512_kernel {
+    /* Bytes of one token's prepared activations (a multiple of 64). */
+    size_t (*act_bytes)(int64_t n_in);
+    /* xa (act_bytes) = x (n_in) prepared for weights of `type`. */
+    void (*act_prepare)(uint32_t type, void *xa, const float *x, int64_t n_in);
+    int segments; /* how many segments the rows are cut into (<= GRAFT_AVX512_MAX_ROWS) */
+    /* Tile widths, toks strictly decreasing, the last one with toks == 1. */
+    graft__avx512_tile tiles[GRAFT_AVX512_TILE_VARIANTS];
+    /* Kernels whose weights take work to unpack may also offer packing: the driver unpacks
+     * a few rows once into a buffer (pack: steps [k0, k1) of every segment of job into dst,
+     * packed_row_bytes(n_in) per row, a multiple of 64) and runs packed_tiles over it for
+     * all the tokens of a panel. A packed tile computes exactly what the same shape of
+     * tile computes from the rows themselves: packing only moves the unpacking out of the
+     * loop over tokens. NULL pack: no packing. */
+    size_t (*packed_row_bytes)(int64_t n_in);
+    void (*pack)(const graft__avx512_job *job, int64_t k0, int64_t k1, uint8_t *dst);
+    graft__avx512_tile packed_tiles[GRAFT_AVX512_TILE_VARIANTS];
+} graft__avx512_kernel;
+
+/* The kernel of a 32-element block type, a K-quant type; NULL for other types. */
+const graft__avx512_kernel *graft__avx512_kernel_q32(uint32_t type);
+const graft__avx512_kernel *graft__avx512_kernel_kquant(uint32_t type);
+
+/* Put before the loops over a tile's rows and tokens: they must be unrolled completely, so
+ * that each (row, token) accumulator is a register of its own. */
+#if defined(__clang__)
+#define GRAFT_AVX512_UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define GRAFT_AVX512_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+/* The sum of the 16 lanes of v, always added in the same order (halves folded onto each
+ * other: 16 -> 8 -> 4 -> 2 -> 1). Every tile ends each (row, token) with this. */
+static inline float graft__avx512_hsum(__m512 v)
+{
+    __m256 v8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+    __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    __m128 v1 = _mm_add_ss(v2, _mm_movehdup_ps(v2));
+    return _mm_cvtss_f32(v1);
+}
+
+/* The 64 bytes at p, in a register the compiler cannot reload from p. Use it for weights
+ * that feed several instructions: the compiler otherwise prefers loading them again for
+ * each use (vpermt2w overwrites its first table; vpsrlw and vpand each take a memory
+ * operand), and unaligned weight loads are what these kernels run short of first. */
+static inline __m512i graft__avx512_load_kept(const uint8_t *p)
+{
+    __m512i z = _mm512_loadu_si512(p);
+    __asm__("" : "+v"(z));
+    return z;
+}
+
+/* How far ahead of its use each weight row is prefetched: the hardware prefetchers alone
+ * reach about half the memory bandwidth while the kernels compute between loads. Only the
+ * first token tile over a block of rows prefetches (graft__avx512_job.prefetch): later
+ * tiles find the block's weights in L2, and prefetching for them only pushes their
+ * activations out of L1 (measured: prefill 30% slower). */
+#define GRAFT_AVX512_PREFETCH_BYTES 2048
+
+/* Prefetches the cache lines of p + GRAFT_AVX512_PREFETCH_BYTES + [0, len): call once per
+ * piece of a row (len > 0) as it is used, so the prefetches run ahead through the row. */
+static inline __attribute__((always_inline)) void graft__avx512_prefetch(const uint8_t *p,
+                                                                         size_t len)
+{
+    const char *ahead = (const char *)p + GRAFT_AVX512_PREFETCH_BYTES;
+    for (size_t b = 0; b + 64 < len; b += 64)
+        _mm_prefetch(ahead + b, _MM_HINT_T0);
+    _mm_prefetch(ahead + len - 1, _MM_HINT_T0);
+}
+
+/* rows (R) = the weight rows of step k of segments seg..seg+R-1: row k of each, or the
+ * segment's last row (any valid row for an empty segment) once it has run out. */
+static inline __attribute__((always_inline)) void
+graft__avx512_step_rows(const graft__avx512_job *job, int seg, int R, int64_t k,
+                        const uint8_t **rows)
+{
+    GRAFT_AVX512_UNROLL
+    for (int j = 0; j < R; j++) {
+        int64_t len = job->len[seg + j], last = len > 0 ? len - 1 : 0;
+        rows[j] = job->w0[seg + j] + (size_t)(k < last ? k : last) * job->row_bytes;
+    }
+}
+
+/* rows (R) = the packed rows of step k of segments seg..seg+R-1. */
+static inline __attribute__((always_inline)) void
+graft__avx512_packed_rows(const graft__avx512_job *job, int seg, int R, int64_t k,
+                          const uint8_t **rows)
+{
+    GRAFT_AVX512_UNROLL
+    for (int j = 0; j < R; j++)
+        rows[j] = job->packed + (size_t)((k - job->packed_k0) * job->segments + seg + j) *
+                                    job->packed_row_bytes;
+}
+
+/* Stores res (R, T) of step k for the segments seg..seg+R-1 that have a row there. */
+static inline __attribute__((always_inline)) void
+graft__avx512_store(const graft__avx512_job *job, int seg, int R, int T, int64_t k,
+                    const float *res)
+{
+    GRAFT_AVX512_UNROLL
+    for (int j = 0; j < R; j++) {
+        if (k < job->len[seg + j]) {
+            GRAFT_AVX512_UNROLL
+            for (int t = 0; t < T; t++)
+                job->y0[seg + j][t * job->ldy + k] = res[j * T + t];
+        }
+    }
+}
+
+#endif /* GRAFT_MATMUL_AVX512_H */

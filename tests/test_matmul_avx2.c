@@ -1,0 +1,333 @@
+/*
+ * test_matmul_avx2.c: the AVX2 matmul path (src/kernels/matmul_avx2.c) against the scalar
+ * reference graft__matmul, for every supported weight type.
+ *
+ * For each type, random weights in [-1, 1) quantized with graft__quantize_row and random
+ * activations in [-1, 1), at n_in 256, 1024, 3072 plus a ragged size (a tail group of
+ * blocks, or a tail of fewer than 8 floats), n_out 37 and n_tok 1, 3, 8, 13, 64:
+ *
+ *  1. Agreement with graft__matmul. Each output's error is bounded relative to the scale of
+ *     its dot product, S = sum |w_i| |x_i| (w decoded), and the normalized mean squared
+ *     error over all outputs, NMSE = sum (y - ref)^2 / sum ref^2, is bounded as ggml's
+ *     test-backend-ops does (see `cases` for each type's budgets and why).
+ *  2. Exactness of the integer part, for the types whose activations are quantized: the
+ *     path must equal, up to float rounding (2e-6 S), the double-precision dot product of
+ *     the decoded weights with the activations quantized as the path documents (per block
+ *     of 32 or 256: d = amax / 127, q = round-half-even(x * (127 / amax)), q = 0 when
+ *     amax <= 2^-96). This catches a wrong code or scale that check 1's looser bound hides.
+ *  3. Batch invariance, by memcmp: token t's row is the same bits computed alone (n_tok 1),
+ *     in batches of 2, 3, 5, 8, 11, 13 at various offsets and in the batch of 64; and rows
+ *     computed in pieces [0, 5) [5, 37) or [0, 1) [1, 2) [2, 19) [19, 36) [36, 37), with 1,
+ *     2 or 64 tokens, equal one call over [0, 37) in the batch of 64.
+ *
+ * Skipped (reported SKIPPED) when the processor lacks AVX2, FMA or F16C.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cpuid.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/matmul_path.h"
+
+enum { N_OUT = 37, N_TOK = 64 };
+
+/* ------------------------------------------------------------------------------------
+ * Per-type budgets.
+ *
+ * F32/F16/BF16 keep f32 activations: the only difference from the reference is the order
+ * of the float additions (8 lanes, then a tree, versus one running sum). Each rounding is
+ * at most 2^-24 of a partial sum, itself at most S, and the roundings mostly cancel: the
+ * error is a few 2^-24 S (measured worst: 2e-7 S). The bound 1e-5 S is the "1e-5 relative"
+ * the model tests can absorb (they compare with a float64 reference at 2e-5); a widening
+ * bug (an f16 or bf16 value off by one unit, 2^-11 or 2^-8 relative) lands far above it.
+ *
+ * Quantized activations: each x_i moves by at most half a step, d / 2 = amax / 254. The
+ * rounding errors delta_i are independent and uniform in [-d/2, d/2], so for uniform w, x
+ * in [-1, 1) the error sum w_i delta_i has standard deviation sqrt(n / 3 * d^2 / 12) =
+ * d sqrt(n) / 6 while S is about n / 4: the error relative to S has sigma = 0.67 d / sqrt(n)
+ * = 0.0053 / sqrt(n) (d = 1 / 127, for blocks of 32 and of 256 alike). The per-output bound
+ * 0.04 / sqrt(n) * S is 7.6 sigma: a correct path crosses it with odds of about 1e-13 per
+ * output (about 1e4 outputs per type). The expected NMSE is E[delta^2] / E[x^2] =
+ * (d^2 / 12) / (1 / 3) = 1.6e-5 whatever n; the budget 4e-5 is 2.5 times that (over
+ * hundreds of outputs the measured NMSE stays within 10% of the expectation).
+ */
+typedef struct type_case {
+    uint32_t type;
+    const char *name;
+    int act_block;       /* elements per activation scale: 0 (f32 activations), 32, 256 */
+    int64_t ragged_n_in; /* an n_in with a tail the kernels handle separately */
+    double tol;          /* per output: |y - ref| <= tol * S with f32 activations,
+                            tol / sqrt(n_in) * S with quantized ones */
+    double nmse;         /* over all outputs */
+} type_case;
+
+#define FLOAT_BUDGET 1e-5, 1e-10
+#define Q8_BUDGET 0.04, 4e-5
+
+static const type_case cases[] = {
+    {GRAFT_TYPE_F32, "F32", 0, 37, FLOAT_BUDGET},
+    {GRAFT_TYPE_F16, "F16", 0, 37, FLOAT_BUDGET},
+    {GRAFT_TYPE_BF16, "BF16", 0, 37, FLOAT_BUDGET},
+    {GRAFT_TYPE_Q8_0, "Q8_0", 32, 160, Q8_BUDGET},
+    {GRAFT_TYPE_Q4_0, "Q4_0", 32, 96, Q8_BUDGET},
+    {GRAFT_TYPE_Q4_1, "Q4_1", 32, 160, Q8_BUDGET},
+    {GRAFT_TYPE_Q5_0, "Q5_0", 32, 96, Q8_BUDGET},
+    {GRAFT_TYPE_Q5_1, "Q5_1", 32, 224, Q8_BUDGET},
+    {GRAFT_TYPE_IQ4_NL, "IQ4_NL", 32, 160, Q8_BUDGET},
+    {GRAFT_TYPE_Q4_K, "Q4_K", 256, 768, Q8_BUDGET},
+    {GRAFT_TYPE_Q5_K, "Q5_K", 256, 768, Q8_BUDGET},
+    {GRAFT_TYPE_Q6_K, "Q6_K", 256, 768, Q8_BUDGET},
+};
+
+/* ------------------------------------------------------------------------------------
+ * Helpers.
+ */
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t seed)
+{
+    rng_state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+}
+
+/* Uniform in [-1, 1). */
+static float rng_float(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(uint32_t)(rng_state >> 32) / 2147483648.0 - 1.0);
+}
+
+/* AVX2 and FMA with the OS saving the ymm registers (__builtin_cpu_supports checks that),
+ * and F16C (CPUID leaf 1, ECX; clang's __builtin_cpu_supports does not know "f16c"). */
+static bool cpu_has_avx2_path(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+}
+
+static void *alloc64(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    assert_non_null(p);
+    return p;
+}
+
+/* One problem: weights, activations, their prepared and decoded forms. */
+typedef struct problem {
+    const type_case *c;
+    int64_t n_in;
+    size_t row_bytes, act_bytes;
+    uint8_t *w;  /* (N_OUT, row_bytes) */
+    float *wf;   /* (N_OUT, n_in) w decoded */
+    float *x;    /* (N_TOK, n_in) */
+    uint8_t *xa; /* (N_TOK, act_bytes) prepared by the path */
+} problem;
+
+static void problem_init(problem *p, const type_case *c, int64_t n_in, uint64_t seed)
+{
+    const graft__matmul_path *path = &graft__matmul_avx2;
+    p->c = c;
+    p->n_in = n_in;
+    p->row_bytes = graft__type_row_bytes(c->type, (uint64_t)n_in);
+    assert_true(p->row_bytes > 0);
+    p->act_bytes = path->act_bytes(c->type, n_in);
+    assert_int_equal(p->act_bytes % 64, 0);
+    p->w = alloc64(N_OUT * p->row_bytes);
+    p->wf = alloc64(N_OUT * (size_t)n_in * sizeof(float));
+    p->x = alloc64(N_TOK * (size_t)n_in * sizeof(float));
+    p->xa = alloc64(N_TOK * p->act_bytes);
+    rng_seed(seed);
+    float *row = p->wf; /* scratch for the float weights before quantization */
+    for (int64_t o = 0; o < N_OUT; o++) {
+        for (int64_t i = 0; i < n_in; i++)
+            row[i] = rng_float();
+        assert_int_equal(graft__quantize_row(c->type, row, p->w + o * p->row_bytes, n_in), 0);
+    }
+    for (int64_t o = 0; o < N_OUT; o++)
+        graft__dequantize_row(c->type, p->w + o * p->row_bytes, p->wf + o * n_in, n_in);
+    for (int64_t i = 0; i < N_TOK * n_in; i++)
+        p->x[i] = rng_float();
+    for (int64_t t = 0; t < N_TOK; t++)
+        path->act_prepare(c->type, p->xa + t * p->act_bytes, p->x + t * n_in, n_in);
+}
+
+static void problem_free(problem *p)
+{
+    free(p->w);
+    free(p->wf);
+    free(p->x);
+    free(p->xa);
+}
+
+/* y (n_tok, N_OUT) rows [o0, o1) = the path's gemm for tokens [t0, t0 + n_tok). */
+static void path_gemm(const problem *p, float *y, int64_t o0, int64_t o1, int64_t t0,
+                      int64_t n_tok)
+{
+    graft__matmul_avx2.gemm(p->c->type, y, N_OUT, p->w, p->n_in, o0, o1,
+                            p->xa + t0 * p->act_bytes, n_tok);
+}
+
+/* S = sum |w_i| |x_i| of row o and token t. */
+static double dot_scale(const problem *p, int64_t o, int64_t t)
+{
+    double s = 0;
+    for (int64_t i = 0; i < p->n_in; i++)
+        s += fabs((double)p->wf[o * p->n_in + i] * p->x[t * p->n_in + i]);
+    return s;
+}
+
+/* xq (n) = x (n) quantized and decoded as the path documents, per block of `block`. */
+static void quantize_like_path(double *xq, const float *x, int64_t n, int block)
+{
+    for (int64_t b = 0; b < n; b += block) {
+        float amax = 0.0f;
+        for (int i = 0; i < block; i++)
+            amax = fmaxf(amax, fabsf(x[b + i]));
+        float id = amax > 0x1p-96f ? 127.0f / amax : 0.0f;
+        float d = amax / 127.0f;
+        for (int i = 0; i < block; i++)
+            xq[b + i] = (double)d * nearbyintf(x[b + i] * id);
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Checks.
+ */
+
+/* Check 1 and 2 for one problem and one n_tok. */
+static void check_accuracy(const problem *p, int64_t n_tok)
+{
+    const int64_t n_in = p->n_in;
+    float *y = alloc64((size_t)n_tok * N_OUT * sizeof(float));
+    float *ref = alloc64((size_t)n_tok * N_OUT * sizeof(float));
+    double *xq = alloc64((size_t)n_in * sizeof(double));
+    path_gemm(p, y, 0, N_OUT, 0, n_tok);
+    graft__matmul(ref, p->w, p->c->type, n_in, N_OUT, p->x, n_tok);
+    double tol = p->c->act_block ? p->c->tol / sqrt((double)n_in) : p->c->tol;
+    double err2 = 0, ref2 = 0, worst = 0;
+    for (int64_t t = 0; t < n_tok; t++) {
+        if (p->c->act_block)
+            quantize_like_path(xq, p->x + t * n_in, n_in, p->c->act_block);
+        for (int64_t o = 0; o < N_OUT; o++) {
+            double got = y[t * N_OUT + o], want = ref[t * N_OUT + o];
+            double s = dot_scale(p, o, t);
+            err2 += (got - want) * (got - want);
+            ref2 += want * want;
+            worst = fmax(worst, fabs(got - want) / s);
+            if (fabs(got - want) > tol * s)
+                fail_msg("%s n_in %lld token %lld row %lld: %.9g vs reference %.9g (S %.4g)",
+                         p->c->name, (long long)n_in, (long long)t, (long long)o, got, want, s);
+            if (!p->c->act_block)
+                continue;
+            double exact = 0, sq = 0;
+            for (int64_t i = 0; i < n_in; i++) {
+                exact += (double)p->wf[o * n_in + i] * xq[i];
+                sq += fabs((double)p->wf[o * n_in + i] * xq[i]);
+            }
+            if (fabs(got - exact) > 2e-6 * sq)
+                fail_msg("%s n_in %lld token %lld row %lld: %.9g vs emulated %.9g",
+                         p->c->name, (long long)n_in, (long long)t, (long long)o, got, exact);
+        }
+    }
+    double nmse = err2 / ref2;
+    if (nmse > p->c->nmse)
+        fail_msg("%s n_in %lld n_tok %lld: NMSE %.3g over budget %.3g", p->c->name,
+                 (long long)n_in, (long long)n_tok, nmse, p->c->nmse);
+    if (n_tok == N_TOK)
+        print_message("  %-6s n_in %5lld: NMSE %.2e, worst |err| / S %.2e (bound %.2e)\n",
+                      p->c->name, (long long)n_in, nmse, worst, tol);
+    free(y);
+    free(ref);
+    free(xq);
+}
+
+static void assert_rows_equal(const problem *p, const float *got, const float *want,
+                              int64_t n_rows, const char *what)
+{
+    if (memcmp(got, want, (size_t)n_rows * N_OUT * sizeof(float)) != 0)
+        fail_msg("%s n_in %lld: %s differs from the batch of %d", p->c->name,
+                 (long long)p->n_in, what, N_TOK);
+}
+
+/* Rows [0, N_OUT) of tokens [0, n_tok) computed in the pieces between consecutive bounds
+ * equal `want`. */
+static void check_row_pieces(const problem *p, const float *want, int64_t n_tok,
+                             const int64_t *bounds, int n_bounds)
+{
+    float *part = alloc64(N_TOK * N_OUT * sizeof(float));
+    memset(part, 0xff, N_TOK * N_OUT * sizeof(float));
+    for (int k = 0; k + 1 < n_bounds; k++)
+        path_gemm(p, part, bounds[k], bounds[k + 1], 0, n_tok);
+    assert_rows_equal(p, part, want, n_tok, "rows computed in pieces");
+    free(part);
+}
+
+/* Check 3 for one problem. Tiles hold up to 6 tokens and, with 1 or 2 tokens, 4 or 2
+ * rows, so the batches below cover every tile shape, ragged ones included. */
+static void check_batch_invariance(const problem *p)
+{
+    float *full = alloc64(N_TOK * N_OUT * sizeof(float));
+    float *part = alloc64(N_TOK * N_OUT * sizeof(float));
+    path_gemm(p, full, 0, N_OUT, 0, N_TOK);
+
+    static const int64_t alone[] = {0, 1, 5, 31, 62, 63};
+    for (size_t i = 0; i < sizeof alone / sizeof alone[0]; i++) {
+        path_gemm(p, part, 0, N_OUT, alone[i], 1);
+        assert_rows_equal(p, part, full + alone[i] * N_OUT, 1, "a token alone");
+    }
+    static const int64_t batches[][2] = {{0, 2}, {0, 3},  {7, 3},  {10, 5}, {3, 8},
+                                         {20, 11}, {50, 13}, {1, 13}, {51, 13}};
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+        path_gemm(p, part, 0, N_OUT, batches[i][0], batches[i][1]);
+        assert_rows_equal(p, part, full + batches[i][0] * N_OUT, batches[i][1], "a smaller batch");
+    }
+    static const int64_t halves[] = {0, 5, N_OUT}, pieces[] = {0, 1, 2, 19, 36, N_OUT};
+    static const int64_t n_toks[] = {1, 2, N_TOK};
+    for (size_t i = 0; i < sizeof n_toks / sizeof n_toks[0]; i++) {
+        check_row_pieces(p, full, n_toks[i], halves, 3);
+        check_row_pieces(p, full, n_toks[i], pieces, 6);
+    }
+    free(full);
+    free(part);
+}
+
+static void test_type(const type_case *c)
+{
+    if (!cpu_has_avx2_path())
+        skip();
+    const int64_t n_ins[] = {256, 1024, 3072, c->ragged_n_in};
+    static const int64_t n_toks[] = {1, 3, 8, 13, 64};
+    for (size_t i = 0; i < sizeof n_ins / sizeof n_ins[0]; i++) {
+        problem p;
+        problem_init(&p, c, n_ins[i], 1000 + i * 17 + c->type);
+        for (size_t k = 0; k < sizeof n_toks / sizeof n_toks[0]; k++)
+            check_accuracy(&p, n_toks[k]);
+        check_batch_invariance(&p);
+        problem_free(&p);
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * One cmocka test per type; the state is the case.
+ */
+static void test_case(void **state)
+{
+    test_type(*state);
+}
+
+int main(void)
+{
+    enum { N_CASES = sizeof cases / sizeof cases[0] };
+    struct CMUnitTest tests[N_CASES];
+    for (int i = 0; i < N_CASES; i++)
+        tests[i] = (struct CMUnitTest){cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,351 @@
+/*
+ * test_matmul_avx512.c: the AVX-512 matmul path (graft__matmul_avx512) against the scalar
+ * reference graft__matmul, and its bit-exact batch invariance, for every weight type.
+ *
+ * For each type, random weights (n_out = 37 rows, block magnitudes spread over 2^-3..2^3)
+ * are quantized with graft__quantize_row and multiplied with 64 random tokens (uniform,
+ * with about 1% outliers 20 times larger, like the channels LLM activations have), at
+ * n_in = 256, 1024, 3072 and, where the block size allows, a length that is not a multiple
+ * of the path's 128-element groups (96, 160) or of 16 (100, float types).
+ *
+ * Accuracy, per output y[t][o] with S = sum_i |w_i| |x_i| (w as decoded by the reference):
+ *   - F32, F16, BF16 (f32 activations, FMA): |y - y_ref| <= 1e-5 S. Only the order of the
+ *     float additions differs from the scalar path; the error of either is a few times
+ *     2^-24 sqrt(n_in) S, orders of magnitude below the bound.
+ *   - quantized types (activations quantized per token to 8 bits: blocks of 32 for the
+ *     32-element types, of 256 for the K-quants): each x_i moves by at most half a step,
+ *     max|x| / 254 over its activation block B, so
+ *         |y - y_ref| <= sum_B (max_B |x| / 254) sum_{i in B} |w_i| + 1e-5 S,
+ *     the second term covering the float rounding of both sides. This bound is reached
+ *     only if every rounding goes the same way; over all outputs the squared error must
+ *     stay within 1.5 times what independent roundings, uniform over a step, give:
+ *         sum (y - y_ref)^2 <= 1.5 sum_{t,o} sum_B (max_B |x| / 127)^2 / 12 sum_{i in B} w_i^2
+ *     (the expectation; with 2368 outputs the sum lands within a few percent of it), which
+ *     a biased kernel (a scale slightly off, a dropped block) fails long before the bound.
+ * Float types also keep the normalized mean squared error that ggml's test-backend-ops
+ * reports, NMSE = sum (y - y_ref)^2 / sum y_ref^2, below 1e-10. The observed worst
+ * |y - y_ref| / S, NMSE and the ratio to the rounding model per type are printed.
+ *
+ * Invariance (memcmp): each token computed alone (n_tok = 1) and in batches of 3, 8 and 13
+ * starting at several positions equals its row of the n_tok = 64 result; and computing the
+ * rows as [0, 5) + [5, 37), or [0, 1) + [1, 2) + [2, 11) + [11, 37), equals one call over
+ * [0, 37), for n_tok = 64 and 13.
+ *
+ * The weights start at an odd address and are allocated to their exact size, so a kernel
+ * that assumed alignment or read past the matrix fails here (under ASan for the latter).
+ * Tests are skipped when the processor lacks the instructions the path uses.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul_path.h"
+
+enum { N_OUT = 37, N_TOK = 64, MAX_IN = 3072 };
+
+static const graft__matmul_path *path = &graft__matmul_avx512;
+
+/* ------------------------------------------------------------------------------------
+ * Helpers.
+ */
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t seed)
+{
+    rng_state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+}
+
+static uint32_t rng_u32(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rng_state >> 32);
+}
+
+/* Uniform in [-1, 1). */
+static float rng_float(void)
+{
+    return (float)((double)rng_u32() / 2147483648.0 - 1.0);
+}
+
+static bool cpu_has_avx512_path(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+
+static bool is_float_type(uint32_t type)
+{
+    return type == GRAFT_TYPE_F32 || type == GRAFT_TYPE_F16 || type == GRAFT_TYPE_BF16;
+}
+
+static bool is_kquant(uint32_t type)
+{
+    return type == GRAFT_TYPE_Q4_K || type == GRAFT_TYPE_Q5_K || type == GRAFT_TYPE_Q6_K;
+}
+
+/* Elements per activation quantization block (0: activations not quantized). */
+static int act_block(uint32_t type)
+{
+    return is_float_type(type) ? 0 : is_kquant(type) ? 256 : 32;
+}
+
+/* One problem: weights, their decoded values, tokens, the reference result. */
+typedef struct problem {
+    uint32_t type;
+    int64_t n_in;
+    size_t row_bytes;
+    uint8_t *w_alloc;
+    uint8_t *w;           /* (N_OUT rows of row_bytes), at an odd address */
+    float *wd;            /* (N_OUT, n_in) decoded weights */
+    float *x;             /* (N_TOK, n_in) */
+    float *y_ref;         /* (N_TOK, N_OUT) */
+    size_t act_bytes;
+    uint8_t *xa;          /* (N_TOK, act_bytes) prepared activations, 64-byte aligned */
+} problem;
+
+static void make_problem(problem *p, uint32_t type, int64_t n_in, uint64_t seed)
+{
+    rng_seed(seed);
+    p->type = type;
+    p->n_in = n_in;
+    p->row_bytes = graft__type_row_bytes(type, (uint64_t)n_in);
+    assert_true(p->row_bytes > 0);
+    p->w_alloc = malloc(p->row_bytes * N_OUT + 1);
+    p->w = p->w_alloc + 1;
+    p->wd = malloc(sizeof(float) * N_OUT * (size_t)n_in);
+    p->x = malloc(sizeof(float) * N_TOK * (size_t)n_in);
+    p->y_ref = malloc(sizeof(float) * N_TOK * N_OUT);
+    assert_non_null(p->w_alloc);
+    assert_non_null(p->wd && p->x && p->y_ref);
+
+    float row[MAX_IN];
+    for (int o = 0; o < N_OUT; o++) {
+        for (int64_t i = 0; i < n_in; i += 32) {
+            float scale = exp2f((float)(rng_u32() % 7) - 3.0f);
+            for (int64_t j = i; j < i + 32 && j < n_in; j++)
+                row[j] = scale * rng_float();
+        }
+        assert_int_equal(graft__quantize_row(type, row, p->w + o * p->row_bytes, n_in), 0);
+        graft__dequantize_row(type, p->w + o * p->row_bytes, p->wd + o * n_in, n_in);
+    }
+    for (int64_t i = 0; i < N_TOK * n_in; i++)
+        p->x[i] = rng_float() * (rng_u32() % 100 == 0 ? 20.0f : 1.0f);
+    graft__matmul(p->y_ref, p->w, type, n_in, N_OUT, p->x, N_TOK);
+
+    p->act_bytes = path->act_bytes(type, n_in);
+    assert_int_equal(p->act_bytes % 64, 0);
+    p->xa = aligned_alloc(64, p->act_bytes * N_TOK);
+    assert_non_null(p->xa);
+    for (int t = 0; t < N_TOK; t++)
+        path->act_prepare(type, p->xa + t * p->act_bytes, p->x + t * n_in, n_in);
+}
+
+static void free_problem(problem *p)
+{
+    free(p->w_alloc);
+    free(p->wd);
+    free(p->x);
+    free(p->y_ref);
+    free(p->xa);
+}
+
+/* y (n_tok, N_OUT) rows [o0, o1) for tokens [t0, t0 + n_tok). */
+static void run(const problem *p, float *y, int64_t o0, int64_t o1, int t0, int n_tok)
+{
+    path->gemm(p->type, y, N_OUT, p->w, p->n_in, o0, o1, p->xa + t0 * p->act_bytes, n_tok);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Accuracy.
+ */
+
+/* The error bound of y[t][o] (see the top of the file); *s = sum |w||x|, *expected = the
+ * expected squared error if each activation's rounding error is uniform over its step. */
+static double error_bound(const problem *p, int t, int o, double *s, double *expected)
+{
+    const float *w = p->wd + o * p->n_in, *x = p->x + t * p->n_in;
+    int blk = act_block(p->type);
+    double sum = 0, quant = 0, var = 0;
+    for (int64_t b = 0; b < p->n_in; b += blk ? blk : p->n_in) {
+        int64_t end = blk ? b + blk : p->n_in;
+        double amax = 0, wsum = 0, w2sum = 0;
+        for (int64_t i = b; i < end; i++) {
+            sum += fabs((double)w[i] * x[i]);
+            amax = fmax(amax, fabs(x[i]));
+            wsum += fabs(w[i]);
+            w2sum += (double)w[i] * w[i];
+        }
+        if (blk) {
+            double step = amax / 127.0;
+            quant += step / 2 * wsum;
+            var += step * step / 12 * w2sum;
+        }
+    }
+    *s = sum;
+    *expected = var;
+    return quant + 1e-5 * sum;
+}
+
+static void check_accuracy(const problem *p, const float *y)
+{
+    double err2 = 0, ref2 = 0, expected2 = 0, worst = 0;
+    for (int t = 0; t < N_TOK; t++) {
+        for (int o = 0; o < N_OUT; o++) {
+            double s, expected;
+            double bound = error_bound(p, t, o, &s, &expected);
+            double ref = p->y_ref[t * N_OUT + o];
+            double err = fabs((double)y[t * N_OUT + o] - ref);
+            if (!(err <= bound))
+                fail_msg("%s n_in %lld: y[%d][%d] = %.9g, reference %.9g, error %.3g > %.3g",
+                         graft__type_traits_of(p->type)->name, (long long)p->n_in, t, o,
+                         (double)y[t * N_OUT + o], ref, err, bound);
+            err2 += err * err;
+            ref2 += ref * ref;
+            expected2 += expected;
+            worst = fmax(worst, s > 0 ? err / s : 0);
+        }
+    }
+    double nmse = err2 / ref2;
+    print_message("    %-6s n_in %4lld: max |err| / sum|w||x| = %.2e, NMSE = %.2e"
+                  " (%.2f of the rounding model)\n",
+                  graft__type_traits_of(p->type)->name, (long long)p->n_in, worst, nmse,
+                  expected2 > 0 ? err2 / expected2 : 0.0);
+    if (is_float_type(p->type))
+        assert_true(nmse <= 1e-10);
+    else
+        assert_true(err2 <= 1.5 * expected2);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Invariance.
+ */
+
+/* Batches of n_tok tokens at several starts: each row equals the full batch's row. */
+static void check_token_batches(const problem *p, const float *y_full, int n_tok)
+{
+    static const int starts[] = {0, 1, 7, 13, 30, 51, 63};
+    float y[N_TOK * N_OUT];
+    for (size_t k = 0; k < sizeof starts / sizeof starts[0]; k++) {
+        int t0 = starts[k] + n_tok <= N_TOK ? starts[k] : N_TOK - n_tok;
+        run(p, y, 0, N_OUT, t0, n_tok);
+        for (int t = 0; t < n_tok; t++)
+            if (memcmp(y + t * N_OUT, y_full + (t0 + t) * N_OUT, sizeof(float) * N_OUT) != 0)
+                fail_msg("%s n_in %lld: token %d computed in a batch of %d at %d differs",
+                         graft__type_traits_of(p->type)->name, (long long)p->n_in, t0 + t,
+                         n_tok, t0);
+    }
+}
+
+/* Rows computed in pieces split at `cuts` equal one call over all rows. */
+static void check_row_split(const problem *p, const float *y_full, int n_tok,
+                            const int *cuts, int n_cuts)
+{
+    float y[N_TOK * N_OUT];
+    memset(y, 0xff, sizeof y);
+    int64_t o0 = 0;
+    for (int k = 0; k <= n_cuts; k++) {
+        int64_t o1 = k < n_cuts ? cuts[k] : N_OUT;
+        run(p, y, o0, o1, 0, n_tok);
+        o0 = o1;
+    }
+    assert_memory_equal(y, y_full, sizeof(float) * N_OUT * (size_t)n_tok);
+}
+
+static void check_shape(uint32_t type, int64_t n_in)
+{
+    problem p;
+    make_problem(&p, type, n_in, (uint64_t)type * 1000 + (uint64_t)n_in);
+    float *y64 = malloc(sizeof(float) * N_TOK * N_OUT);
+    float *y13 = malloc(sizeof(float) * N_TOK * N_OUT);
+    assert_non_null(y64 && y13);
+    run(&p, y64, 0, N_OUT, 0, N_TOK);
+    check_accuracy(&p, y64);
+
+    static const int batches[] = {1, 3, 8, 13};
+    for (size_t k = 0; k < sizeof batches / sizeof batches[0]; k++)
+        check_token_batches(&p, y64, batches[k]);
+
+    static const int split2[] = {5}, split4[] = {1, 2, 11};
+    run(&p, y13, 0, N_OUT, 0, 13);
+    check_row_split(&p, y64, N_TOK, split2, 1);
+    check_row_split(&p, y64, N_TOK, split4, 3);
+    check_row_split(&p, y13, 13, split2, 1);
+    check_row_split(&p, y13, 13, split4, 3);
+    free(y64);
+    free(y13);
+    free_problem(&p);
+}
+
+static void test_type(void **state)
+{
+    uint32_t type = *(const uint32_t *)*state;
+    if (!cpu_has_avx512_path())
+        skip();
+    static const int64_t common[] = {256, 1024, 3072};
+    for (size_t k = 0; k < sizeof common / sizeof common[0]; k++)
+        check_shape(type, common[k]);
+    if (is_float_type(type))
+        check_shape(type, 100);
+    else if (!is_kquant(type)) {
+        check_shape(type, 96);
+        check_shape(type, 160);
+    }
+}
+
+/* Degenerate calls: no rows, no tokens, a single row, and the path's name. */
+static void test_edges(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx512_path())
+        skip();
+    assert_string_equal(path->name, "avx512");
+    problem p;
+    make_problem(&p, GRAFT_TYPE_Q4_0, 256, 7);
+    float y[N_TOK * N_OUT];
+    memset(y, 0xff, sizeof y);
+    run(&p, y, 3, 3, 0, N_TOK); /* empty row range */
+    run(&p, y, 0, N_OUT, 0, 0); /* no tokens */
+    for (size_t i = 0; i < sizeof y / sizeof y[0]; i++)
+        assert_int_equal(((uint32_t *)y)[i], 0xffffffffu);
+    run(&p, y, 36, 37, 0, N_TOK);
+    for (int t = 0; t < N_TOK; t++)
+        assert_int_equal(((uint32_t *)y)[t * N_OUT + 35], 0xffffffffu);
+    free_problem(&p);
+}
+
+static const uint32_t types[] = {
+    GRAFT_TYPE_F32,  GRAFT_TYPE_F16,  GRAFT_TYPE_BF16, GRAFT_TYPE_Q8_0,
+    GRAFT_TYPE_Q4_0, GRAFT_TYPE_Q4_1, GRAFT_TYPE_Q5_0, GRAFT_TYPE_Q5_1,
+    GRAFT_TYPE_IQ4_NL, GRAFT_TYPE_Q4_K, GRAFT_TYPE_Q5_K, GRAFT_TYPE_Q6_K};
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        {"F32", test_type, NULL, NULL, (void *)&types[0]},
+        {"F16", test_type, NULL, NULL, (void *)&types[1]},
+        {"BF16", test_type, NULL, NULL, (void *)&types[2]},
+        {"Q8_0", test_type, NULL, NULL, (void *)&types[3]},
+        {"Q4_0", test_type, NULL, NULL, (void *)&types[4]},
+        {"Q4_1", test_type, NULL, NULL, (void *)&types[5]},
+        {"Q5_0", test_type, NULL, NULL, (void *)&types[6]},
+        {"Q5_1", test_type, NULL, NULL, (void *)&types[7]},
+        {"IQ4_NL", test_type, NULL, NULL, (void *)&types[8]},
+        {"Q4_K", test_type, NULL, NULL, (void *)&types[9]},
+        {"Q5_K", test_type, NULL, NULL, (void *)&types[10]},
+        {"Q6_K", test_type, NULL, NULL, (void *)&types[11]},
+        cmocka_unit_test(test_edges),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

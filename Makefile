@@ -1,11 +1,14 @@
 # The commands the README tells people to type. Each one installs missing Debian packages first.
 #   make run    build, then generate from BOS on the default model (stories260K, greedy)
 #   make test   build and run every test flavour: release, ASan+UBSan, TSan (engine), fuzz (bounded time)
-#   make bench  performance figures (see bench/README.md)
+#   make bench  graft against llama.cpp side by side on BENCH_MODELS (see bench/README.md)
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all run test deps release asan tsan fuzz test-release test-asan test-tsan test-fuzz clean
+BENCH_MODELS ?=
+BENCH_THREADS ?= 2
+
+.PHONY: all run test bench deps release asan tsan fuzz test-release test-asan test-tsan test-fuzz clean
 
 all: release
 
@@ -47,6 +50,10 @@ test-fuzz: fuzz
 	cd build/fuzz && ctest --output-on-failure
 
 test: test-release test-asan test-tsan test-fuzz
+
+bench: release
+	sh bench/setup.sh
+	sh bench/compare.sh $(BENCH_MODELS) --threads $(BENCH_THREADS)
 
 clean:
 	rm -rf build

@@ -70,6 +70,7 @@ char *graft__cli_find_model(const char *command, const char *explicit_path);
 int graft__cli_info(int argc, char **argv);
 int graft__cli_tokenize(int argc, char **argv);
 int graft__cli_run(int argc, char **argv);
+int graft__cli_bench(int argc, char **argv);
 int graft__cli_synth(int argc, char **argv);
 
 #endif /* GRAFT_CLI_H */

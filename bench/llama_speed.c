@@ -1,0 +1,521 @@
+/*
+ * llama_speed.c: the llama.cpp peer of `graft bench speed` (src/cli/cmd_bench.c).
+ *
+ * A small harness on llama.cpp's C API (include/llama.h of the exact release bundled by
+ * node-llama-cpp; bench/setup.sh builds it against those headers and prebuilt libraries,
+ * nothing of llama.cpp is committed). It measures what graft's benchmark measures, the same
+ * way, on the same GGUF file and thread count, and prints the same JSON fields, so
+ * bench/compare.sh can set the two side by side:
+ *   - prefill: --prompt random valid token ids in one llama_decode (n_batch = n_ubatch =
+ *     max(512, --prompt), so one physical batch);
+ *   - decode: --gen single-token decodes after that prompt, each the argmax of the
+ *     previous logits;
+ *   - aggregate decode: 1, 2, 4 and 8 sequences (a context with n_seq_max 8), each first
+ *     given a 64-token context, then 64 llama_decode calls holding one token per sequence;
+ *   - memory-read bandwidth: all threads streaming over a 512 MiB buffer, and the decode
+ *     roofline bandwidth / llama_model_size() (all tensor bytes, as graft counts them).
+ * n_threads and n_threads_batch are both --threads; everything else is llama.cpp's
+ * default (F16 KV cache, flash attention "auto", which resolves to on for the CPU backend,
+ * per-sequence KV streams). Each figure is the median of --reps runs, after an untimed
+ * warm-up. `--check` only loads the model and decodes a few tokens: exit status 0 when
+ * llama.cpp runs the file, else 1 with its error on stderr.
+ *
+ * The CPU backend variants (libggml-cpu-*.so) are loaded from $GGML_BACKEND_DIR, else from
+ * the folder setup.sh compiled in (LLAMA_BINS_DIR).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ggml-backend.h"
+#include "llama.h"
+
+#ifndef LLAMA_BINS_DIR
+#error "compile with -DLLAMA_BINS_DIR=\"<folder of libllama and libggml-cpu-*.so>\""
+#endif
+
+#define SEQ_CONTEXT 64
+#define SEQ_GEN 64
+#define MAX_SEQS 8
+#define WARMUP_TOKENS 8
+#define PROBE_BYTES ((size_t)512 << 20)
+#define PROBE_PASSES 2
+
+static const int seq_counts[] = {1, 2, 4, 8};
+#define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
+
+enum { FIG_PREFILL, FIG_DECODE, FIG_AGGREGATE, FIG_BANDWIDTH = FIG_AGGREGATE + N_SEQ_COUNTS,
+       N_FIGURES };
+
+static const char usage[] =
+    "usage: llama_speed -m MODEL [--threads N] [--prompt N] [--gen N] [--reps N] [--json]\n"
+    "       llama_speed -m MODEL [--threads N] --check\n"
+    "\n"
+    "llama.cpp's figures for bench/compare.sh, measured as `graft bench speed` measures\n"
+    "graft's (see its --help for the figures and the JSON fields). --check only tests that\n"
+    "llama.cpp loads the model and decodes a few tokens. --verbose keeps llama.cpp's log.\n";
+
+typedef struct options {
+    const char *model;
+    int threads, n_prompt, n_gen, reps;
+    int json, check, verbose;
+} options;
+
+typedef struct state {
+    struct llama_model *model;
+    struct llama_context *single; /* one sequence of n_prompt + n_gen positions */
+    struct llama_context *multi;  /* MAX_SEQS sequences of SEQ_CONTEXT + SEQ_GEN positions */
+    struct llama_batch batch;     /* room for max(n_prompt, MAX_SEQS * SEQ_CONTEXT) tokens */
+    int32_t n_vocab;
+    double *samples;              /* (N_FIGURES, reps) */
+    uint64_t rng;
+} state;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double rate(double n, double seconds)
+{
+    return seconds > 0 ? n / seconds : 0.0;
+}
+
+/* ---- options ---------------------------------------------------------------------------- */
+
+/* Parses a whole decimal argument within [min, max]; exits with status 2 otherwise. */
+static int parse_int(const char *opt, const char *value, int min, int max)
+{
+    char *end;
+    errno = 0;
+    long v = value ? strtol(value, &end, 10) : 0;
+    if (value == NULL || *value == '\0' || *end != '\0' || errno || v < min || v > max) {
+        fprintf(stderr, "llama_speed: option %s needs an integer in [%d, %d]\n", opt, min,
+                max);
+        exit(2);
+    }
+    return (int)v;
+}
+
+/* The value after option argv[*i] (consumed), or NULL when it is the last argument. */
+static const char *take_value(int argc, char **argv, int *i)
+{
+    return *i + 1 < argc ? argv[++*i] : NULL;
+}
+
+static void parse_options(int argc, char **argv, options *o)
+{
+    *o = (options){.n_prompt = 512, .n_gen = 128, .reps = 3};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
+            o->model = take_value(argc, argv, &i);
+        else if (strcmp(a, "--threads") == 0)
+            o->threads = parse_int(a, take_value(argc, argv, &i), 0, 4096);
+        else if (strcmp(a, "--prompt") == 0)
+            o->n_prompt = parse_int(a, take_value(argc, argv, &i), 1, 1 << 20);
+        else if (strcmp(a, "--gen") == 0)
+            o->n_gen = parse_int(a, take_value(argc, argv, &i), 1, 1 << 20);
+        else if (strcmp(a, "--reps") == 0)
+            o->reps = parse_int(a, take_value(argc, argv, &i), 1, 1000);
+        else if (strcmp(a, "--json") == 0)
+            o->json = 1;
+        else if (strcmp(a, "--check") == 0)
+            o->check = 1;
+        else if (strcmp(a, "--verbose") == 0)
+            o->verbose = 1;
+        else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            exit(0);
+        } else {
+            fprintf(stderr, "llama_speed: unexpected argument '%s'\n%s", a, usage);
+            exit(2);
+        }
+    }
+    if (o->model == NULL) {
+        fprintf(stderr, "llama_speed: missing -m MODEL\n%s", usage);
+        exit(2);
+    }
+    if (o->threads == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = cpus < 1 ? 1 : (int)cpus;
+    }
+}
+
+/* ---- random tokens, argmax, medians ---------------------------------------------------- */
+
+static int32_t random_token(state *s)
+{
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    return (int32_t)((s->rng * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)s->n_vocab);
+}
+
+static int32_t argmax(const float *logits, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double *figure_samples(state *s, const options *o, int figure)
+{
+    return s->samples + (size_t)figure * (size_t)o->reps;
+}
+
+/* ---- the memory-read bandwidth probe (as graft's) --------------------------------------- */
+
+typedef struct probe_slice {
+    pthread_t thread;
+    uint64_t *words;
+    size_t n_words;
+    int fill;
+    uint64_t sum;
+} probe_slice;
+
+static uint64_t sum_words(const uint64_t *w, size_t n)
+{
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        a += w[i];
+        b += w[i + 1];
+        c += w[i + 2];
+        d += w[i + 3];
+    }
+    return a ^ b ^ c ^ d;
+}
+
+static void *probe_slice_run(void *arg)
+{
+    probe_slice *p = arg;
+    if (p->fill)
+        memset(p->words, 0x5a, p->n_words * sizeof *p->words);
+    else
+        for (int pass = 0; pass < PROBE_PASSES; pass++)
+            p->sum += sum_words(p->words, p->n_words);
+    return NULL;
+}
+
+static int run_slices(probe_slice *slices, int n, int fill)
+{
+    int started = 0;
+    for (; started < n; started++) {
+        slices[started].fill = fill;
+        if (pthread_create(&slices[started].thread, NULL, probe_slice_run, &slices[started]))
+            break;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(slices[i].thread, NULL);
+    return started == n ? 0 : -1;
+}
+
+static int probe_bandwidth(int n_threads, int reps, double *gbs)
+{
+    uint64_t *buf = malloc(PROBE_BYTES);
+    probe_slice *slices = calloc((size_t)n_threads, sizeof *slices);
+    int rc = buf && slices ? 0 : -1;
+    size_t words = PROBE_BYTES / sizeof *buf, per = words / (size_t)n_threads / 8 * 8;
+    for (int t = 0; rc == 0 && t < n_threads; t++)
+        slices[t] = (probe_slice){.words = buf + (size_t)t * per, .n_words = per};
+    if (rc == 0)
+        rc = run_slices(slices, n_threads, 1);
+    for (int r = 0; rc == 0 && r < reps; r++) {
+        double t0 = now_s();
+        rc = run_slices(slices, n_threads, 0);
+        double bytes = (double)per * sizeof *buf * (double)n_threads * PROBE_PASSES;
+        gbs[r] = rate(bytes, now_s() - t0) * 1e-9;
+    }
+    free(slices);
+    free(buf);
+    return rc;
+}
+
+/* ---- llama.cpp ---------------------------------------------------------------------------- */
+
+static void log_errors_only(enum ggml_log_level level, const char *text, void *user)
+{
+    (void)user;
+    if (level == GGML_LOG_LEVEL_ERROR)
+        fputs(text, stderr);
+}
+
+/* "avx512", "avx2" or "other": the widest x86 vector set of the CPU backend loaded. */
+static const char *cpu_kernels(void)
+{
+    ggml_backend_reg_t reg = ggml_backend_reg_by_name("CPU");
+    ggml_backend_get_features_t get =
+        reg ? (ggml_backend_get_features_t)ggml_backend_reg_get_proc_address(
+                  reg, "ggml_backend_get_features")
+            : NULL;
+    int avx2 = 0, avx512 = 0;
+    for (struct ggml_backend_feature *f = get ? get(reg) : NULL; f && f->name; f++) {
+        avx2 |= strcmp(f->name, "AVX2") == 0;
+        avx512 |= strcmp(f->name, "AVX512") == 0;
+    }
+    return avx512 ? "avx512" : avx2 ? "avx2" : "other";
+}
+
+static struct llama_context *create_context(state *s, const options *o, int n_seq, int n_ctx)
+{
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t)(n_seq * n_ctx);
+    cp.n_seq_max = (uint32_t)n_seq;
+    cp.n_batch = cp.n_ubatch = (uint32_t)(o->n_prompt > 512 ? o->n_prompt : 512);
+    cp.n_threads = cp.n_threads_batch = o->threads;
+    return llama_init_from_model(s->model, cp);
+}
+
+static int setup(state *s, const options *o)
+{
+    const char *dir = getenv("GGML_BACKEND_DIR");
+    ggml_backend_load_all_from_path(dir && dir[0] ? dir : LLAMA_BINS_DIR);
+    llama_backend_init();
+    struct llama_model_params mp = llama_model_default_params();
+    s->model = llama_model_load_from_file(o->model, mp);
+    if (s->model == NULL) {
+        fprintf(stderr, "llama_speed: llama.cpp cannot load '%s'\n", o->model);
+        return -1;
+    }
+    s->n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(s->model));
+    s->single = create_context(s, o, 1, o->n_prompt + o->n_gen);
+    s->multi = create_context(s, o, MAX_SEQS, SEQ_CONTEXT + SEQ_GEN);
+    if (s->single == NULL || s->multi == NULL) {
+        fprintf(stderr, "llama_speed: llama.cpp cannot create a context for '%s'\n", o->model);
+        return -1;
+    }
+    int room = o->n_prompt > MAX_SEQS * SEQ_CONTEXT ? o->n_prompt : MAX_SEQS * SEQ_CONTEXT;
+    s->batch = llama_batch_init(room, 0, 1);
+    s->samples = calloc((size_t)N_FIGURES * (size_t)o->reps, sizeof *s->samples);
+    s->rng = 0x9E3779B97F4A7C15ull;
+    return s->samples ? 0 : -1;
+}
+
+static void teardown(state *s)
+{
+    if (s->batch.token)
+        llama_batch_free(s->batch);
+    llama_free(s->single);
+    llama_free(s->multi);
+    llama_model_free(s->model);
+    llama_backend_free();
+    free(s->samples);
+}
+
+/* Appends one token to the batch: sequence seq, position pos. */
+static void batch_add(struct llama_batch *b, int32_t token, int32_t pos, int32_t seq,
+                      int want_logits)
+{
+    int i = b->n_tokens++;
+    b->token[i] = token;
+    b->pos[i] = pos;
+    b->n_seq_id[i] = 1;
+    b->seq_id[i][0] = seq;
+    b->logits[i] = (int8_t)(want_logits != 0);
+}
+
+/* llama_decode, with the reason on stderr when it fails. */
+static int decode(struct llama_context *ctx, struct llama_batch b)
+{
+    int rc = llama_decode(ctx, b);
+    if (rc != 0)
+        fprintf(stderr, "llama_speed: llama_decode of %d tokens failed (%d)\n", b.n_tokens, rc);
+    return rc;
+}
+
+static void reset_seq(struct llama_context *ctx, int32_t seq)
+{
+    llama_memory_seq_rm(llama_get_memory(ctx), seq, -1, -1);
+}
+
+/* Evaluates n random tokens on sequence 0 of ctx from position 0, then forgets them. */
+static int warm_up(state *s, struct llama_context *ctx, int n)
+{
+    s->batch.n_tokens = 0;
+    for (int i = 0; i < n; i++)
+        batch_add(&s->batch, random_token(s), i, 0, i + 1 == n);
+    int rc = decode(ctx, s->batch);
+    reset_seq(ctx, 0);
+    return rc;
+}
+
+static int measure_prefill_decode(state *s, const options *o, int rep)
+{
+    reset_seq(s->single, 0);
+    s->batch.n_tokens = 0;
+    for (int i = 0; i < o->n_prompt; i++)
+        batch_add(&s->batch, random_token(s), i, 0, i + 1 == o->n_prompt);
+    double t0 = now_s();
+    int rc = decode(s->single, s->batch);
+    double t1 = now_s();
+    for (int i = 0; rc == 0 && i < o->n_gen; i++) {
+        int32_t next = argmax(llama_get_logits_ith(s->single, -1), s->n_vocab);
+        s->batch.n_tokens = 0;
+        batch_add(&s->batch, next, o->n_prompt + i, 0, 1);
+        rc = decode(s->single, s->batch);
+    }
+    double t2 = now_s();
+    figure_samples(s, o, FIG_PREFILL)[rep] = rate(o->n_prompt, t1 - t0);
+    figure_samples(s, o, FIG_DECODE)[rep] = rate(o->n_gen, t2 - t1);
+    return rc;
+}
+
+/* Resets sequence seq and gives it SEQ_CONTEXT random tokens; *next = the argmax after. */
+static int give_context(state *s, int32_t seq, int32_t *next)
+{
+    reset_seq(s->multi, seq);
+    s->batch.n_tokens = 0;
+    for (int i = 0; i < SEQ_CONTEXT; i++)
+        batch_add(&s->batch, random_token(s), i, seq, i + 1 == SEQ_CONTEXT);
+    int rc = decode(s->multi, s->batch);
+    if (rc == 0)
+        *next = argmax(llama_get_logits_ith(s->multi, -1), s->n_vocab);
+    return rc;
+}
+
+static int measure_aggregate(state *s, int n_seqs, double *tps)
+{
+    int32_t next[MAX_SEQS];
+    int rc = 0;
+    for (int seq = 0; rc == 0 && seq < n_seqs; seq++)
+        rc = give_context(s, seq, &next[seq]);
+    double t0 = now_s();
+    for (int step = 0; rc == 0 && step < SEQ_GEN; step++) {
+        s->batch.n_tokens = 0;
+        for (int seq = 0; seq < n_seqs; seq++)
+            batch_add(&s->batch, next[seq], SEQ_CONTEXT + step, seq, 1);
+        rc = decode(s->multi, s->batch);
+        for (int seq = 0; rc == 0 && seq < n_seqs; seq++)
+            next[seq] = argmax(llama_get_logits_ith(s->multi, seq), s->n_vocab);
+    }
+    *tps = rate((double)n_seqs * SEQ_GEN, now_s() - t0);
+    return rc;
+}
+
+static int measure_all(state *s, const options *o)
+{
+    int rc = warm_up(s, s->single, WARMUP_TOKENS);
+    if (rc == 0)
+        rc = warm_up(s, s->multi, WARMUP_TOKENS);
+    for (int rep = 0; rc == 0 && rep < o->reps; rep++) {
+        rc = measure_prefill_decode(s, o, rep);
+        for (int i = 0; rc == 0 && i < N_SEQ_COUNTS; i++)
+            rc = measure_aggregate(s, seq_counts[i],
+                                   &figure_samples(s, o, FIG_AGGREGATE + i)[rep]);
+    }
+    if (rc == 0 && probe_bandwidth(o->threads, o->reps, figure_samples(s, o, FIG_BANDWIDTH))) {
+        fprintf(stderr, "llama_speed: bandwidth probe: cannot allocate %zu MiB or start "
+                        "its threads\n", PROBE_BYTES >> 20);
+        rc = -1;
+    }
+    return rc;
+}
+
+/* ---- reporting ------------------------------------------------------------------------- */
+
+static void print_json_string(const char *text)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+static void print_json(state *s, const options *o, const double *fig, double roofline)
+{
+    char arch[64] = "";
+    llama_model_meta_val_str(s->model, "general.architecture", arch, sizeof arch);
+    printf("{\"engine\": \"llama.cpp\", \"model\": ");
+    print_json_string(o->model);
+    printf(", \"arch\": ");
+    print_json_string(arch);
+    printf(", \"threads\": %d, \"kernels\": \"%s\"", o->threads, cpu_kernels());
+    printf(", \"prompt_tokens\": %d, \"gen_tokens\": %d, \"seq_context_tokens\": %d, "
+           "\"seq_gen_tokens\": %d, \"reps\": %d, \"weight_bytes\": %llu",
+           o->n_prompt, o->n_gen, SEQ_CONTEXT, SEQ_GEN, o->reps,
+           (unsigned long long)llama_model_size(s->model));
+    printf(", \"prefill_tps\": %.3f, \"decode_tps\": %.3f, \"aggregate_tps\": {",
+           fig[FIG_PREFILL], fig[FIG_DECODE]);
+    for (int i = 0; i < N_SEQ_COUNTS; i++)
+        printf("%s\"%d\": %.3f", i ? ", " : "", seq_counts[i], fig[FIG_AGGREGATE + i]);
+    printf("}, \"bandwidth_gbs\": %.3f, \"decode_roofline_tps\": %.3f}\n", fig[FIG_BANDWIDTH],
+           roofline);
+}
+
+static void print_table(state *s, const options *o, const double *fig, double roofline)
+{
+    printf("llama.cpp speed: %s (%d threads, %s, median of %d)\n", o->model, o->threads,
+           cpu_kernels(), o->reps);
+    printf("  prefill    %12.2f tok/s  (%d tokens in one batch)\n", fig[FIG_PREFILL],
+           o->n_prompt);
+    printf("  decode     %12.2f tok/s  (%d tokens after %d)\n", fig[FIG_DECODE], o->n_gen,
+           o->n_prompt);
+    for (int i = 0; i < N_SEQ_COUNTS; i++)
+        printf("  aggregate  %12.2f tok/s  (%d sequence%s)\n", fig[FIG_AGGREGATE + i],
+               seq_counts[i], seq_counts[i] > 1 ? "s" : "");
+    printf("  bandwidth  %12.2f GB/s\n", fig[FIG_BANDWIDTH]);
+    printf("  roofline   %12.2f tok/s  (%llu weight bytes)\n", roofline,
+           (unsigned long long)llama_model_size(s->model));
+}
+
+static void report(state *s, const options *o)
+{
+    double fig[N_FIGURES];
+    for (int f = 0; f < N_FIGURES; f++)
+        fig[f] = median(figure_samples(s, o, f), o->reps);
+    double roofline = rate(fig[FIG_BANDWIDTH] * 1e9, (double)llama_model_size(s->model));
+    if (o->json)
+        print_json(s, o, fig, roofline);
+    else
+        print_table(s, o, fig, roofline);
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    parse_options(argc, argv, &o);
+    if (!o.verbose)
+        llama_log_set(log_errors_only, NULL);
+    state s = {0};
+    int rc = setup(&s, &o);
+    if (rc == 0 && o.check) {
+        rc = warm_up(&s, s.single, WARMUP_TOKENS);
+        if (rc == 0)
+            rc = warm_up(&s, s.multi, WARMUP_TOKENS);
+        if (rc == 0)
+            printf("llama.cpp runs %s (%s kernels)\n", o.model, cpu_kernels());
+    } else if (rc == 0) {
+        rc = measure_all(&s, &o);
+        if (rc == 0)
+            report(&s, &o);
+    }
+    teardown(&s);
+    return rc == 0 ? 0 : 1;
+}

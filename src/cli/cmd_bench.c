@@ -1,0 +1,511 @@
+/*
+ * cmd_bench.c: `graft bench`: benchmarks of graft, measured so they can be set side by side
+ * with llama.cpp's.
+ *
+ * `graft bench speed` measures through the public API only, exactly as bench/llama_speed.c
+ * measures llama.cpp through its C API (same figures, same token counts, same JSON field
+ * names), so bench/compare.sh can put the two in one table:
+ *   - prefill: a prompt of random valid token ids evaluated in one batch (tokens/s);
+ *   - decode: tokens evaluated one at a time after that prompt, each the argmax of the
+ *     previous logits (tokens/s);
+ *   - aggregate decode: 1, 2, 4 and 8 sequences, each first given a 64-token context, then
+ *     64 steps of one graft_context_eval_batch holding one token per sequence (tokens/s
+ *     summed over the sequences);
+ *   - memory-read bandwidth: every thread streaming over its slice of a 512 MiB buffer
+ *     (GB/s), and the decode roofline it implies: bandwidth / bytes read per decoded token.
+ *     Those bytes are counted as graft_model_info.weight_bytes, all tensor data: exact for
+ *     a model whose output matrix is its token embedding (every graft synth preset); for an
+ *     untied embedding, of which a step reads one row, it overcounts, as the public API does
+ *     not say which it is. KV-cache reads are not counted.
+ * Before the timed runs, a short untimed evaluation on each context maps the weights in.
+ * Each figure is the median of --reps runs. A timing never fails anything (DESIGN.md §5).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+#define SEQ_CONTEXT 64                 /* tokens each sequence holds before aggregate decode */
+#define SEQ_GEN 64                     /* aggregate decode steps */
+#define MAX_SEQS 8                     /* the largest sequence count measured */
+#define WARMUP_TOKENS 8                /* untimed tokens that map the weights in */
+#define PROBE_BYTES ((size_t)512 << 20) /* bandwidth buffer, well beyond the caches */
+#define PROBE_PASSES 2                 /* reads of the whole buffer per bandwidth sample */
+
+static const int32_t seq_counts[] = {1, 2, 4, 8};
+#define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
+
+/* The figures, each sampled once per rep. */
+enum { FIG_PREFILL, FIG_DECODE, FIG_AGGREGATE, FIG_BANDWIDTH = FIG_AGGREGATE + N_SEQ_COUNTS,
+       N_FIGURES };
+
+static const char bench_usage[] =
+    "usage: graft bench SUBCOMMAND [OPTIONS]\n"
+    "\n"
+    "Benchmarks graft. bench/compare.sh runs them side by side with llama.cpp.\n"
+    "\n"
+    "subcommands:\n"
+    "  speed      prefill, decode and multi-sequence decode speed, memory bandwidth\n"
+    "\n"
+    "'graft bench SUBCOMMAND --help' describes a subcommand's options.\n";
+
+static const char speed_usage[] =
+    "usage: graft bench speed -m MODEL [--threads N] [--kernels K] [--prompt N] [--gen N]\n"
+    "                         [--reps N] [--json]\n"
+    "\n"
+    "Measures, on random valid token ids:\n"
+    "  prefill    a prompt of --prompt tokens evaluated in one batch\n"
+    "  decode     --gen tokens evaluated one at a time after that prompt, each the argmax\n"
+    "             of the previous logits\n"
+    "  aggregate  1, 2, 4 and 8 sequences, each given a 64-token context, then 64 steps\n"
+    "             evaluating one token of every sequence in one batch (tokens/s summed\n"
+    "             over the sequences)\n"
+    "  bandwidth  memory read by all threads streaming over a 512 MiB buffer; the decode\n"
+    "             roofline is bandwidth / weight bytes (all tensor data: what a decode step\n"
+    "             reads, not counting the KV cache)\n"
+    "Each figure is the median of --reps runs, after an untimed warm-up.\n"
+    "\n"
+    "options:\n"
+    "  -m, --model FILE   GGUF model\n"
+    "  --threads N        compute threads (default 0: one per online CPU)\n"
+    "  --kernels K        scalar, avx2 or avx512 (default: $GRAFT_KERNELS, else the best)\n"
+    "  --prompt N         prefill tokens (default 512)\n"
+    "  --gen N            decode tokens (default 128)\n"
+    "  --reps N           runs per figure, the median is reported (default 3)\n"
+    "  --json             print one JSON object instead of the table\n"
+    "  -h, --help         show this help\n"
+    "\n"
+    "JSON fields: engine (\"graft\"), model (the path), arch, threads, kernels,\n"
+    "prompt_tokens, gen_tokens, seq_context_tokens, seq_gen_tokens, reps, weight_bytes,\n"
+    "prefill_tps, decode_tps, aggregate_tps ({\"1\": tok/s, \"2\": .., \"4\": .., \"8\": ..}),\n"
+    "bandwidth_gbs (1e9 bytes/s), decode_roofline_tps.\n";
+
+typedef struct speed_options {
+    const char *model;
+    const char *kernels;
+    int32_t threads, n_prompt, n_gen, reps;
+    int json;
+} speed_options;
+
+typedef struct bench_state {
+    graft_model *model;
+    graft_model_info info;
+    graft_context *single; /* one sequence of n_prompt + n_gen positions */
+    graft_context *multi;  /* MAX_SEQS sequences of SEQ_CONTEXT + SEQ_GEN positions */
+    int32_t *tokens;       /* (n_prompt) */
+    float *logits;         /* (MAX_SEQS, n_vocab) */
+    double *samples;       /* (N_FIGURES, reps) */
+    uint64_t rng;
+} bench_state;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double rate(double n, double seconds)
+{
+    return seconds > 0 ? n / seconds : 0.0;
+}
+
+/* ---- random tokens and argmax --------------------------------------------------------- */
+
+/* A valid token id from a fixed-seed xorshift64* stream (the same ids on every run). */
+static int32_t random_token(bench_state *s)
+{
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    return (int32_t)((s->rng * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)s->info.n_vocab);
+}
+
+/* The index of the largest of n logits, the lowest on ties. */
+static int32_t argmax(const float *logits, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
+
+/* ---- medians ---------------------------------------------------------------------------- */
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (sorted in place; the mean of the middle two when n is even). */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double *figure_samples(bench_state *s, const speed_options *o, int figure)
+{
+    return s->samples + (size_t)figure * (size_t)o->reps;
+}
+
+/* ---- the memory-read bandwidth probe -------------------------------------------------- */
+
+typedef struct probe_slice {
+    pthread_t thread;
+    uint64_t *words;
+    size_t n_words;
+    int fill;     /* nonzero: write the slice (first touch), else read it PROBE_PASSES times */
+    uint64_t sum; /* what the reads added up, so the compiler keeps them */
+} probe_slice;
+
+/* Four independent sums, so the loop is bound by loads, not by one addition chain. */
+static uint64_t sum_words(const uint64_t *w, size_t n)
+{
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        a += w[i];
+        b += w[i + 1];
+        c += w[i + 2];
+        d += w[i + 3];
+    }
+    return a ^ b ^ c ^ d;
+}
+
+static void *probe_slice_run(void *arg)
+{
+    probe_slice *p = arg;
+    if (p->fill)
+        memset(p->words, 0x5a, p->n_words * sizeof *p->words);
+    else
+        for (int pass = 0; pass < PROBE_PASSES; pass++)
+            p->sum += sum_words(p->words, p->n_words);
+    return NULL;
+}
+
+/* Runs every slice on its own thread; GRAFT_OK once all have joined. */
+static int run_slices(probe_slice *slices, int n, int fill)
+{
+    int started = 0;
+    for (; started < n; started++) {
+        slices[started].fill = fill;
+        if (pthread_create(&slices[started].thread, NULL, probe_slice_run, &slices[started]))
+            break;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(slices[i].thread, NULL);
+    return started == n ? GRAFT_OK : GRAFT_ENOMEM;
+}
+
+/* Samples the read bandwidth (GB/s) reps times with n_threads threads. */
+static int probe_bandwidth(int n_threads, int reps, double *gbs)
+{
+    uint64_t *buf = malloc(PROBE_BYTES);
+    probe_slice *slices = calloc((size_t)n_threads, sizeof *slices);
+    int rc = buf && slices ? GRAFT_OK : GRAFT_ENOMEM;
+    size_t words = PROBE_BYTES / sizeof *buf, per = words / (size_t)n_threads / 8 * 8;
+    for (int t = 0; rc == GRAFT_OK && t < n_threads; t++)
+        slices[t] = (probe_slice){.words = buf + (size_t)t * per, .n_words = per};
+    if (rc == GRAFT_OK)
+        rc = run_slices(slices, n_threads, 1);
+    for (int r = 0; rc == GRAFT_OK && r < reps; r++) {
+        double t0 = now_s();
+        rc = run_slices(slices, n_threads, 0);
+        double bytes = (double)per * sizeof *buf * (double)n_threads * PROBE_PASSES;
+        gbs[r] = rate(bytes, now_s() - t0) * 1e-9;
+    }
+    free(slices);
+    free(buf);
+    return rc;
+}
+
+/* ---- the model measurements ------------------------------------------------------------- */
+
+/* Prefill of n_prompt tokens, then n_gen single-token decodes, on sequence 0. */
+static int measure_prefill_decode(bench_state *s, const speed_options *o, int rep)
+{
+    int32_t n_vocab = s->info.n_vocab;
+    graft_context_seq_reset(s->single, 0);
+    for (int32_t i = 0; i < o->n_prompt; i++)
+        s->tokens[i] = random_token(s);
+    double t0 = now_s();
+    int rc = graft_context_eval(s->single, s->tokens, (size_t)o->n_prompt, s->logits);
+    double t1 = now_s();
+    for (int32_t i = 0; rc == GRAFT_OK && i < o->n_gen; i++) {
+        int32_t next = argmax(s->logits, n_vocab);
+        rc = graft_context_eval(s->single, &next, 1, s->logits);
+    }
+    double t2 = now_s();
+    figure_samples(s, o, FIG_PREFILL)[rep] = rate(o->n_prompt, t1 - t0);
+    figure_samples(s, o, FIG_DECODE)[rep] = rate(o->n_gen, t2 - t1);
+    return rc;
+}
+
+/* Resets sequence seq and gives it SEQ_CONTEXT random tokens; *next = the argmax after. */
+static int give_context(bench_state *s, int32_t seq, int32_t *next)
+{
+    graft_batch_token batch[SEQ_CONTEXT];
+    for (int32_t i = 0; i < SEQ_CONTEXT; i++)
+        batch[i] = (graft_batch_token){seq, random_token(s), i + 1 == SEQ_CONTEXT};
+    graft_context_seq_reset(s->multi, seq);
+    int rc = graft_context_eval_batch(s->multi, batch, SEQ_CONTEXT, s->logits);
+    *next = argmax(s->logits, s->info.n_vocab);
+    return rc;
+}
+
+/* SEQ_GEN steps of one batch holding one token of each of n_seqs sequences; tokens/s. */
+static int measure_aggregate(bench_state *s, int32_t n_seqs, double *tps)
+{
+    int32_t next[MAX_SEQS];
+    int rc = GRAFT_OK;
+    for (int32_t seq = 0; rc == GRAFT_OK && seq < n_seqs; seq++)
+        rc = give_context(s, seq, &next[seq]);
+    graft_batch_token batch[MAX_SEQS];
+    double t0 = now_s();
+    for (int step = 0; rc == GRAFT_OK && step < SEQ_GEN; step++) {
+        for (int32_t seq = 0; seq < n_seqs; seq++)
+            batch[seq] = (graft_batch_token){seq, next[seq], 1};
+        rc = graft_context_eval_batch(s->multi, batch, (size_t)n_seqs, s->logits);
+        for (int32_t seq = 0; seq < n_seqs; seq++)
+            next[seq] = argmax(s->logits + (size_t)seq * (size_t)s->info.n_vocab,
+                               s->info.n_vocab);
+    }
+    *tps = rate((double)n_seqs * SEQ_GEN, now_s() - t0);
+    return rc;
+}
+
+/* A few untimed tokens on each context, so the timed runs find the weights mapped in. */
+static int warm_up(bench_state *s)
+{
+    int32_t warm[WARMUP_TOKENS];
+    for (int i = 0; i < WARMUP_TOKENS; i++)
+        warm[i] = random_token(s);
+    int rc = graft_context_eval(s->single, warm, WARMUP_TOKENS, s->logits);
+    if (rc == GRAFT_OK)
+        rc = graft_context_eval(s->multi, warm, WARMUP_TOKENS, s->logits);
+    graft_context_seq_reset(s->single, 0);
+    graft_context_seq_reset(s->multi, 0);
+    return rc;
+}
+
+static int measure_all(bench_state *s, const speed_options *o)
+{
+    int rc = warm_up(s);
+    for (int rep = 0; rc == GRAFT_OK && rep < o->reps; rep++) {
+        rc = measure_prefill_decode(s, o, rep);
+        for (int i = 0; rc == GRAFT_OK && i < N_SEQ_COUNTS; i++)
+            rc = measure_aggregate(s, seq_counts[i],
+                                   &figure_samples(s, o, FIG_AGGREGATE + i)[rep]);
+    }
+    if (rc != GRAFT_OK) {
+        graft__cli_error("bench speed", "evaluation failed: %s", graft_status_str(rc));
+        return GRAFT_CLI_FAILED;
+    }
+    rc = probe_bandwidth(graft_context_threads(s->single), o->reps,
+                         figure_samples(s, o, FIG_BANDWIDTH));
+    if (rc != GRAFT_OK) {
+        graft__cli_error("bench speed", "bandwidth probe: cannot allocate %zu MiB or start "
+                         "its threads", PROBE_BYTES >> 20);
+        return GRAFT_CLI_FAILED;
+    }
+    return GRAFT_CLI_OK;
+}
+
+/* ---- set-up ----------------------------------------------------------------------------- */
+
+static int parse_speed_options(int argc, char **argv, speed_options *o)
+{
+    o->n_prompt = 512;
+    o->n_gen = 128;
+    o->reps = 3;
+    const graft__cli_opt opts[] = {
+        {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
+        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, 4096, 0},
+        {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
+        {"--prompt", NULL, GRAFT_CLI_INT, &o->n_prompt, 1, 1 << 20, 0},
+        {"--gen", NULL, GRAFT_CLI_INT, &o->n_gen, 1, 1 << 20, 0},
+        {"--reps", NULL, GRAFT_CLI_INT, &o->reps, 1, 1000, 0},
+        {"--json", NULL, GRAFT_CLI_FLAG, &o->json, 0, 0, 1},
+    };
+    const graft__cli_command cmd = {"bench speed", speed_usage, opts,
+                                    sizeof opts / sizeof opts[0], NULL, 0};
+    int rc = graft__cli_parse(&cmd, argc, argv, NULL);
+    if (rc < 0 && o->model == NULL) {
+        graft__cli_error("bench speed", "missing -m MODEL (see 'graft bench speed --help')");
+        return GRAFT_CLI_USAGE;
+    }
+    return rc;
+}
+
+static int create_context(bench_state *s, const speed_options *o, int32_t n_seq,
+                          int32_t n_ctx, graft_context **out)
+{
+    graft_context_options co = graft_context_default_options();
+    co.n_ctx = n_ctx;
+    co.n_seq = n_seq;
+    co.n_threads = o->threads;
+    co.kernels = o->kernels;
+    char *err = NULL;
+    int rc = graft_context_create_ex(s->model, &co, out, &err);
+    if (rc != GRAFT_OK)
+        graft__cli_error("bench speed", "%s", err ? err : graft_status_str(rc));
+    graft_free(err);
+    return rc == GRAFT_OK ? GRAFT_CLI_OK : GRAFT_CLI_FAILED;
+}
+
+static int bench_setup(bench_state *s, const speed_options *o)
+{
+    char *err = NULL;
+    int rc = graft_model_load(o->model, &s->model, &err);
+    if (rc != GRAFT_OK) {
+        graft__cli_error("bench speed", "%s", err ? err : graft_status_str(rc));
+        graft_free(err);
+        return GRAFT_CLI_FAILED;
+    }
+    graft_model_get_info(s->model, &s->info);
+    s->rng = 0x9E3779B97F4A7C15ull;
+    if (create_context(s, o, 1, o->n_prompt + o->n_gen, &s->single) != GRAFT_CLI_OK ||
+        create_context(s, o, MAX_SEQS, SEQ_CONTEXT + SEQ_GEN, &s->multi) != GRAFT_CLI_OK)
+        return GRAFT_CLI_FAILED;
+    s->tokens = malloc((size_t)o->n_prompt * sizeof *s->tokens);
+    s->logits = malloc((size_t)MAX_SEQS * (size_t)s->info.n_vocab * sizeof *s->logits);
+    s->samples = calloc((size_t)N_FIGURES * (size_t)o->reps, sizeof *s->samples);
+    if (s->tokens == NULL || s->logits == NULL || s->samples == NULL) {
+        graft__cli_error("bench speed", "out of memory");
+        return GRAFT_CLI_FAILED;
+    }
+    return GRAFT_CLI_OK;
+}
+
+static void bench_free(bench_state *s)
+{
+    graft_context_free(s->single);
+    graft_context_free(s->multi);
+    graft_model_free(s->model);
+    free(s->tokens);
+    free(s->logits);
+    free(s->samples);
+}
+
+/* ---- reporting -------------------------------------------------------------------------- */
+
+typedef struct speed_results {
+    double fig[N_FIGURES]; /* medians */
+    double roofline_tps;
+} speed_results;
+
+static void summarize(bench_state *s, const speed_options *o, speed_results *r)
+{
+    for (int f = 0; f < N_FIGURES; f++)
+        r->fig[f] = median(figure_samples(s, o, f), o->reps);
+    r->roofline_tps = rate(r->fig[FIG_BANDWIDTH] * 1e9, (double)s->info.weight_bytes);
+}
+
+/* A JSON string literal: quotes, backslashes and control characters escaped. */
+static void print_json_string(const char *text)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+static void print_json(const bench_state *s, const speed_options *o, const speed_results *r)
+{
+    printf("{\"engine\": \"graft\", \"model\": ");
+    print_json_string(o->model);
+    printf(", \"arch\": ");
+    print_json_string(s->info.arch);
+    printf(", \"threads\": %d, \"kernels\": ", (int)graft_context_threads(s->single));
+    print_json_string(graft_context_kernels(s->single));
+    printf(", \"prompt_tokens\": %d, \"gen_tokens\": %d, \"seq_context_tokens\": %d, "
+           "\"seq_gen_tokens\": %d, \"reps\": %d, \"weight_bytes\": %llu",
+           (int)o->n_prompt, (int)o->n_gen, SEQ_CONTEXT, SEQ_GEN, (int)o->reps,
+           (unsigned long long)s->info.weight_bytes);
+    printf(", \"prefill_tps\": %.3f, \"decode_tps\": %.3f, \"aggregate_tps\": {",
+           r->fig[FIG_PREFILL], r->fig[FIG_DECODE]);
+    for (int i = 0; i < N_SEQ_COUNTS; i++)
+        printf("%s\"%d\": %.3f", i ? ", " : "", (int)seq_counts[i], r->fig[FIG_AGGREGATE + i]);
+    printf("}, \"bandwidth_gbs\": %.3f, \"decode_roofline_tps\": %.3f}\n",
+           r->fig[FIG_BANDWIDTH], r->roofline_tps);
+}
+
+/* "  decode     128 tokens after 512          1234.56 tok/s" */
+static void print_row(const char *what, const char *detail, double value, const char *unit)
+{
+    printf("  %-10s %-36s %12.2f %s", what, detail, value, unit);
+}
+
+static void print_table(const bench_state *s, const speed_options *o, const speed_results *r)
+{
+    char detail[64];
+    printf("graft bench speed: %s\n", o->model);
+    int32_t threads = graft_context_threads(s->single);
+    printf("  %s, %.2f MiB of weights; %d thread%s, %s kernels; median of %d run%s\n\n",
+           s->info.arch, (double)s->info.weight_bytes / (1024.0 * 1024.0), (int)threads,
+           threads > 1 ? "s" : "", graft_context_kernels(s->single), (int)o->reps,
+           o->reps > 1 ? "s" : "");
+    snprintf(detail, sizeof detail, "%d tokens in one batch", (int)o->n_prompt);
+    print_row("prefill", detail, r->fig[FIG_PREFILL], "tok/s\n");
+    snprintf(detail, sizeof detail, "%d tokens after %d", (int)o->n_gen, (int)o->n_prompt);
+    print_row("decode", detail, r->fig[FIG_DECODE], "tok/s");
+    printf("  (%.1f%% of the roofline)\n", 100.0 * rate(r->fig[FIG_DECODE], r->roofline_tps));
+    for (int i = 0; i < N_SEQ_COUNTS; i++) {
+        snprintf(detail, sizeof detail, "%d sequence%s, %d steps after %d", (int)seq_counts[i],
+                 seq_counts[i] > 1 ? "s" : "", SEQ_GEN, SEQ_CONTEXT);
+        print_row(i ? "" : "aggregate", detail, r->fig[FIG_AGGREGATE + i], "tok/s\n");
+    }
+    snprintf(detail, sizeof detail, "memory read, %d threads, %zu MiB",
+             (int)graft_context_threads(s->single), PROBE_BYTES >> 20);
+    print_row("bandwidth", detail, r->fig[FIG_BANDWIDTH], "GB/s\n");
+    print_row("roofline", "decode at bandwidth / weight bytes", r->roofline_tps, "tok/s\n");
+}
+
+static int bench_speed(int argc, char **argv)
+{
+    speed_options o = {0};
+    int rc = parse_speed_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    bench_state s = {0};
+    rc = bench_setup(&s, &o);
+    if (rc == GRAFT_CLI_OK)
+        rc = measure_all(&s, &o);
+    if (rc == GRAFT_CLI_OK) {
+        speed_results r;
+        summarize(&s, &o, &r);
+        if (o.json)
+            print_json(&s, &o, &r);
+        else
+            print_table(&s, &o, &r);
+    }
+    bench_free(&s);
+    return rc;
+}
+
+int graft__cli_bench(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(bench_usage, stderr);
+        return GRAFT_CLI_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(bench_usage, stdout);
+        return GRAFT_CLI_OK;
+    }
+    if (strcmp(argv[1], "speed") == 0)
+        return bench_speed(argc - 1, argv + 1);
+    graft__cli_error("bench", "unknown subcommand '%s' (see 'graft bench --help')", argv[1]);
+    return GRAFT_CLI_USAGE;
+}

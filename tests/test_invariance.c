@@ -23,7 +23,7 @@
 
 #include "graft.h"
 
-#define PROMPT_LEN 100
+#define PROMPT_LEN 72
 #define OTHERS 3
 
 static const char *const kernel_sets[] = {"scalar", "avx2", "avx512"};

@@ -28,7 +28,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <cpuid.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,16 +100,6 @@ static float rng_float(void)
 {
     rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
     return (float)((double)(uint32_t)(rng_state >> 32) / 2147483648.0 - 1.0);
-}
-
-/* AVX2 and FMA with the OS saving the ymm registers (__builtin_cpu_supports checks that),
- * and F16C (CPUID leaf 1, ECX; clang's __builtin_cpu_supports does not know "f16c"). */
-static bool cpu_has_avx2_path(void)
-{
-    unsigned eax, ebx, ecx, edx;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
 }
 
 static void *alloc64(size_t bytes)
@@ -301,7 +290,7 @@ static void check_batch_invariance(const problem *p)
 
 static void test_type(const type_case *c)
 {
-    if (!cpu_has_avx2_path())
+    if (!graft__cpu_has_avx2())
         skip();
     const int64_t n_ins[] = {256, 1024, 3072, c->ragged_n_in};
     static const int64_t n_toks[] = {1, 3, 8, 13, 64};

@@ -29,7 +29,9 @@
  * Invariance (memcmp): each token computed alone (n_tok = 1) and in batches of 3, 8 and 13
  * starting at several positions equals its row of the n_tok = 64 result; and computing the
  * rows as [0, 5) + [5, 37), or [0, 1) + [1, 2) + [2, 11) + [11, 37), equals one call over
- * [0, 37), for n_tok = 64 and 13.
+ * [0, 37), for n_tok = 64 and 13. The same again (without the slow reference) for 300 rows
+ * of 1024 and of 3072 inputs, which the path cuts into several row blocks, token panels
+ * and (the 32-element types) packed pieces.
  *
  * The weights start at an odd address and are allocated to their exact size, so a kernel
  * that assumed alignment or read past the matrix fails here (under ASan for the latter).
@@ -50,7 +52,12 @@
 #include "kernels/kernels.h"
 #include "kernels/matmul_path.h"
 
-enum { N_OUT = 37, N_TOK = 64, MAX_IN = 3072 };
+enum {
+    N_OUT = 37,      /* rows of most problems: a ragged count */
+    N_OUT_BIG = 300, /* rows of the problems that span several of the path's row blocks */
+    N_TOK = 64,      /* tokens of every problem */
+    MAX_IN = 3072    /* longest row */
+};
 
 static const graft__matmul_path *path = &graft__matmul_avx512;
 
@@ -76,15 +83,6 @@ static float rng_float(void)
     return (float)((double)rng_u32() / 2147483648.0 - 1.0);
 }
 
-static bool cpu_has_avx512_path(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vnni");
-}
-
 static bool is_float_type(uint32_t type)
 {
     return type == GRAFT_TYPE_F32 || type == GRAFT_TYPE_F16 || type == GRAFT_TYPE_BF16;
@@ -104,34 +102,37 @@ static int act_block(uint32_t type)
 /* One problem: weights, their decoded values, tokens, the reference result. */
 typedef struct problem {
     uint32_t type;
-    int64_t n_in;
+    int64_t n_in, n_out;
     size_t row_bytes;
     uint8_t *w_alloc;
-    uint8_t *w;           /* (N_OUT rows of row_bytes), at an odd address */
-    float *wd;            /* (N_OUT, n_in) decoded weights */
-    float *x;             /* (N_TOK, n_in) */
-    float *y_ref;         /* (N_TOK, N_OUT) */
+    uint8_t *w;    /* (n_out rows of row_bytes), at an odd address */
+    float *wd;     /* (n_out, n_in) decoded weights */
+    float *x;      /* (N_TOK, n_in) */
+    float *y_ref;  /* (N_TOK, n_out) */
     size_t act_bytes;
-    uint8_t *xa;          /* (N_TOK, act_bytes) prepared activations, 64-byte aligned */
+    uint8_t *xa;   /* (N_TOK, act_bytes) prepared activations, 64-byte aligned */
 } problem;
 
-static void make_problem(problem *p, uint32_t type, int64_t n_in, uint64_t seed)
+/* The reference result is computed only if with_reference (it dominates the time). */
+static void make_problem(problem *p, uint32_t type, int64_t n_in, int64_t n_out,
+                         bool with_reference, uint64_t seed)
 {
     rng_seed(seed);
     p->type = type;
     p->n_in = n_in;
+    p->n_out = n_out;
     p->row_bytes = graft__type_row_bytes(type, (uint64_t)n_in);
     assert_true(p->row_bytes > 0);
-    p->w_alloc = malloc(p->row_bytes * N_OUT + 1);
+    p->w_alloc = malloc(p->row_bytes * (size_t)n_out + 1);
     p->w = p->w_alloc + 1;
-    p->wd = malloc(sizeof(float) * N_OUT * (size_t)n_in);
+    p->wd = malloc(sizeof(float) * (size_t)(n_out * n_in));
     p->x = malloc(sizeof(float) * N_TOK * (size_t)n_in);
-    p->y_ref = malloc(sizeof(float) * N_TOK * N_OUT);
+    p->y_ref = malloc(sizeof(float) * N_TOK * (size_t)n_out);
     assert_non_null(p->w_alloc);
     assert_non_null(p->wd && p->x && p->y_ref);
 
     float row[MAX_IN];
-    for (int o = 0; o < N_OUT; o++) {
+    for (int o = 0; o < n_out; o++) {
         for (int64_t i = 0; i < n_in; i += 32) {
             float scale = exp2f((float)(rng_u32() % 7) - 3.0f);
             for (int64_t j = i; j < i + 32 && j < n_in; j++)
@@ -142,7 +143,8 @@ static void make_problem(problem *p, uint32_t type, int64_t n_in, uint64_t seed)
     }
     for (int64_t i = 0; i < N_TOK * n_in; i++)
         p->x[i] = rng_float() * (rng_u32() % 100 == 0 ? 20.0f : 1.0f);
-    graft__matmul(p->y_ref, p->w, type, n_in, N_OUT, p->x, N_TOK);
+    if (with_reference)
+        graft__matmul(p->y_ref, p->w, type, n_in, n_out, p->x, N_TOK);
 
     p->act_bytes = path->act_bytes(type, n_in);
     assert_int_equal(p->act_bytes % 64, 0);
@@ -161,10 +163,19 @@ static void free_problem(problem *p)
     free(p->xa);
 }
 
-/* y (n_tok, N_OUT) rows [o0, o1) for tokens [t0, t0 + n_tok). */
+/* y (n_tok, n_out) rows [o0, o1) for tokens [t0, t0 + n_tok). */
 static void run(const problem *p, float *y, int64_t o0, int64_t o1, int t0, int n_tok)
 {
-    path->gemm(p->type, y, N_OUT, p->w, p->n_in, o0, o1, p->xa + t0 * p->act_bytes, n_tok);
+    path->gemm(p->type, y, p->n_out, p->w, p->n_in, o0, o1, p->xa + t0 * p->act_bytes, n_tok);
+}
+
+/* A (N_TOK, n_out) output buffer, every float's bits 0xffffffff. */
+static float *new_output(const problem *p)
+{
+    float *y = malloc(sizeof(float) * N_TOK * (size_t)p->n_out);
+    assert_non_null(y);
+    memset(y, 0xff, sizeof(float) * N_TOK * (size_t)p->n_out);
+    return y;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -202,15 +213,15 @@ static void check_accuracy(const problem *p, const float *y)
 {
     double err2 = 0, ref2 = 0, expected2 = 0, worst = 0;
     for (int t = 0; t < N_TOK; t++) {
-        for (int o = 0; o < N_OUT; o++) {
+        for (int o = 0; o < p->n_out; o++) {
             double s, expected;
             double bound = error_bound(p, t, o, &s, &expected);
-            double ref = p->y_ref[t * N_OUT + o];
-            double err = fabs((double)y[t * N_OUT + o] - ref);
+            double ref = p->y_ref[t * p->n_out + o];
+            double err = fabs((double)y[t * p->n_out + o] - ref);
             if (!(err <= bound))
                 fail_msg("%s n_in %lld: y[%d][%d] = %.9g, reference %.9g, error %.3g > %.3g",
                          graft__type_traits_of(p->type)->name, (long long)p->n_in, t, o,
-                         (double)y[t * N_OUT + o], ref, err, bound);
+                         (double)y[t * p->n_out + o], ref, err, bound);
             err2 += err * err;
             ref2 += ref * ref;
             expected2 += expected;
@@ -218,9 +229,10 @@ static void check_accuracy(const problem *p, const float *y)
         }
     }
     double nmse = err2 / ref2;
-    print_message("    %-6s n_in %4lld: max |err| / sum|w||x| = %.2e, NMSE = %.2e"
+    print_message("    %-6s n_in %4lld n_out %3lld: max |err| / sum|w||x| = %.2e, NMSE = %.2e"
                   " (%.2f of the rounding model)\n",
-                  graft__type_traits_of(p->type)->name, (long long)p->n_in, worst, nmse,
+                  graft__type_traits_of(p->type)->name, (long long)p->n_in,
+                  (long long)p->n_out, worst, nmse,
                   expected2 > 0 ? err2 / expected2 : 0.0);
     if (is_float_type(p->type))
         assert_true(nmse <= 1e-10);
@@ -236,49 +248,52 @@ static void check_accuracy(const problem *p, const float *y)
 static void check_token_batches(const problem *p, const float *y_full, int n_tok)
 {
     static const int starts[] = {0, 1, 7, 13, 30, 51, 63};
-    float y[N_TOK * N_OUT];
+    float *y = new_output(p);
+    size_t row = sizeof(float) * (size_t)p->n_out;
     for (size_t k = 0; k < sizeof starts / sizeof starts[0]; k++) {
         int t0 = starts[k] + n_tok <= N_TOK ? starts[k] : N_TOK - n_tok;
-        run(p, y, 0, N_OUT, t0, n_tok);
+        run(p, y, 0, p->n_out, t0, n_tok);
         for (int t = 0; t < n_tok; t++)
-            if (memcmp(y + t * N_OUT, y_full + (t0 + t) * N_OUT, sizeof(float) * N_OUT) != 0)
+            if (memcmp(y + t * p->n_out, y_full + (t0 + t) * p->n_out, row) != 0)
                 fail_msg("%s n_in %lld: token %d computed in a batch of %d at %d differs",
                          graft__type_traits_of(p->type)->name, (long long)p->n_in, t0 + t,
                          n_tok, t0);
     }
+    free(y);
 }
 
 /* Rows computed in pieces split at `cuts` equal one call over all rows. */
 static void check_row_split(const problem *p, const float *y_full, int n_tok,
                             const int *cuts, int n_cuts)
 {
-    float y[N_TOK * N_OUT];
-    memset(y, 0xff, sizeof y);
+    float *y = new_output(p);
     int64_t o0 = 0;
     for (int k = 0; k <= n_cuts; k++) {
-        int64_t o1 = k < n_cuts ? cuts[k] : N_OUT;
+        int64_t o1 = k < n_cuts ? cuts[k] : p->n_out;
         run(p, y, o0, o1, 0, n_tok);
         o0 = o1;
     }
-    assert_memory_equal(y, y_full, sizeof(float) * N_OUT * (size_t)n_tok);
+    assert_memory_equal(y, y_full, sizeof(float) * (size_t)(p->n_out * n_tok));
+    free(y);
 }
 
-static void check_shape(uint32_t type, int64_t n_in)
+/* Accuracy (if `accuracy`) and invariance for one shape. */
+static void check_shape(uint32_t type, int64_t n_in, int64_t n_out, bool accuracy)
 {
     problem p;
-    make_problem(&p, type, n_in, (uint64_t)type * 1000 + (uint64_t)n_in);
-    float *y64 = malloc(sizeof(float) * N_TOK * N_OUT);
-    float *y13 = malloc(sizeof(float) * N_TOK * N_OUT);
-    assert_non_null(y64 && y13);
-    run(&p, y64, 0, N_OUT, 0, N_TOK);
-    check_accuracy(&p, y64);
+    make_problem(&p, type, n_in, n_out, accuracy,
+                 (uint64_t)type * 1000 + (uint64_t)(n_in + n_out));
+    float *y64 = new_output(&p), *y13 = new_output(&p);
+    run(&p, y64, 0, n_out, 0, N_TOK);
+    if (accuracy)
+        check_accuracy(&p, y64);
 
     static const int batches[] = {1, 3, 8, 13};
     for (size_t k = 0; k < sizeof batches / sizeof batches[0]; k++)
         check_token_batches(&p, y64, batches[k]);
 
     static const int split2[] = {5}, split4[] = {1, 2, 11};
-    run(&p, y13, 0, N_OUT, 0, 13);
+    run(&p, y13, 0, n_out, 0, 13);
     check_row_split(&p, y64, N_TOK, split2, 1);
     check_row_split(&p, y64, N_TOK, split4, 3);
     check_row_split(&p, y13, 13, split2, 1);
@@ -291,37 +306,41 @@ static void check_shape(uint32_t type, int64_t n_in)
 static void test_type(void **state)
 {
     uint32_t type = *(const uint32_t *)*state;
-    if (!cpu_has_avx512_path())
+    if (!graft__cpu_has_avx512())
         skip();
     static const int64_t common[] = {256, 1024, 3072};
     for (size_t k = 0; k < sizeof common / sizeof common[0]; k++)
-        check_shape(type, common[k]);
+        check_shape(type, common[k], N_OUT, true);
     if (is_float_type(type))
-        check_shape(type, 100);
+        check_shape(type, 100, N_OUT, true);
     else if (!is_kquant(type)) {
-        check_shape(type, 96);
-        check_shape(type, 160);
+        check_shape(type, 96, N_OUT, true);
+        check_shape(type, 160, N_OUT, true);
     }
+    check_shape(type, 1024, N_OUT_BIG, false);
+    check_shape(type, 3072, N_OUT_BIG, false);
 }
 
 /* Degenerate calls: no rows, no tokens, a single row, and the path's name. */
 static void test_edges(void **state)
 {
     (void)state;
-    if (!cpu_has_avx512_path())
+    if (!graft__cpu_has_avx512())
         skip();
     assert_string_equal(path->name, "avx512");
     problem p;
-    make_problem(&p, GRAFT_TYPE_Q4_0, 256, 7);
-    float y[N_TOK * N_OUT];
-    memset(y, 0xff, sizeof y);
+    make_problem(&p, GRAFT_TYPE_Q4_0, 256, N_OUT, false, 7);
+    float *y = new_output(&p);
     run(&p, y, 3, 3, 0, N_TOK); /* empty row range */
     run(&p, y, 0, N_OUT, 0, 0); /* no tokens */
-    for (size_t i = 0; i < sizeof y / sizeof y[0]; i++)
+    for (size_t i = 0; i < N_TOK * N_OUT; i++)
         assert_int_equal(((uint32_t *)y)[i], 0xffffffffu);
     run(&p, y, 36, 37, 0, N_TOK);
-    for (int t = 0; t < N_TOK; t++)
+    for (int t = 0; t < N_TOK; t++) {
         assert_int_equal(((uint32_t *)y)[t * N_OUT + 35], 0xffffffffu);
+        assert_int_not_equal(((uint32_t *)y)[t * N_OUT + 36], 0xffffffffu);
+    }
+    free(y);
     free_problem(&p);
 }
 

@@ -47,8 +47,5 @@ bool graft__cpu_has_avx512(void)
     if (!graft__cpu_has_avx2() || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return false;
     bool f = bit(b, 16), dq = bit(b, 17), bw = bit(b, 30), vl = bit(b, 31), vnni = bit(c, 11);
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
-        return false;
-    bool bf16 = bit(a, 5);
-    return f && dq && bw && vl && vnni && bf16 && os_saves(0xe6); /* + opmask, ZMM state */
+    return f && dq && bw && vl && vnni && os_saves(0xe6); /* + opmask, ZMM state */
 }

@@ -1,7 +1,7 @@
 /*
  * dispatch.c: choosing a matmul path and running a matmul on the thread pool.
  *
- * The path is chosen once per process from CPUID (AVX-512 with VNNI and BF16, else AVX2
+ * The path is chosen once per process from CPUID (AVX-512 with VNNI, else AVX2
  * with FMA and F16C, else scalar), unless GRAFT_KERNELS=scalar|avx2|avx512 forces one;
  * forcing a path the processor lacks is refused with a message rather than crashing.
  *

@@ -112,7 +112,7 @@ void graft__pool_run(graft__pool *pool, int64_t n_tasks, graft__task_fn fn, void
 typedef struct graft__matmul_path graft__matmul_path;
 
 /* Whether this processor and OS run the avx2 path (AVX2, FMA, F16C) and the avx512 path
- * (AVX-512 F, BW, VL, DQ, VNNI and BF16) (cpu_features.c). */
+ * (AVX-512 F, BW, VL, DQ and VNNI) (cpu_features.c). */
 bool graft__cpu_has_avx2(void);
 bool graft__cpu_has_avx512(void);
 

@@ -4,23 +4,26 @@
  * float weights (F32, F16, BF16). The quantized types live in matmul_q32_avx512.c and
  * matmul_kquant_avx512.c; matmul_avx512.h says how the pieces fit.
  *
- * Driver. Tokens are taken a panel at a time (as many as keep the panel's prepared
- * activations around 256 KiB, so they stay in L2), rows a block of GRAFT_AVX512_MAX_ROWS at a
- * time, and each block's rows meet every token of the panel in tiles while their weights
- * are still in L1/L2: each weight block is loaded once per tile and used for all the tile's
- * tokens. The tile shape for the next tokens is the widest whose toks fit in what is left
- * (widths are 8, 4, 2, 1, so nothing is padded); a tile short of rows at the end of [o0, o1)
- * repeats its last row and drops the repeats. Which tile computes (row, token) never
- * changes its value (matmul_avx512.h), so the result is the same bits for any n_tok, any
- * position in the batch and any [o0, o1).
+ * Driver. The rows [o0, o1) are cut into a few contiguous segments, read side by side as
+ * long sequential streams (matmul_avx512.h). Tokens are taken a panel at a time (as many
+ * as keep the panel's prepared activations within 256 KiB, in L2), the row steps a block
+ * at a time (256 KiB of weights), and every token tile of the panel passes over the
+ * block while its weights are in cache: the first tile brings them from memory (and
+ * prefetches ahead), the others reuse them. Each tile is the widest whose tokens fit in
+ * what is left of the panel; the widths go down to 1, so nothing is padded. Kernels that
+ * offer packing (matmul_q32_avx512.c) have a block's rows unpacked once into a stack
+ * buffer when the panel has enough tokens to share the work. Which tile computes a
+ * (row, token), packed or not, never changes its value (matmul_avx512.h), so the result
+ * is the same bits for any n_tok, any position in the batch and any [o0, o1).
  *
  * Float weights. Activations stay f32 (copied, zero-padded to a multiple of 16). Each
- * (row, token) keeps one 16-lane accumulator: for each chunk of 16 inputs, the weights are
+ * (row, token) keeps one 16-lane accumulator: for each chunk of 16 inputs the weights are
  * widened to f32 (F16 with vcvtph2ps, BF16 by shifting into the top half) and added in with
- * one FMA; a ragged last chunk comes from a zero-padded copy. The 16 lanes are summed at the end
- * with graft__avx512_hsum. Compared with the scalar path (one running sum in element order)
- * only the rounding of the additions differs: well within 1e-5 of sum |w||x|.
- * (vdpbf16ps would need bf16 activations, whose 8-bit mantissa costs far more than that.)
+ * one FMA; a ragged last chunk comes from a zero-padded copy. The 16 lanes are summed at
+ * the end with graft__avx512_hsum. Compared with the scalar path (one running sum in
+ * element order) only the rounding of the additions differs, far within 1e-5 of
+ * sum |w||x|. (vdpbf16ps would need bf16 activations, whose 8-bit mantissa costs far more
+ * than that.)
  */
 #include <string.h>
 
@@ -34,7 +37,8 @@ enum {
     BLOCK_BYTES = 256 * 1024, /* weights per row block */
     PACK_BYTES = 128 * 1024,  /* packed weights at a time (on the stack) */
     PACK_MIN_TOKS = 16,       /* fewest tokens in a panel worth packing for */
-    PACK_MAX_ACT = 4 * 1024,  /* most activation bytes per token worth packing for */
+    PACK_MAX_ACT = 6 * 1024,  /* most activation bytes per token worth packing for (beyond,
+                                 a tile's activations no longer fit in L1 with its weights) */
     LANES = 16                /* floats per vector */
 };
 

@@ -135,17 +135,23 @@ static inline __attribute__((always_inline)) void graft__avx512_prefetch(const u
     _mm_prefetch(ahead + len - 1, _MM_HINT_T0);
 }
 
-/* rows (R) = the weight rows of step k of segments seg..seg+R-1: row k of each, or the
- * segment's last row (any valid row for an empty segment) once it has run out. */
+/* The weight row of step k of segment j: row k of the segment, or its last row (any valid
+ * row for an empty segment) once it has run out. */
+static inline const uint8_t *graft__avx512_step_row(const graft__avx512_job *job, int j,
+                                                    int64_t k)
+{
+    int64_t len = job->len[j], last = len > 0 ? len - 1 : 0;
+    return job->w0[j] + (size_t)(k < last ? k : last) * job->row_bytes;
+}
+
+/* rows (R) = the weight rows of step k of segments seg..seg+R-1. */
 static inline __attribute__((always_inline)) void
 graft__avx512_step_rows(const graft__avx512_job *job, int seg, int R, int64_t k,
                         const uint8_t **rows)
 {
     GRAFT_AVX512_UNROLL
-    for (int j = 0; j < R; j++) {
-        int64_t len = job->len[seg + j], last = len > 0 ? len - 1 : 0;
-        rows[j] = job->w0[seg + j] + (size_t)(k < last ? k : last) * job->row_bytes;
-    }
+    for (int j = 0; j < R; j++)
+        rows[j] = graft__avx512_step_row(job, seg + j, k);
 }
 
 /* rows (R) = the packed rows of step k of segments seg..seg+R-1. */

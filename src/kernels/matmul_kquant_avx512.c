@@ -8,8 +8,9 @@
  * weights unpack to, so each 64-byte vector of weight quants meets its activations in one
  * vpdpbusd (unsigned weight quants times signed activation quants, four products to a
  * 32-bit lane). Every lane of such a product p belongs to one sub-block and |p| < 2^15, so
- * vpdpwssd with a vector holding the sub-block's scale in the low half of each lane and 0
- * in the high half multiplies it by its scale and adds it to the block's integer sum S:
+ * two products packed into 16-bit lanes (vpackssdw, which then saturates nothing) meet a
+ * vector of their sub-blocks' scales in one vpdpwssd, which multiplies and adds them to
+ * the block's integer sum S (2 pack + 2 vpdpwssd for the 4 products of a block):
  *
  *   Q4_K/Q5_K  element = d sc_j q - dmin m_j (sub-blocks j of 32, q in 0..15 / 0..31):
  *              dot = d dx S - sum_j dmin m_j (dx bsum_j),  S = sum_j sc_j sum q a,
@@ -141,7 +142,7 @@ static void k6_act_prepare(uint32_t type, void *xa, const float *x, int64_t n_in
 /* One weight row's block, unpacked. */
 typedef struct wk {
     __m512i q[4];  /* unsigned quants, in the order of the activations' q */
-    __m512i sc[4]; /* lane l of q[k]'s sub-block scale in its low 16 bits (high 16 bits 0) */
+    __m512i sc[2]; /* word w: scale of word w of packs(product 2k, product 2k + 1) */
     __m512i sc32;  /* Q6_K: words 0..15 = 32 * sc_j, words 16..31 = 0 */
     __m512 d;      /* d in every lane */
     __m512 mins;   /* Q4_K/Q5_K: lanes j < 8 = dmin * m_j, other lanes 0 */
@@ -154,13 +155,27 @@ static inline float load_f16(const uint8_t *p)
     return _cvtsh_ss(h);
 }
 
-/* Spreads 16-bit scales: words 2l of the result = scales word idx[l / 8] (l < 16) for the
- * vector whose lanes 0-7 and 8-15 belong to sub-blocks lo and hi; odd words 0. */
-static inline __m512i spread_scales(__m512i words, int lo, int hi)
+/* Which sub-block word w of pair k = vpackssdw(p[2k], p[2k + 1]) belongs to. In each
+ * 128-bit lane L (w / 8) the pack puts 4 lanes of p[2k] (words 0-3) then 4 of p[2k + 1].
+ * Q4_K/Q5_K: p[0], p[1], p[2], p[3] hold sub-blocks 0|2, 1|3, 4|6, 5|7 in lanes 0-7|8-15.
+ * Q6_K: lanes 4i..4i+3 of p[j] hold sub-block 4j + i. */
+#define K4_SUB(k, w) (4 * (k) + ((w) / 8 >= 2 ? 2 : 0) + ((w) % 8) / 4)
+#define K6_SUB(k, w) (8 * (k) + (w) / 8 + 4 * (((w) % 8) / 4))
+#define PAIR_INDEX(F, k)                                                                   \
+    {F(k, 0),  F(k, 1),  F(k, 2),  F(k, 3),  F(k, 4),  F(k, 5),  F(k, 6),  F(k, 7),         \
+     F(k, 8),  F(k, 9),  F(k, 10), F(k, 11), F(k, 12), F(k, 13), F(k, 14), F(k, 15),        \
+     F(k, 16), F(k, 17), F(k, 18), F(k, 19), F(k, 20), F(k, 21), F(k, 22), F(k, 23),        \
+     F(k, 24), F(k, 25), F(k, 26), F(k, 27), F(k, 28), F(k, 29), F(k, 30), F(k, 31)}
+static const _Alignas(64) uint16_t k4_pair_subs[2][32] = {PAIR_INDEX(K4_SUB, 0),
+                                                          PAIR_INDEX(K4_SUB, 1)};
+static const _Alignas(64) uint16_t k6_pair_subs[2][32] = {PAIR_INDEX(K6_SUB, 0),
+                                                          PAIR_INDEX(K6_SUB, 1)};
+
+/* sc[k] = the scale of each word of pair k, from the 16-bit scales of the sub-blocks. */
+static inline void spread_scales(__m512i scales, const uint16_t (*subs)[32], wk *w)
 {
-    __m512i idx = _mm512_mask_blend_epi32((__mmask16)0xff00, _mm512_set1_epi32(lo),
-                                          _mm512_set1_epi32(hi));
-    return _mm512_maskz_permutexvar_epi16((__mmask32)0x55555555, idx, words);
+    for (int k = 0; k < 2; k++)
+        w->sc[k] = _mm512_permutexvar_epi16(_mm512_load_si512(subs[k]), scales);
 }
 
 /* Q4_K/Q5_K: d, dmin and the scales and mins (6 bits each) of the 8 sub-blocks, from the
@@ -183,11 +198,7 @@ static inline void unpack_k4_scales(const uint8_t *b, wk *w)
                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)));
     __m128i scm = _mm_or_si128(low_bits, _mm_and_si128(_mm_srli_epi16(highs, 2),
                                                        _mm_set1_epi8(0x30)));
-    __m512i words = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(scm));
-    w->sc[0] = spread_scales(words, 0, 2);
-    w->sc[1] = spread_scales(words, 1, 3);
-    w->sc[2] = spread_scales(words, 4, 6);
-    w->sc[3] = spread_scales(words, 5, 7);
+    spread_scales(_mm512_zextsi256_si512(_mm256_cvtepu8_epi16(scm)), k4_pair_subs, w);
     __m128 d_dmin = _mm_cvtph_ps(head); /* lanes 0, 1 */
     __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8)));
     __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(d_dmin));
@@ -240,20 +251,16 @@ static inline void unpack_q6_k(const uint8_t *b, wk *w)
                                           _mm512_set1_epi16(2));
     for (int h = 0; h < 2; h++) {
         __m512i ql = graft__avx512_load_kept(b + 64 * h);
-        __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
+        __m512i qh =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
         __m512i lo = _mm512_and_si512(ql, mask);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(ql, 4), mask);
         w->q[2 * h] = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sllv_epi16(qh, shl), top));
-        w->q[2 * h + 1] = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srlv_epi16(qh, shr), top));
+        w->q[2 * h + 1] =
+            _mm512_or_si512(hi, _mm512_and_si512(_mm512_srlv_epi16(qh, shr), top));
     }
     __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
-    __m512i words = _mm512_zextsi256_si512(sc);
-    for (int k = 0; k < 4; k++) {
-        /* lane l of q[k] is in sub-block 4k + l / 4 */
-        __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * k),
-                                       _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2));
-        w->sc[k] = _mm512_maskz_permutexvar_epi16((__mmask32)0x55555555, idx, words);
-    }
+    spread_scales(_mm512_zextsi256_si512(sc), k6_pair_subs, w);
     w->sc32 = _mm512_zextsi256_si512(_mm256_slli_epi16(sc, 5));
     w->d = _mm512_set1_ps(load_f16(b + 208));
     w->mins = _mm512_setzero_ps();
@@ -298,10 +305,11 @@ static inline __attribute__((always_inline)) __m512 dot_block(uint32_t type, __m
         s = zero;
         dx = ((const act_k4 *)ab)->aux[8];
     }
-    for (int k = 0; k < 4; k++) {
-        __m512i p = _mm512_dpbusd_epi32(zero, w->q[k], _mm512_load_si512(vec(ab + 64 * k)));
-        s = _mm512_dpwssd_epi32(s, p, w->sc[k]);
-    }
+    __m512i p[4];
+    for (int k = 0; k < 4; k++)
+        p[k] = _mm512_dpbusd_epi32(zero, w->q[k], _mm512_load_si512(vec(ab + 64 * k)));
+    for (int k = 0; k < 2; k++)
+        s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(p[2 * k], p[2 * k + 1]), w->sc[k]);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(w->d, _mm512_set1_ps(dx)), acc);
     if (type != GRAFT_TYPE_Q6_K)
         acc = _mm512_fnmadd_ps(w->mins, _mm512_load_ps(((const act_k4 *)ab)->aux), acc);

@@ -15,7 +15,7 @@
  * row ranges.
  *
  * Paths: scalar (the reference: dequantize to float, sum in element order), avx2 (AVX2 +
- * FMA + F16C), avx512 (AVX-512 F/BW/VL/DQ + VNNI + BF16). Paths other than scalar agree
+ * FMA + F16C), avx512 (AVX-512 F/BW/VL/DQ + VNNI). Paths other than scalar agree
  * with scalar within a tolerance (they may quantize activations), and each is bit-exactly
  * batch invariant on its own. Files named *_avx2.c and *_avx512.c are compiled with their
  * instruction sets enabled (CMakeLists.txt); everything else must not assume them.

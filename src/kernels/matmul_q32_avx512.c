@@ -21,9 +21,16 @@
  *     i   = bias + vpdpbusd(lo, a_lo) + vpdpbusd(hi, a_hi)   (lanes 4b..4b+3: block b)
  *     acc = fma(float(i), d_w * dx, acc)                      (+ fma(m_w, dx sum a, acc))
  * The weight bytes of a group are gathered with word permutes (every field of these
- * blocks starts at an even offset) from two or three unaligned 64-byte loads that stay
- * inside the group. A row whose length is not a multiple of 128 ends with a group of 1-3
- * blocks, copied into a zeroed buffer first; its missing blocks have scale 0.
+ * blocks starts at an even offset) from one 64-byte load and the rest of the group (two or
+ * three 64-byte loads for Q5_0 and Q8_0), never reading outside the group. A row whose
+ * length is not a multiple of 128 ends with a group of 1-3 blocks, copied into a zeroed
+ * buffer first; its missing blocks have scale 0.
+ *
+ * Packing: for prefill the driver can have these unpacked vectors stored once per row and
+ * loaded by every token tile (graft__avx512_kernel.pack). It pays where unpacking is
+ * heavier than three loads (Q8_0 +20%, Q5_0 +50%, IQ4_NL +15% prefill at n_in 2048-3072;
+ * Q4_0, Q4_1, Q5_1 about the same), and only while a tile's activations stay in L1:
+ * the driver packs for n_in up to 3072 (at 4096 it no longer pays).
  *
  * The integer sums are exact, and every (row, token) runs the same float operations in
  * the same order, so tiles of any shape give the same bits (matmul_avx512.h).
@@ -474,17 +481,16 @@ q32_pack(uint32_t type, const graft__avx512_job *job, int64_t k0, int64_t k1, ui
     size_t gbytes = (size_t)(GROUP_BLOCKS * block_bytes(type));
     size_t tail_bytes = (size_t)((job->n_in % GROUP) / QK * block_bytes(type));
     for (int64_t k = k0; k < k1; k++) {
-        const uint8_t *rows[GRAFT_AVX512_MAX_ROWS];
-        graft__avx512_step_rows(job, 0, job->segments, k, rows);
         for (int j = 0; j < job->segments; j++) {
+            const uint8_t *row = graft__avx512_step_row(job, j, k);
             for (int64_t g = 0; g < n_full; g++) {
-                graft__avx512_prefetch(rows[j] + (size_t)g * gbytes, gbytes);
-                w32 w = unpack(type, rows[j] + (size_t)g * gbytes);
+                graft__avx512_prefetch(row + (size_t)g * gbytes, gbytes);
+                w32 w = unpack(type, row + (size_t)g * gbytes);
                 store_packed(type, dst + (size_t)g * packed_group_bytes(type), &w);
             }
             if (n_groups > n_full) {
                 uint8_t tail[MAX_GROUP_BYTES] = {0};
-                memcpy(tail, rows[j] + (size_t)n_full * gbytes, tail_bytes);
+                memcpy(tail, row + (size_t)n_full * gbytes, tail_bytes);
                 w32 w = unpack(type, tail);
                 store_packed(type, dst + (size_t)n_full * packed_group_bytes(type), &w);
             }

@@ -1,0 +1,214 @@
+/*
+ * engine.h: the engine's internal interface, shared by the files of src/engine/.
+ *
+ * One engine thread owns all mutable state: the KV pool, the sessions' block tables and
+ * token histories, the live generations and the scheduler. Other threads reach it only
+ * through the command queue (engine.c: a mutex, a condition variable to wake the engine and
+ * one to answer blocking callers) and through atomics (a generation's cancel flag, done flag
+ * and reference count, a session's committed position).
+ *
+ * Files:
+ *   engine.c      create / shutdown, the thread's loop, the command queue, the pause hook
+ *   session.c     open, close, clone (async and blocking), position, the probe test hook
+ *   generation.c  generation handles: submit, admit, deliver a token, settle, the getters
+ *   scheduler.c   one step: decode first, chunked prefill under the token budget, forward
+ *   metrics.c     engine metrics
+ *
+ * Locking: engine->mu guards the queue fields (head, tail, stopping, closed, paused, tap_set)
+ * and the `replied` flags of blocking commands. gen->mu guards a generation's metrics and its
+ * done wait. The engine thread never holds engine->mu while it runs a command, a step or a
+ * callback, and never holds two of these locks at once.
+ */
+#ifndef GRAFT_ENGINE_H
+#define GRAFT_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "kv/kv.h"
+#include "model/model.h"
+#include "util/util.h"
+
+typedef enum graft__cmd_kind {
+    GRAFT__CMD_OPEN,     /* blocking: open cmd.session */
+    GRAFT__CMD_CLOSE,    /* close cmd.session and free it */
+    GRAFT__CMD_CLONE,    /* clone cmd.session at u.clone.upto, answer through on_done */
+    GRAFT__CMD_GENERATE, /* admit u.gen */
+    GRAFT__CMD_PROBE,    /* blocking test hook: next-token logits of cmd.session */
+    GRAFT__CMD_METRICS   /* blocking: fill u.metrics */
+} graft__cmd_kind;
+
+typedef struct graft__cmd graft__cmd;
+struct graft__cmd {
+    graft__cmd_kind kind;
+    graft__cmd *next;
+    graft_session *session;
+    bool heap;    /* allocated for this command alone: the engine frees it after running it */
+    bool replied; /* blocking commands: set under engine->mu once `status` is final */
+    int status;
+    union {
+        struct {
+            int32_t upto;
+            graft_clone_cb on_done;
+            void *user;
+        } clone;
+        graft_generation *gen;
+        struct {
+            float *logits;   /* n_vocab */
+            int32_t *tokens; /* max_context: the history the logits follow */
+            int32_t *n_tokens;
+        } probe;
+        graft_engine_metrics *metrics;
+    } u;
+};
+
+struct graft_session {
+    graft_engine *engine;  /* set at creation, never changes */
+    int32_t seq;           /* KV sequence id (engine thread) */
+    int32_t *tokens;       /* (max_context) committed history (engine thread) */
+    atomic_int position;   /* committed length: written by the engine thread only */
+    graft_generation *gen; /* the live generation, or NULL (engine thread) */
+    graft_session *prev, *next; /* the engine's list of open sessions (engine thread) */
+    graft__cmd close_cmd;  /* preallocated so that closing cannot fail */
+};
+
+struct graft_generation {
+    atomic_int refs;    /* the caller's reference and, until settled, the engine's */
+    atomic_bool cancel; /* set by graft_generation_cancel from any thread */
+    atomic_bool done;   /* set (release) after on_settled returned and results are final */
+    pthread_mutex_t mu; /* guards `metrics`, `t` and the wait on `cv` */
+    pthread_cond_t cv;
+    const graft_engine *engine; /* compared only (the engine may be gone) */
+    graft__cmd cmd;
+
+    /* Set at submission, then owned by the engine thread. */
+    graft_session *session;
+    int32_t *prompt;
+    int32_t n_prompt, n_fed;
+    int32_t *stop;
+    size_t n_stop;
+    bool ignore_eog;
+    int32_t max_new;
+    graft_sampler *sampler;
+    graft_update_cb on_update;
+    graft_settled_cb on_settled;
+    void *user;
+    int32_t *out; /* (cap_out) tokens sampled */
+    int32_t n_out, cap_out;
+    bool has_pending; /* out[n_out - 1] was sampled and is not fed back yet */
+    bool admitted;    /* in the engine's active list */
+
+    /* Results: status and error are written by the engine thread before `finish` is stored
+     * (release), which happens before on_settled runs. */
+    atomic_int finish; /* graft_finish */
+    int status;
+    char *error;
+
+    /* Under mu. */
+    graft_generation_metrics metrics;
+    struct {
+        uint64_t submit, start, first, last;
+    } t;
+};
+
+/* Test hook: sees each logits row a generation samples from, before sampling (engine
+ * thread). */
+typedef void (*graft__logits_tap)(graft_generation *gen, const float *logits, void *user);
+
+/* One generation's share of a step. */
+typedef struct graft__slot {
+    graft_generation *gen;
+    int32_t first, count; /* its entries in the batch */
+    int32_t row;          /* its logits row, or -1 */
+} graft__slot;
+
+struct graft_engine {
+    const graft_model *model;
+    graft_engine_options opts; /* resolved: no zero defaults left */
+    graft__kv_pool *kv;
+    graft__kv kv_iface;
+    graft__pool *pool;
+    graft__exec ex;
+    int32_t n_groups; /* KV layer groups (global, sliding-window) */
+    pthread_t thread;
+
+    pthread_mutex_t mu;
+    pthread_cond_t wake;    /* the engine thread waits here for commands */
+    pthread_cond_t replied; /* blocking callers wait here for their answer */
+    graft__cmd *head, *tail;
+    bool stopping; /* shutdown requested */
+    bool closed;   /* the queue takes no more commands */
+    bool paused;   /* test hook: the engine thread runs nothing until unpaused */
+    graft__logits_tap tap_set; /* test hook as last set; copied to `tap` by the thread */
+    void *tap_set_user;
+
+    /* Engine thread only. */
+    bool draining; /* answering commands for shutdown */
+    graft_session *sessions;
+    int32_t n_sessions;
+    graft_generation **active; /* (max_sessions) admitted generations, in arrival order */
+    int32_t n_active;
+    int32_t decode_cursor;     /* where the next step starts taking decodes */
+    graft__batch_entry *entries; /* (max_batch_tokens) */
+    graft__slot *slots;          /* (max_sessions) */
+    float *logits;               /* (max_sessions, n_vocab) */
+    graft_engine_metrics counters; /* the counting fields of the metrics */
+    graft__logits_tap tap;
+    void *tap_user;
+};
+
+/* engine.c */
+bool graft__engine_on_thread(const graft_engine *e);
+/* Queues cmd (any thread); GRAFT_ESHUTDOWN once the queue is closed. */
+int graft__engine_submit(graft_engine *e, graft__cmd *cmd);
+/* Queues a blocking command and waits for its status. GRAFT_EINVAL on the engine thread. */
+int graft__engine_call(graft_engine *e, graft__cmd *cmd);
+/* Engine thread: marks a blocking command answered. */
+void graft__engine_reply(graft_engine *e, graft__cmd *cmd, int status);
+/* Test hook: while paused the engine thread runs no command and no step (shutdown still
+ * proceeds). Commands queued meanwhile run in order once unpaused. */
+void graft__engine_pause(graft_engine *e, bool paused);
+/* Test hook: installs a logits tap (NULL removes it); the engine thread picks it up before
+ * it next runs commands or a step. */
+void graft__engine_set_tap(graft_engine *e, graft__logits_tap tap, void *user);
+
+/* session.c (engine thread) */
+void graft__session_run_open(graft_engine *e, graft__cmd *cmd);
+void graft__session_run_close(graft_engine *e, graft_session *s);
+void graft__session_run_clone(graft_engine *e, graft__cmd *cmd);
+void graft__session_run_probe(graft_engine *e, graft__cmd *cmd);
+/* Commits positions [position, position + n) of tokens to the session. */
+int graft__session_commit(graft_engine *e, graft_session *s, const graft__batch_entry *entries,
+                          int32_t n);
+/* Test hook (any thread but the engine's): the session's next-token logits (n_vocab floats,
+ * computed by forwarding its last committed token on a throwaway clone) and the committed
+ * history they follow (tokens: max_context entries; *n_tokens set, 0 on failure).
+ * GRAFT_EINVAL for an empty session; on a sliding-window model GRAFT_ERETENTION when the
+ * session already dropped the window of position - 1 (position - window a multiple of
+ * GRAFT_KV_BLOCK_TOKENS). */
+int graft__session_probe(graft_session *s, float *logits, int32_t *tokens, int32_t *n_tokens);
+
+/* generation.c (engine thread) */
+void graft__gen_admit(graft_engine *e, graft_generation *gen);
+/* Samples the generation's next token from its logits row, reports it, and settles the
+ * generation when it ends. */
+void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits);
+/* Ends the generation: records the outcome, runs on_settled, marks it done, drops the
+ * engine's reference. message may be NULL. */
+void graft__gen_settle(graft_engine *e, graft_generation *gen, graft_finish finish, int status,
+                       const char *message);
+/* Records that the generation took part in a step at time `now` and had `prompt_tokens` of
+ * its prompt computed in it. */
+void graft__gen_note_step(graft_generation *gen, uint64_t now, int32_t prompt_tokens);
+
+/* scheduler.c (engine thread) */
+/* Runs one step if any generation has work: settles cancelled generations, plans a batch,
+ * runs the forward pass and hands out the results. */
+void graft__sched_step(graft_engine *e);
+
+/* metrics.c (engine thread) */
+void graft__metrics_fill(graft_engine *e, graft_engine_metrics *m);
+void graft__metrics_count_clone(graft_engine *e, int status);
+
+#endif /* GRAFT_ENGINE_H */

@@ -1,0 +1,353 @@
+/*
+ * generation.c: generations (graft_generation in include/graft.h): submission, admission,
+ * token delivery, settling, and the handle's getters.
+ *
+ * Life of a generation: graft_session_generate allocates everything it will need (prompt
+ * copy, stop list, sampler, output buffer) on the caller's thread and queues it. The engine
+ * thread admits it (or settles it at once: session busy, prompt too long, shutting down);
+ * the scheduler feeds its prompt in chunks, then one token per step; after each step that
+ * gave it logits, graft__gen_deliver samples a token with the generation's own sampler,
+ * reports it and decides whether it ends. graft__gen_settle runs exactly once per admitted
+ * or refused generation: it records the outcome, runs on_settled and marks it done.
+ *
+ * Ownership: the handle is reference counted: one reference for the caller (dropped by
+ * graft_generation_free), one for the engine (dropped when settled). Nothing is allocated
+ * on the engine thread except the error message (its failure leaves the status's text).
+ *
+ * Locking: gen->mu guards the metrics and the done wait; the cancel flag, done flag,
+ * finish reason and reference count are atomics. Results (status, error, tokens) are
+ * written before the release store of `finish`, so a reader that sees a finish reason sees
+ * them.
+ */
+#include <string.h>
+
+#include "engine/engine.h"
+
+graft_generate_config graft_generate_default(void)
+{
+    graft_generate_config c;
+    memset(&c, 0, sizeof c);
+    c.sampling = graft_sampling_default();
+    return c;
+}
+
+static void gen_destroy(graft_generation *gen)
+{
+    graft__free(gen->prompt);
+    graft__free(gen->stop);
+    graft__free(gen->out);
+    graft__free(gen->error);
+    graft_sampler_free(gen->sampler);
+    pthread_cond_destroy(&gen->cv);
+    pthread_mutex_destroy(&gen->mu);
+    graft__free(gen);
+}
+
+static void gen_unref(graft_generation *gen)
+{
+    if (atomic_fetch_sub(&gen->refs, 1) == 1)
+        gen_destroy(gen);
+}
+
+static bool tokens_valid(const graft_model *m, const int32_t *tokens, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return false;
+    return true;
+}
+
+static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
+                      const graft_generate_config *c, graft_generation **out)
+{
+    if (s == NULL || tokens == NULL || c == NULL || out == NULL || n < 1 ||
+        n > (size_t)s->engine->opts.max_context || c->max_new_tokens < 0 ||
+        (c->n_stop_tokens > 0 && c->stop_tokens == NULL))
+        return GRAFT_EINVAL;
+    const graft_model *m = s->engine->model;
+    if (!tokens_valid(m, tokens, n) || !tokens_valid(m, c->stop_tokens, c->n_stop_tokens))
+        return GRAFT_EINVAL;
+    return GRAFT_OK;
+}
+
+static int32_t *copy_tokens(const int32_t *tokens, size_t n)
+{
+    int32_t *copy = graft__malloc((n ? n : 1) * sizeof *copy);
+    if (copy != NULL && n > 0)
+        memcpy(copy, tokens, n * sizeof *copy);
+    return copy;
+}
+
+/* Allocates the generation and its buffers; GRAFT_ENOMEM or GRAFT_EINVAL (sampling). */
+static int gen_new(graft_session *s, const int32_t *tokens, size_t n,
+                   const graft_generate_config *c, graft_generation **out)
+{
+    const graft_engine *e = s->engine;
+    graft_generation *gen = graft__calloc(1, sizeof *gen);
+    if (gen == NULL)
+        return GRAFT_ENOMEM;
+    if (pthread_mutex_init(&gen->mu, NULL) != 0) {
+        graft__free(gen);
+        return GRAFT_ENOMEM;
+    }
+    if (pthread_cond_init(&gen->cv, NULL) != 0) {
+        pthread_mutex_destroy(&gen->mu);
+        graft__free(gen);
+        return GRAFT_ENOMEM;
+    }
+    int32_t max_context = e->opts.max_context;
+    gen->cap_out = c->max_new_tokens > 0 && c->max_new_tokens < max_context ? c->max_new_tokens
+                                                                            : max_context;
+    gen->prompt = copy_tokens(tokens, n);
+    gen->stop = copy_tokens(c->stop_tokens, c->n_stop_tokens);
+    gen->out = graft__malloc((size_t)gen->cap_out * sizeof *gen->out);
+    int rc = graft_sampler_create(&c->sampling, e->model->hp.n_vocab, &gen->sampler);
+    if (rc == GRAFT_OK && (!gen->prompt || !gen->stop || !gen->out))
+        rc = GRAFT_ENOMEM;
+    if (rc != GRAFT_OK) {
+        gen_destroy(gen);
+        return rc;
+    }
+    *out = gen;
+    return GRAFT_OK;
+}
+
+int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
+                           const graft_generate_config *c, graft_update_cb on_update,
+                           graft_settled_cb on_settled, void *user, graft_generation **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    int rc = check_args(s, tokens, n, c, out);
+    graft_generation *gen = NULL;
+    if (rc == GRAFT_OK)
+        rc = gen_new(s, tokens, n, c, &gen);
+    if (rc != GRAFT_OK)
+        return rc;
+    atomic_init(&gen->refs, 2);
+    gen->engine = s->engine;
+    gen->session = s;
+    gen->n_prompt = (int32_t)n;
+    gen->n_stop = c->n_stop_tokens;
+    gen->ignore_eog = c->ignore_eog != 0;
+    gen->max_new = c->max_new_tokens;
+    gen->on_update = on_update;
+    gen->on_settled = on_settled;
+    gen->user = user;
+    gen->metrics.prompt_tokens = (int32_t)n;
+    gen->t.submit = graft__now_ns();
+    gen->cmd = (graft__cmd){.kind = GRAFT__CMD_GENERATE, .session = s, .u.gen = gen};
+    rc = graft__engine_submit(s->engine, &gen->cmd);
+    if (rc != GRAFT_OK) {
+        gen_destroy(gen);
+        return rc;
+    }
+    *out = gen;
+    return GRAFT_OK;
+}
+
+void graft__gen_admit(graft_engine *e, graft_generation *gen)
+{
+    graft_session *s = gen->session;
+    int32_t position = atomic_load(&s->position);
+    char message[160];
+    if (e->draining) {
+        graft__gen_settle(e, gen, GRAFT_FINISH_CANCELLED, GRAFT_ESHUTDOWN,
+                          "the engine is shutting down");
+    } else if (s->gen != NULL) {
+        graft__gen_settle(e, gen, GRAFT_FINISH_FAILED, GRAFT_EINVAL,
+                          "the session already has a live generation");
+    } else if (gen->n_prompt > e->opts.max_context - position) {
+        snprintf(message, sizeof message,
+                 "%d prompt tokens at position %d exceed max_context %d", gen->n_prompt,
+                 position, e->opts.max_context);
+        graft__gen_settle(e, gen, GRAFT_FINISH_FAILED, GRAFT_ERANGE, message);
+    } else {
+        s->gen = gen;
+        gen->admitted = true;
+        e->active[e->n_active++] = gen;
+        e->counters.generations_started++;
+        pthread_mutex_lock(&gen->mu);
+        gen->metrics.prompt_tokens_reused = position;
+        pthread_mutex_unlock(&gen->mu);
+    }
+}
+
+void graft__gen_note_step(graft_generation *gen, uint64_t now, int32_t prompt_tokens)
+{
+    pthread_mutex_lock(&gen->mu);
+    if (gen->t.start == 0) {
+        gen->t.start = now;
+        gen->metrics.queue_wait_ns = now - gen->t.submit;
+    }
+    gen->metrics.prompt_tokens_computed += prompt_tokens;
+    pthread_mutex_unlock(&gen->mu);
+}
+
+static void note_token(graft_generation *gen, uint64_t now)
+{
+    pthread_mutex_lock(&gen->mu);
+    if (gen->t.first == 0) {
+        gen->t.first = now;
+        gen->metrics.time_to_first_token_ns = now - gen->t.submit;
+    } else if (now - gen->t.last > gen->metrics.inter_token_max_ns) {
+        gen->metrics.inter_token_max_ns = now - gen->t.last;
+    }
+    gen->t.last = now;
+    gen->metrics.generated_tokens++;
+    pthread_mutex_unlock(&gen->mu);
+}
+
+static bool is_stop(const graft_engine *e, const graft_generation *gen, int32_t token)
+{
+    for (size_t i = 0; i < gen->n_stop; i++)
+        if (gen->stop[i] == token)
+            return true;
+    return !gen->ignore_eog && graft_token_is_eog(e->model, token);
+}
+
+void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
+{
+    if (atomic_load(&gen->cancel)) {
+        graft__gen_settle(e, gen, GRAFT_FINISH_CANCELLED, GRAFT_ECANCELLED, "cancelled");
+        return;
+    }
+    graft_session *s = gen->session;
+    int32_t position = atomic_load(&s->position);
+    if (e->tap != NULL)
+        e->tap(gen, logits, e->tap_user);
+    int32_t token = graft_sampler_sample(gen->sampler, logits, s->tokens, (size_t)position);
+    note_token(gen, graft__now_ns());
+    e->counters.sampled_tokens++;
+    if (is_stop(e, gen, token)) {
+        graft__gen_settle(e, gen, GRAFT_FINISH_STOP, GRAFT_OK, NULL);
+        return;
+    }
+    GRAFT_ASSERT(gen->n_out < gen->cap_out);
+    gen->out[gen->n_out++] = token;
+    gen->has_pending = true;
+    if (gen->on_update != NULL)
+        gen->on_update(gen, &gen->out[gen->n_out - 1], 1, gen->user);
+    if (gen->n_out == gen->max_new || position >= e->opts.max_context)
+        graft__gen_settle(e, gen, GRAFT_FINISH_LENGTH, GRAFT_OK, NULL);
+}
+
+static void deactivate(graft_engine *e, graft_generation *gen)
+{
+    int32_t i = 0;
+    while (e->active[i] != gen)
+        i++;
+    memmove(&e->active[i], &e->active[i + 1], (size_t)(e->n_active - i - 1) * sizeof *e->active);
+    e->n_active--;
+    gen->session->gen = NULL;
+    gen->admitted = false;
+}
+
+static void count_outcome(graft_engine *e, graft_finish finish)
+{
+    switch (finish) {
+    case GRAFT_FINISH_STOP:
+        e->counters.generations_stop++;
+        break;
+    case GRAFT_FINISH_LENGTH:
+        e->counters.generations_length++;
+        break;
+    case GRAFT_FINISH_CANCELLED:
+        e->counters.generations_cancelled++;
+        break;
+    default:
+        e->counters.generations_failed++;
+        break;
+    }
+}
+
+void graft__gen_settle(graft_engine *e, graft_generation *gen, graft_finish finish, int status,
+                       const char *message)
+{
+    if (gen->admitted)
+        deactivate(e, gen);
+    gen->has_pending = false;
+    gen->status = status;
+    if (message != NULL && status != GRAFT_OK)
+        gen->error = graft__strndup(message, strlen(message));
+    count_outcome(e, finish);
+    atomic_store(&gen->finish, (int)finish);
+    if (gen->on_settled != NULL)
+        gen->on_settled(gen, gen->user);
+    pthread_mutex_lock(&gen->mu);
+    atomic_store(&gen->done, true);
+    pthread_cond_broadcast(&gen->cv);
+    pthread_mutex_unlock(&gen->mu);
+    gen_unref(gen);
+}
+
+int graft_generation_wait(graft_generation *gen)
+{
+    if (!atomic_load(&gen->done)) {
+        if (graft__engine_on_thread(gen->engine))
+            return GRAFT_EINVAL;
+        pthread_mutex_lock(&gen->mu);
+        while (!atomic_load(&gen->done))
+            pthread_cond_wait(&gen->cv, &gen->mu);
+        pthread_mutex_unlock(&gen->mu);
+    }
+    return gen->status;
+}
+
+void graft_generation_cancel(graft_generation *gen)
+{
+    atomic_store(&gen->cancel, true);
+}
+
+int graft_generation_done(const graft_generation *gen)
+{
+    return atomic_load(&gen->done);
+}
+
+graft_finish graft_generation_finish_reason(const graft_generation *gen)
+{
+    return (graft_finish)atomic_load(&gen->finish);
+}
+
+int graft_generation_status(const graft_generation *gen)
+{
+    return atomic_load(&gen->finish) == GRAFT_FINISH_NONE ? GRAFT_OK : gen->status;
+}
+
+const char *graft_generation_error(const graft_generation *gen)
+{
+    if (atomic_load(&gen->finish) == GRAFT_FINISH_NONE || gen->status == GRAFT_OK)
+        return NULL;
+    return gen->error != NULL ? gen->error : graft_status_str(gen->status);
+}
+
+const int32_t *graft_generation_tokens(const graft_generation *gen, size_t *n)
+{
+    bool finished = atomic_load(&gen->finish) != GRAFT_FINISH_NONE;
+    *n = finished ? (size_t)gen->n_out : 0;
+    return finished ? gen->out : NULL;
+}
+
+void graft_generation_metrics_get(graft_generation *gen, graft_generation_metrics *out)
+{
+    pthread_mutex_lock(&gen->mu);
+    *out = gen->metrics;
+    uint64_t prefill_ns = gen->t.first > gen->t.start ? gen->t.first - gen->t.start : 0;
+    uint64_t decode_ns = gen->t.last - gen->t.first;
+    int32_t gaps = out->generated_tokens - 1;
+    pthread_mutex_unlock(&gen->mu);
+    out->prefill_tokens_per_s =
+        prefill_ns > 0 ? (double)out->prompt_tokens_computed * 1e9 / (double)prefill_ns : 0.0;
+    out->decode_tokens_per_s = gaps > 0 && decode_ns > 0 ? (double)gaps * 1e9 / (double)decode_ns
+                                                         : 0.0;
+    out->inter_token_mean_ns = gaps > 0 ? decode_ns / (uint64_t)gaps : 0;
+}
+
+void graft_generation_free(graft_generation *gen)
+{
+    if (gen == NULL)
+        return;
+    if (!atomic_load(&gen->done))
+        atomic_store(&gen->cancel, true);
+    gen_unref(gen);
+}

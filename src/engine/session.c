@@ -1,0 +1,293 @@
+/*
+ * session.c: sessions (graft_session in include/graft.h): open, close, clone, position, and
+ * the probe test hook.
+ *
+ * A session is a KV sequence of the engine's pool plus the committed token history that the
+ * sequence holds the KV of. The public functions only build commands and queue them; the
+ * graft__session_run_* functions run them on the engine thread, which alone touches a
+ * session's fields (its `position` is an atomic so other threads may read it).
+ *
+ * Clone: the new session takes references to the source's KV blocks for [0, upto) through
+ * graft__kv_seq_clone (no KV bytes copied) and a copy of the history. Every check is made
+ * before anything changes; the source is never modified. The blocking form is the async one
+ * with a callback that hands the result to the waiting thread under the engine's lock.
+ *
+ * Locking: none here beyond engine.c's queue (graft__engine_submit / _call / _reply).
+ */
+#include <string.h>
+
+#include "engine/engine.h"
+
+/* A session with no KV sequence yet (seq -1). */
+static graft_session *session_new(graft_engine *e)
+{
+    graft_session *s = graft__calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    s->tokens = graft__malloc((size_t)e->opts.max_context * sizeof *s->tokens);
+    if (s->tokens == NULL) {
+        graft__free(s);
+        return NULL;
+    }
+    s->engine = e;
+    s->seq = -1;
+    atomic_init(&s->position, 0);
+    return s;
+}
+
+static void session_free(graft_session *s)
+{
+    graft__free(s->tokens);
+    graft__free(s);
+}
+
+static void session_link(graft_engine *e, graft_session *s)
+{
+    s->prev = NULL;
+    s->next = e->sessions;
+    if (e->sessions)
+        e->sessions->prev = s;
+    e->sessions = s;
+    e->n_sessions++;
+}
+
+static void session_unlink(graft_engine *e, graft_session *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        e->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    e->n_sessions--;
+}
+
+void graft__session_run_open(graft_engine *e, graft__cmd *cmd)
+{
+    graft_session *s = cmd->session;
+    int rc = GRAFT_OK;
+    if (e->draining)
+        rc = GRAFT_ESHUTDOWN;
+    else if (e->n_sessions >= e->opts.max_sessions)
+        rc = GRAFT_ECAPACITY;
+    else
+        rc = graft__kv_seq_open(e->kv, &s->seq);
+    if (rc == GRAFT_OK)
+        session_link(e, s);
+    graft__engine_reply(e, cmd, rc);
+}
+
+int graft_session_open(graft_engine *e, graft_session **out, char **errmsg)
+{
+    if (errmsg)
+        *errmsg = NULL;
+    if (out == NULL || e == NULL)
+        return graft__errmsg(errmsg, GRAFT_EINVAL, "graft_session_open: NULL argument");
+    *out = NULL;
+    if (graft__engine_on_thread(e))
+        return graft__errmsg(errmsg, GRAFT_EINVAL, "graft_session_open: called from a callback");
+    graft_session *s = session_new(e);
+    if (s == NULL)
+        return graft__errmsg(errmsg, GRAFT_ENOMEM, "session: out of memory");
+    graft__cmd cmd = {.kind = GRAFT__CMD_OPEN, .session = s};
+    int rc = graft__engine_call(e, &cmd);
+    if (rc != GRAFT_OK) {
+        session_free(s);
+        if (rc == GRAFT_ECAPACITY)
+            return graft__errmsg(errmsg, rc, "session: %d sessions are open (max_sessions)",
+                                 e->opts.max_sessions);
+        return graft__errmsg(errmsg, rc, "session: cannot open: %s", graft_status_str(rc));
+    }
+    *out = s;
+    return GRAFT_OK;
+}
+
+void graft__session_run_close(graft_engine *e, graft_session *s)
+{
+    if (s->gen != NULL)
+        graft__gen_settle(e, s->gen, GRAFT_FINISH_CANCELLED, GRAFT_ECANCELLED,
+                          "the session was closed");
+    graft__kv_seq_close(e->kv, s->seq);
+    session_unlink(e, s);
+    session_free(s);
+}
+
+void graft_session_close(graft_session *s)
+{
+    if (s == NULL)
+        return;
+    s->close_cmd = (graft__cmd){.kind = GRAFT__CMD_CLOSE, .session = s};
+    (void)graft__engine_submit(s->engine, &s->close_cmd);
+}
+
+int32_t graft_session_position(const graft_session *s)
+{
+    return atomic_load(&s->position);
+}
+
+/* Engine thread: the clone itself; *out is the new session on success. */
+static int clone_session(graft_engine *e, graft_session *src, int32_t upto, graft_session **out)
+{
+    *out = NULL;
+    if (e->draining)
+        return GRAFT_ESHUTDOWN;
+    if (upto < 0 || upto > atomic_load(&src->position))
+        return GRAFT_EBOUNDARY;
+    if (e->n_sessions >= e->opts.max_sessions)
+        return GRAFT_ECAPACITY;
+    if (!graft__kv_seq_retains(e->kv, src->seq, upto))
+        return GRAFT_ERETENTION;
+    graft_session *s = session_new(e);
+    if (s == NULL)
+        return GRAFT_ENOMEM;
+    int rc = graft__kv_seq_clone(e->kv, src->seq, upto, &s->seq);
+    if (rc != GRAFT_OK) {
+        session_free(s);
+        return rc;
+    }
+    memcpy(s->tokens, src->tokens, (size_t)upto * sizeof *s->tokens);
+    atomic_store(&s->position, upto);
+    session_link(e, s);
+    *out = s;
+    return GRAFT_OK;
+}
+
+void graft__session_run_clone(graft_engine *e, graft__cmd *cmd)
+{
+    graft_session *clone;
+    int rc = clone_session(e, cmd->session, cmd->u.clone.upto, &clone);
+    graft__metrics_count_clone(e, rc);
+    graft_clone_cb on_done = cmd->u.clone.on_done;
+    void *user = cmd->u.clone.user;
+    if (cmd->heap)
+        graft__free(cmd);
+    if (on_done != NULL)
+        on_done(rc, clone, user);
+    else if (clone != NULL)
+        graft__session_run_close(e, clone);
+}
+
+int graft_session_clone(graft_session *s, int32_t upto, graft_clone_cb on_done, void *user)
+{
+    if (s == NULL)
+        return GRAFT_EINVAL;
+    graft__cmd *cmd = graft__calloc(1, sizeof *cmd);
+    if (cmd == NULL)
+        return GRAFT_ENOMEM;
+    cmd->kind = GRAFT__CMD_CLONE;
+    cmd->heap = true;
+    cmd->session = s;
+    cmd->u.clone.upto = upto;
+    cmd->u.clone.on_done = on_done;
+    cmd->u.clone.user = user;
+    int rc = graft__engine_submit(s->engine, cmd);
+    if (rc != GRAFT_OK)
+        graft__free(cmd);
+    return rc;
+}
+
+/* The waiting side of graft_session_clone_wait. */
+typedef struct clone_waiter {
+    graft_engine *engine;
+    graft__cmd reply; /* only its replied / status fields are used */
+    graft_session *clone;
+} clone_waiter;
+
+static void clone_wait_done(int status, graft_session *clone, void *user)
+{
+    clone_waiter *w = user;
+    w->clone = clone;
+    graft__engine_reply(w->engine, &w->reply, status);
+}
+
+static int clone_message(int rc, int32_t upto, char **errmsg)
+{
+    switch (rc) {
+    case GRAFT_EBOUNDARY:
+        return graft__errmsg(errmsg, rc,
+                             "clone: boundary %d is outside [0, committed position]", upto);
+    case GRAFT_ERETENTION:
+        return graft__errmsg(errmsg, rc,
+                             "clone: the sliding-window KV before position %d is gone", upto);
+    case GRAFT_ECAPACITY:
+        return graft__errmsg(errmsg, rc, "clone: no session or KV capacity left");
+    default:
+        return graft__errmsg(errmsg, rc, "clone: %s", graft_status_str(rc));
+    }
+}
+
+int graft_session_clone_wait(graft_session *s, int32_t upto, graft_session **out, char **errmsg)
+{
+    if (errmsg)
+        *errmsg = NULL;
+    if (out == NULL || s == NULL)
+        return graft__errmsg(errmsg, GRAFT_EINVAL, "graft_session_clone_wait: NULL argument");
+    *out = NULL;
+    graft_engine *e = s->engine;
+    if (graft__engine_on_thread(e))
+        return graft__errmsg(errmsg, GRAFT_EINVAL,
+                             "graft_session_clone_wait: called from a callback");
+    clone_waiter w = {.engine = e};
+    int rc = graft_session_clone(s, upto, clone_wait_done, &w);
+    if (rc == GRAFT_OK) {
+        pthread_mutex_lock(&e->mu);
+        while (!w.reply.replied)
+            pthread_cond_wait(&e->replied, &e->mu);
+        pthread_mutex_unlock(&e->mu);
+        rc = w.reply.status;
+    }
+    if (rc != GRAFT_OK)
+        return clone_message(rc, upto, errmsg);
+    *out = w.clone;
+    return GRAFT_OK;
+}
+
+/* Appends the entries' tokens (consecutive positions of s from its committed length) to
+ * the committed history. */
+int graft__session_commit(graft_engine *e, graft_session *s, const graft__batch_entry *entries,
+                          int32_t n)
+{
+    int32_t position = atomic_load(&s->position);
+    int rc = graft__kv_seq_commit(e->kv, s->seq, position + n);
+    if (rc != GRAFT_OK)
+        return rc;
+    for (int32_t i = 0; i < n; i++)
+        s->tokens[position + i] = entries[i].token;
+    atomic_store(&s->position, position + n);
+    return GRAFT_OK;
+}
+
+/* Engine thread: forwards the last committed token on a throwaway clone at position - 1. */
+static int probe(graft_engine *e, graft_session *s, float *logits)
+{
+    int32_t position = atomic_load(&s->position);
+    if (position < 1)
+        return GRAFT_EINVAL;
+    int32_t seq;
+    int rc = graft__kv_seq_clone(e->kv, s->seq, position - 1, &seq);
+    if (rc != GRAFT_OK)
+        return rc;
+    graft__batch_entry entry = {seq, position - 1, s->tokens[position - 1], true};
+    rc = graft__forward(e->model, &e->ex, &e->kv_iface, &entry, 1, logits, NULL);
+    graft__kv_seq_close(e->kv, seq);
+    return rc;
+}
+
+void graft__session_run_probe(graft_engine *e, graft__cmd *cmd)
+{
+    graft_session *s = cmd->session;
+    int rc = e->draining ? GRAFT_ESHUTDOWN : probe(e, s, cmd->u.probe.logits);
+    int32_t n = rc == GRAFT_OK ? atomic_load(&s->position) : 0;
+    memcpy(cmd->u.probe.tokens, s->tokens, (size_t)n * sizeof *s->tokens);
+    *cmd->u.probe.n_tokens = n;
+    graft__engine_reply(e, cmd, rc);
+}
+
+int graft__session_probe(graft_session *s, float *logits, int32_t *tokens, int32_t *n_tokens)
+{
+    graft__cmd cmd = {.kind = GRAFT__CMD_PROBE, .session = s};
+    cmd.u.probe.logits = logits;
+    cmd.u.probe.tokens = tokens;
+    cmd.u.probe.n_tokens = n_tokens;
+    return graft__engine_call(s->engine, &cmd);
+}

@@ -21,7 +21,7 @@ typedef struct candidate {
 struct graft_sampler {
     graft_sampling params;
     int32_t n_vocab;
-    uint64_t rng[4];
+    graft__rng rng;
     candidate *cand; /* n_vocab */
     uint8_t *seen;   /* n_vocab: marks for the repetition penalty, all 0 between calls */
 };
@@ -30,37 +30,6 @@ graft_sampling graft_sampling_default(void)
 {
     graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0};
     return p;
-}
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t next_u64(uint64_t s[4])
-{
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-/* Uniform in [0, 1) with 53 random bits. */
-static double next_unit(uint64_t s[4])
-{
-    return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static bool params_valid(const graft_sampling *p)
@@ -86,9 +55,7 @@ int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sa
     }
     s->params = *params;
     s->n_vocab = n_vocab;
-    uint64_t seed = params->seed;
-    for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&seed);
+    graft__rng_seed(&s->rng, params->seed);
     *out = s;
     return GRAFT_OK;
 }
@@ -178,7 +145,7 @@ int32_t graft_sampler_sample(graft_sampler *s, float *logits, const int32_t *his
     double total = 0.0;
     for (int32_t i = 0; i < n; i++)
         total += s->cand[i].prob;
-    double r = next_unit(s->rng) * total;
+    double r = graft__rng_unit(&s->rng) * total;
     for (int32_t i = 0; i < n; i++) {
         r -= s->cand[i].prob;
         if (r < 0.0)

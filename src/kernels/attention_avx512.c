@@ -14,7 +14,11 @@
 
 #include "kernels/kernels.h"
 
-enum { LANES = 16, MAX_VECS = GRAFT_ATTN_MAX_HEAD_DIM / LANES, MAX_GROUP = 32 };
+enum {
+    LANES = 16,
+    MAX_GROUP = 32,
+    PREFETCH_AHEAD = 8 /* rows requested ahead of the one being read */
+};
 
 /* row (head_dim floats) = a K or V row of kv_type. */
 static void load_row(float *row, const void *src, uint32_t kv_type, int32_t nvec)
@@ -25,6 +29,16 @@ static void load_row(float *row, const void *src, uint32_t kv_type, int32_t nvec
                        : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)src + v));
         _mm512_storeu_ps(row + v * LANES, x);
     }
+}
+
+/* Asks for the cache lines of row `ahead` of the list (rows are scattered in the KV store,
+ * one sequence position apart, so the hardware prefetcher does not find them). */
+static void prefetch_row(const void *const *rows, int64_t ahead, int64_t n_rows, int32_t bytes)
+{
+    if (ahead >= n_rows)
+        return;
+    for (int32_t off = 0; off < bytes; off += 64)
+        _mm_prefetch((const char *)rows[ahead] + off, _MM_HINT_T0);
 }
 
 static float dot(const float *q, const float *k, int32_t nvec)
@@ -60,6 +74,7 @@ void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *c
         return;
     }
     const int32_t nvec = head_dim / LANES;
+    const int32_t row_bytes = head_dim * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
     float row[GRAFT_ATTN_MAX_HEAD_DIM];            // (head_dim) one decoded K or V row
     float scores[MAX_GROUP][GRAFT_ATTN_CHUNK];     // (n_q, chunk keys)
     float running_max[MAX_GROUP], running_sum[MAX_GROUP];
@@ -71,6 +86,7 @@ void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *c
     for (int64_t c0 = 0; c0 < n_keys; c0 += GRAFT_ATTN_CHUNK) {
         int n = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;
         for (int j = 0; j < n; j++) {
+            prefetch_row(keys, c0 + j + PREFETCH_AHEAD, n_keys, row_bytes);
             load_row(row, keys[c0 + j], kv_type, nvec);
             for (int32_t h = 0; h < n_q; h++)
                 scores[h][j] = scale * dot(q + h * head_dim, row, nvec);
@@ -91,6 +107,7 @@ void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *c
             }
         }
         for (int j = 0; j < n; j++) {
+            prefetch_row(values, c0 + j + PREFETCH_AHEAD, n_keys, row_bytes);
             load_row(row, values[c0 + j], kv_type, nvec);
             for (int32_t h = 0; h < n_q; h++)
                 add_scaled(out + h * head_dim, row, nvec, scores[h][j]);

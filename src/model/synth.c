@@ -40,42 +40,14 @@
 /* ---- random numbers ------------------------------------------------------------------ */
 
 typedef struct synth_rng {
-    uint64_t s[4]; /* xoshiro256** state */
+    graft__rng state;
     double spare;  /* the polar method gives normals in pairs */
     bool has_spare;
 } synth_rng;
 
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t rng_next(synth_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-/* Uniform in [0, 1) with 53 random bits. */
 static double rng_uniform(synth_rng *r)
 {
-    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+    return graft__rng_unit(&r->state);
 }
 
 /* Standard normal (Marsaglia's polar method: Box-Muller without the sine and cosine). */
@@ -103,9 +75,7 @@ static void rng_seed(synth_rng *r, uint64_t seed, const char *name)
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *c = name; *c; c++)
         h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
-    uint64_t x = splitmix64(&seed) ^ h;
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
+    graft__rng_seed(&r->state, graft__splitmix64(&seed) ^ h);
     r->has_spare = false;
 }
 

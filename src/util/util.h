@@ -8,7 +8,7 @@
  * - Error messages: graft__errmsg() formats a heap message into a caller's `char **errmsg`.
  * - Two tiers of assert: GRAFT_ASSERT is always on (shapes, bounds); GRAFT_DEBUG_ASSERT is
  *   compiled only without NDEBUG (O(n) consistency checks).
- * - Monotonic time in nanoseconds.
+ * - Monotonic time in nanoseconds, and the pseudo-random generator (rng.c).
  */
 #ifndef GRAFT_UTIL_H
 #define GRAFT_UTIL_H
@@ -54,5 +54,15 @@ _Noreturn void graft__assert_fail(const char *expr, const char *file, int line);
 #endif
 
 uint64_t graft__now_ns(void);
+
+/* xoshiro256** (rng.c). graft__rng_seed expands a 64-bit seed with splitmix64;
+ * graft__rng_unit is uniform in [0, 1) with 53 random bits. */
+typedef struct graft__rng {
+    uint64_t s[4];
+} graft__rng;
+uint64_t graft__splitmix64(uint64_t *state);
+void graft__rng_seed(graft__rng *r, uint64_t seed);
+uint64_t graft__rng_next(graft__rng *r);
+double graft__rng_unit(graft__rng *r);
 
 #endif /* GRAFT_UTIL_H */

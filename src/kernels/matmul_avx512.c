@@ -121,11 +121,7 @@ float_tile(uint32_t type, int R, int T, int prefetch, __m512 *acc, const graft__
             }
             float_step(type, R, T, acc, tails, 0, job->acts, i, 0);
         }
-        float res[GRAFT_AVX512_MAX_ROWS * GRAFT_AVX512_MAX_TOKS]; // (R, T)
-        GRAFT_AVX512_UNROLL
-        for (int j = 0; j < R * T; j++)
-            res[j] = graft__avx512_hsum(acc[j]);
-        graft__avx512_store(job, seg, R, T, k, res);
+        graft__avx512_finish(job, seg, R, T, k, acc);
     }
 }
 

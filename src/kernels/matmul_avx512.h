@@ -165,17 +165,18 @@ graft__avx512_packed_rows(const graft__avx512_job *job, int seg, int R, int64_t 
                                     job->packed_row_bytes;
 }
 
-/* Stores res (R, T) of step k for the segments seg..seg+R-1 that have a row there. */
+/* Ends step k: sums the lanes of each accumulator acc (R, T) with graft__avx512_hsum and
+ * stores the results for the segments seg..seg+R-1 that have a row there. */
 static inline __attribute__((always_inline)) void
-graft__avx512_store(const graft__avx512_job *job, int seg, int R, int T, int64_t k,
-                    const float *res)
+graft__avx512_finish(const graft__avx512_job *job, int seg, int R, int T, int64_t k,
+                     const __m512 *acc)
 {
     GRAFT_AVX512_UNROLL
     for (int j = 0; j < R; j++) {
         if (k < job->len[seg + j]) {
             GRAFT_AVX512_UNROLL
             for (int t = 0; t < T; t++)
-                job->y0[seg + j][t * job->ldy + k] = res[j * T + t];
+                job->y0[seg + j][t * job->ldy + k] = graft__avx512_hsum(acc[j * T + t]);
         }
     }
 }

@@ -347,11 +347,7 @@ kquant_tile(uint32_t type, int R, int T, int prefetch, __m512 *acc, const graft_
                                                job->acts[t] + (size_t)i * stride);
             }
         }
-        float res[GRAFT_AVX512_MAX_ROWS * GRAFT_AVX512_MAX_TOKS]; // (R, T)
-        GRAFT_AVX512_UNROLL
-        for (int i = 0; i < R * T; i++)
-            res[i] = graft__avx512_hsum(acc[i]);
-        graft__avx512_store(job, seg, R, T, k, res);
+        graft__avx512_finish(job, seg, R, T, k, acc);
     }
 }
 

@@ -465,11 +465,7 @@ q32_tile(uint32_t type, int R, int T, int source, __m512 *acc, const graft__avx5
         for (int i = 0; i < R * T; i++)
             acc[i] = _mm512_setzero_ps();
         tile_row(type, R, T, source, acc, rows, job);
-        float res[GRAFT_AVX512_MAX_ROWS * GRAFT_AVX512_MAX_TOKS]; // (R, T)
-        GRAFT_AVX512_UNROLL
-        for (int i = 0; i < R * T; i++)
-            res[i] = graft__avx512_hsum(acc[i]);
-        graft__avx512_store(job, seg, R, T, k, res);
+        graft__avx512_finish(job, seg, R, T, k, acc);
     }
 }
 

@@ -3,18 +3,29 @@
  *
  * graft__pool_run(pool, n_tasks, fn, ctx) runs fn(ctx, task, thread) for every task in
  * [0, n_tasks) on the pool's threads and the calling thread, and returns when all are done.
- * Tasks are handed out in order from an atomic counter. The callers split work by output
- * rows, heads or tokens, never along a reduction, so which thread runs a task never changes
- * a result (DESIGN.md invariant 1).
+ * The callers split work by output rows, heads or tokens, never along a reduction, so which
+ * thread runs a task never changes a result (DESIGN.md invariant 1).
  *
  * Workers are created once. Between jobs a worker spins briefly (a job usually follows
- * within microseconds during a forward pass), then sleeps on a condition variable. Every
- * participant, the caller included, checks in to `finished` when the task counter runs dry;
- * the caller returns only when all have, so no worker can still touch a job's fields when
- * the next job is set up.
+ * within microseconds during a forward pass), then sleeps on a condition variable.
  *
- * Locking: `mu` guards sleeping and waking only; the job fields are published by the
- * release store of `generation` and read after its acquire load.
+ * Claiming. Tasks are claimed from one 64-bit atomic word, `claim` = (job << 32) | next
+ * task, by compare-and-swap: a claim succeeds only while the word still names the job the
+ * claimant read the job's fields for, so a worker that wakes late can never take a task of
+ * a later job, nor run one with a later job's fields. The caller returns once `done` counts
+ * every task: it waits only for tasks actually being run, never for a worker that was
+ * asleep or descheduled and took none (on a machine with as many threads as cores, waiting
+ * for every worker to check in cost up to a scheduler time slice per job whenever another
+ * process held a core). The job number wraps after 2^32 jobs; a claim could only be
+ * confused across a wrap by a worker stalled between two loads for all of them.
+ *
+ * Memory order. The caller writes the job's fields (relaxed atomics), then publishes the
+ * job with a store of `claim`; a worker that loads `claim` (acquire) and sees the job sees
+ * its fields. A later job's fields are only written after `done` shows every task of this
+ * one finished (acquire, paired with each task's release increment). Waking: the caller's
+ * store of `claim` and load of `sleepers`, and a worker's increment of `sleepers` (under mu)
+ * and load of `claim`, are sequentially consistent, so either the worker sees the job or
+ * the caller sees the sleeper and broadcasts under mu.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,13 +39,16 @@ struct graft__pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake;
-    atomic_uint generation;
+    atomic_int sleepers; /* workers waiting on `wake` (or about to) */
     atomic_bool stop;
-    graft__task_fn fn;
-    void *ctx;
-    int64_t n_tasks;
-    atomic_llong next;
-    atomic_int finished;
+    uint32_t job;        /* the caller's job counter */
+
+    /* The current job. */
+    _Atomic(graft__task_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_llong n_tasks;
+    atomic_uint_least64_t claim; /* (job << 32) | next task */
+    atomic_llong done;           /* tasks of the job finished */
 };
 
 typedef struct worker_arg {
@@ -47,33 +61,51 @@ static void cpu_relax(void)
     __builtin_ia32_pause();
 }
 
-static void run_tasks(graft__pool *p, int thread)
+static uint32_t job_of(uint64_t claim)
 {
-    for (;;) {
-        long long task = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (task >= p->n_tasks)
-            break;
-        p->fn(p->ctx, task, thread);
-    }
-    atomic_fetch_add_explicit(&p->finished, 1, memory_order_acq_rel);
+    return (uint32_t)(claim >> 32);
 }
 
-/* Waits until generation differs from `seen` or the pool stops; returns the generation. */
-static unsigned wait_for_job(graft__pool *p, unsigned seen)
+/* Claims and runs tasks of the job in `claim` (as last loaded) until none is left or the
+ * word names another job. */
+static void run_tasks(graft__pool *p, uint64_t claim, int thread)
 {
+    uint32_t job = job_of(claim);
+    while (job_of(claim) == job) {
+        graft__task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+        long long n_tasks = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
+        uint32_t task = (uint32_t)claim;
+        if ((long long)task >= n_tasks)
+            return;
+        if (atomic_compare_exchange_weak_explicit(&p->claim, &claim, claim + 1,
+                                                  memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            fn(ctx, task, thread);
+            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+            claim = atomic_load_explicit(&p->claim, memory_order_acquire);
+        }
+    }
+}
+
+/* Waits until `claim` names a job other than `seen` or the pool stops; returns `claim`. */
+static uint64_t wait_for_job(graft__pool *p, uint32_t seen)
+{
+    uint64_t claim;
     for (int i = 0; i < SPIN_ROUNDS; i++) {
-        unsigned g = atomic_load_explicit(&p->generation, memory_order_acquire);
-        if (g != seen || atomic_load_explicit(&p->stop, memory_order_acquire))
-            return g;
+        claim = atomic_load_explicit(&p->claim, memory_order_acquire);
+        if (job_of(claim) != seen || atomic_load_explicit(&p->stop, memory_order_acquire))
+            return claim;
         cpu_relax();
     }
     pthread_mutex_lock(&p->mu);
-    unsigned g;
-    while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
+    atomic_fetch_add(&p->sleepers, 1);
+    while (job_of(claim = atomic_load(&p->claim)) == seen &&
            !atomic_load_explicit(&p->stop, memory_order_acquire))
         pthread_cond_wait(&p->wake, &p->mu);
+    atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->mu);
-    return g;
+    return claim;
 }
 
 static void *worker_main(void *arg)
@@ -82,12 +114,13 @@ static void *worker_main(void *arg)
     graft__pool *p = wa->pool;
     int index = wa->index;
     graft__free(wa);
-    unsigned seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        seen = wait_for_job(p, seen);
+        uint64_t claim = wait_for_job(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        run_tasks(p, index);
+        seen = job_of(claim);
+        run_tasks(p, claim, index);
     }
 }
 
@@ -155,16 +188,20 @@ void graft__pool_run(graft__pool *p, int64_t n_tasks, graft__task_fn fn, void *c
             fn(ctx, i, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
-    run_tasks(p, 0);
-    while (atomic_load_explicit(&p->finished, memory_order_acquire) < p->n_threads)
+    GRAFT_ASSERT(n_tasks <= INT32_MAX);
+    p->job++;
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint64_t claim = (uint64_t)p->job << 32;
+    atomic_store(&p->claim, claim);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
+    run_tasks(p, claim, 0);
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks)
         cpu_relax();
 }

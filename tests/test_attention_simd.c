@@ -15,7 +15,9 @@
  *
  * Invariance (memcmp): a head's output is the same whether it is computed alone (n_q = 1)
  * or within its group, and computing n keys gives the same bits however many times it is
- * repeated (no state carried between calls).
+ * repeated (no state carried between calls). The several-heads form (graft__attend_heads*,
+ * which the forward pass uses for runs of tokens) gives each head, whatever the key counts
+ * of the heads beside it, the bits the single form gives it alone.
  * Tests are skipped when the processor lacks the instructions of a kernel.
  */
 #include <setjmp.h>
@@ -134,6 +136,65 @@ static void check_kernel(graft__attend_fn attend)
     }
 }
 
+/* Up to GRAFT_ATTN_MAX_HEADS heads of 2-head groups, token i of the run having key count
+ * counts[i] (ragged, in and out of order, across chunk and 16-key boundaries). */
+static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
+{
+    static const int64_t counts[] = {300, 1, 64, 65, 17, 130, 0, 16, 63, 299, 2, 128, 129, 15,
+                                     200, 33};
+    static float got[GRAFT_ATTN_MAX_HEADS * MAX_DIM], alone[MAX_DIM];
+    const uint32_t kv_types[] = {GRAFT_TYPE_F16, GRAFT_TYPE_F32};
+    const int32_t dims[] = {64, 128, 256, 80, 40};
+    for (size_t ti = 0; ti < 2; ti++) {
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            int32_t dim = dims[di];
+            problem *p = malloc(sizeof *p);
+            assert_non_null(p);
+            make_problem(p, kv_types[ti], dim);
+            float *outs[GRAFT_ATTN_MAX_HEADS];
+            const float *qs[GRAFT_ATTN_MAX_HEADS];
+            int64_t n_keys[GRAFT_ATTN_MAX_HEADS];
+            for (int32_t h = 0; h < GRAFT_ATTN_MAX_HEADS; h++) {
+                outs[h] = got + (int64_t)h * dim;
+                qs[h] = p->q + (int64_t)(h % (MAX_Q * MAX_DIM / dim)) * dim;
+                n_keys[h] = counts[(h / 2) % (sizeof counts / sizeof *counts)];
+            }
+            for (int32_t n_heads = 1; n_heads <= GRAFT_ATTN_MAX_HEADS; n_heads += 7) {
+                heads(outs, qs, n_keys, n_heads, p->keys, p->values, kv_types[ti], dim, 0.1f);
+                for (int32_t h = 0; h < n_heads; h++) {
+                    attend(alone, qs[h], 1, p->keys, p->values, kv_types[ti], n_keys[h], dim,
+                           0.1f);
+                    assert_memory_equal(alone, outs[h], (size_t)dim * sizeof(float));
+                }
+            }
+            free(p->store);
+            free(p);
+        }
+    }
+}
+
+static void test_heads_reference(void **state)
+{
+    (void)state;
+    check_heads(graft__attend, graft__attend_heads);
+}
+
+static void test_heads_avx2(void **state)
+{
+    (void)state;
+    if (!graft__cpu_has_avx2())
+        skip();
+    check_heads(graft__attend_avx2, graft__attend_heads_avx2);
+}
+
+static void test_heads_avx512(void **state)
+{
+    (void)state;
+    if (!graft__cpu_has_avx512())
+        skip();
+    check_heads(graft__attend_avx512, graft__attend_heads_avx512);
+}
+
 static void test_avx2_matches_reference(void **state)
 {
     (void)state;
@@ -155,6 +216,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_avx2_matches_reference),
         cmocka_unit_test(test_avx512_matches_reference),
+        cmocka_unit_test(test_heads_reference),
+        cmocka_unit_test(test_heads_avx2),
+        cmocka_unit_test(test_heads_avx512),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,10 @@
  * to the accumulator, in key order. At the end the accumulator is divided by the sum.
  * `out` itself holds the accumulator, so it must not overlap q. K and V rows are decoded
  * from their storage type (F16 or F32) one at a time.
+ *
+ * graft__attend_heads (the form the forward pass calls, kernels.h) takes heads with their
+ * own key counts; graft__attend_heads_by_runs hands runs of them to a per-group kernel
+ * (this one, or the AVX2 one).
  */
 #include <math.h>
 #include <string.h>
@@ -100,4 +104,27 @@ void graft__attend(float *out, const float *q, int32_t n_q, const void *const *k
     for (int32_t h = 0; h < n_q; h++)
         attend_head(out + (int64_t)h * head_dim, q + (int64_t)h * head_dim, keys, values, kv_type,
                     n_keys, head_dim, scale, row);
+}
+
+void graft__attend_heads_by_runs(graft__attend_fn attend, float *const *out,
+                                 const float *const *q, const int64_t *n_keys,
+                                 int32_t n_heads, const void *const *keys,
+                                 const void *const *values, uint32_t kv_type,
+                                 int32_t head_dim, float scale)
+{
+    for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) {
+        for (h1 = h0 + 1; h1 < n_heads; h1++)
+            if (n_keys[h1] != n_keys[h0] || q[h1] != q[h1 - 1] + head_dim ||
+                out[h1] != out[h1 - 1] + head_dim)
+                break;
+        attend(out[h0], q[h0], h1 - h0, keys, values, kv_type, n_keys[h0], head_dim, scale);
+    }
+}
+
+void graft__attend_heads(float *const *out, const float *const *q, const int64_t *n_keys,
+                         int32_t n_heads, const void *const *keys, const void *const *values,
+                         uint32_t kv_type, int32_t head_dim, float scale)
+{
+    graft__attend_heads_by_runs(graft__attend, out, q, n_keys, n_heads, keys, values, kv_type,
+                                head_dim, scale);
 }

@@ -126,3 +126,12 @@ void graft__attend_avx2(float *out, const float *q, int32_t n_q, const void *con
         if (running_sum[h] > 0.0f)
             scale_row(out + h * head_dim, nvec, 1.0f / running_sum[h]);
 }
+
+void graft__attend_heads_avx2(float *const *out, const float *const *q, const int64_t *n_keys,
+                              int32_t n_heads, const void *const *keys,
+                              const void *const *values, uint32_t kv_type, int32_t head_dim,
+                              float scale)
+{
+    graft__attend_heads_by_runs(graft__attend_avx2, out, q, n_keys, n_heads, keys, values,
+                                kv_type, head_dim, scale);
+}

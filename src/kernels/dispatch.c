@@ -47,13 +47,20 @@ int graft__kernels_select(const char *name, const graft__matmul_path **out, char
                          "kernels: unknown kernel set '%s' (scalar, avx2, avx512)", name);
 }
 
-graft__attend_fn graft__attend_for(const graft__matmul_path *path)
+graft__attend_heads_fn graft__attend_for(const graft__matmul_path *path)
 {
     if (path == &graft__matmul_avx512)
-        return graft__attend_avx512;
+        return graft__attend_heads_avx512;
     if (path == &graft__matmul_avx2)
-        return graft__attend_avx2;
-    return graft__attend;
+        return graft__attend_heads_avx2;
+    return graft__attend_heads;
+}
+
+graft__store_row_fn graft__store_row_for(const graft__matmul_path *path)
+{
+    if (path == &graft__matmul_avx512 || path == &graft__matmul_avx2)
+        return graft__store_row_f16c;
+    return graft__store_row;
 }
 
 size_t graft__matmul_work_size(const graft__matmul_path *path, uint32_t type, int64_t n_in,

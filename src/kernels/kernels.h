@@ -89,8 +89,40 @@ void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *c
                           const void *const *values, uint32_t kv_type, int64_t n_keys,
                           int32_t head_dim, float scale);
 
-/* dst (n elements of type F16 or F32) = src (n floats). */
+/* Several query heads over one list of keys, each with its own key count: head h attends
+ * with q[h] over keys [0, n_keys[h]) into out[h], for h < n_heads <= GRAFT_ATTN_MAX_HEADS
+ * (the heads of a GQA group for several tokens of one sequence: the keys are read once for
+ * all of them). Each head's result is the same bits as graft__attend's kernel of the same
+ * path gives it alone. */
+#define GRAFT_ATTN_MAX_HEADS 32
+typedef void (*graft__attend_heads_fn)(float *const *out, const float *const *q,
+                                       const int64_t *n_keys, int32_t n_heads,
+                                       const void *const *keys, const void *const *values,
+                                       uint32_t kv_type, int32_t head_dim, float scale);
+void graft__attend_heads(float *const *out, const float *const *q, const int64_t *n_keys,
+                         int32_t n_heads, const void *const *keys, const void *const *values,
+                         uint32_t kv_type, int32_t head_dim, float scale);
+void graft__attend_heads_avx2(float *const *out, const float *const *q, const int64_t *n_keys,
+                              int32_t n_heads, const void *const *keys,
+                              const void *const *values, uint32_t kv_type, int32_t head_dim,
+                              float scale);
+void graft__attend_heads_avx512(float *const *out, const float *const *q,
+                                const int64_t *n_keys, int32_t n_heads,
+                                const void *const *keys, const void *const *values,
+                                uint32_t kv_type, int32_t head_dim, float scale);
+/* For kernels that share keys only within one call of graft__attend_fn: runs of heads with
+ * the same key count whose queries and outputs lie one after another go to one call. */
+void graft__attend_heads_by_runs(graft__attend_fn attend, float *const *out,
+                                 const float *const *q, const int64_t *n_keys,
+                                 int32_t n_heads, const void *const *keys,
+                                 const void *const *values, uint32_t kv_type,
+                                 int32_t head_dim, float scale);
+
+/* dst (n elements of type F16 or F32) = src (n floats). The F16C version (convert_avx2.c)
+ * gives the same bits (NaN payloads aside); graft__store_row_for picks one for a path. */
+typedef void (*graft__store_row_fn)(uint32_t type, void *dst, const float *src, int64_t n);
 void graft__store_row(uint32_t type, void *dst, const float *src, int64_t n);
+void graft__store_row_f16c(uint32_t type, void *dst, const float *src, int64_t n);
 
 /* ---------------------------------------------------------------------------------------
  * Thread pool (threadpool.c). Persistent workers; graft__pool_run runs fn(ctx, task, thread)
@@ -128,13 +160,15 @@ const graft__matmul_path *graft__kernels_by_name(const char *name);
 typedef struct graft__exec {
     graft__pool *pool;
     const graft__matmul_path *path;
-    graft__attend_fn attend; /* the attention kernel of the same instruction set */
+    graft__attend_heads_fn attend; /* the attention kernel of the same instruction set */
+    graft__store_row_fn store_row; /* K/V row conversion of the same instruction set */
     void *work;
     size_t work_size;
 } graft__exec;
 
-/* The attention kernel that goes with a matmul path. */
-graft__attend_fn graft__attend_for(const graft__matmul_path *path);
+/* The attention kernel and the K/V row conversion that go with a matmul path. */
+graft__attend_heads_fn graft__attend_for(const graft__matmul_path *path);
+graft__store_row_fn graft__store_row_for(const graft__matmul_path *path);
 
 /* Bytes of work buffer graft__matmul_run needs for n_tok tokens of n_in inputs. */
 size_t graft__matmul_work_size(const graft__matmul_path *path, uint32_t type, int64_t n_in,

@@ -33,6 +33,7 @@ typedef struct scratch {
     float *up;    /* (n, n_ff) */
     const void **keys;    /* (threads, max_pos + 1) key pointers of one head */
     const void **values;  /* (threads, max_pos + 1) value pointers of one head */
+    int32_t *tiles;       /* (n + 1) starts of the attention tiles (attend_all) */
     int64_t ptr_stride;   /* max_pos + 1 */
     void *work_block;     /* allocation behind ex.work */
     graft__exec ex;       /* threads, path and aligned activation buffer */
@@ -51,6 +52,7 @@ static void scratch_free(scratch *s)
     graft__free(s->up);
     graft__free(s->keys);
     graft__free(s->values);
+    graft__free(s->tiles);
     graft__free(s->work_block);
 }
 
@@ -97,13 +99,15 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     size_t n_ptr = (size_t)s->ptr_stride * (size_t)graft__pool_size(ex->pool);
     s->keys = graft__malloc(n_ptr * sizeof *s->keys);
     s->values = graft__malloc(n_ptr * sizeof *s->values);
+    s->tiles = graft__malloc(((size_t)n + 1) * sizeof *s->tiles);
     s->ex = *ex;
     s->ex.attend = graft__attend_for(ex->path);
+    s->ex.store_row = graft__store_row_for(ex->path);
     s->ex.work_size = work_size(m, ex->path, n);
     s->work_block = graft__malloc(s->ex.work_size + 64);
     s->ex.work = (void *)(((uintptr_t)s->work_block + 63) & ~(uintptr_t)63);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->gate || !s->up ||
-        !s->keys || !s->values || !s->work_block) {
+        !s->keys || !s->values || !s->tiles || !s->work_block) {
         scratch_free(s);
         return GRAFT_ENOMEM;
     }
@@ -175,13 +179,14 @@ static void position_qk(const struct graft_model *m, const graft__layer *L, int3
 
 /* Writes each entry's K and V rows into the store, converted to its element type. */
 static void store_kv(const graft__hparams *hp, graft__kv *kv, int32_t il,
-                     const graft__batch_entry *e, int32_t n, const float *k, const float *v)
+                     const graft__batch_entry *e, int32_t n, const float *k, const float *v,
+                     const scratch *s)
 {
     const int64_t kw = (int64_t)hp->n_head_kv * hp->head_dim;
     const int64_t vw = (int64_t)hp->n_head_kv * hp->head_dim_v;
     for (int32_t t = 0; t < n; t++) {
-        graft__store_row(kv->type, kv->k_row(kv->self, il, e[t].seq, e[t].pos), k + t * kw, kw);
-        graft__store_row(kv->type, kv->v_row(kv->self, il, e[t].seq, e[t].pos), v + t * vw, vw);
+        s->ex.store_row(kv->type, kv->k_row(kv->self, il, e[t].seq, e[t].pos), k + t * kw, kw);
+        s->ex.store_row(kv->type, kv->v_row(kv->self, il, e[t].seq, e[t].pos), v + t * vw, vw);
     }
 }
 
@@ -195,29 +200,76 @@ typedef struct attend_job {
     scratch *s;
 } attend_job;
 
-/* Task (token t, kv head kvh): the query heads of that group attend over [lo, pos]. */
+/* The first key position entry t attends to: 0, or the start of its sliding window. */
+static int32_t first_key(const attend_job *j, int32_t t)
+{
+    const graft__hparams *hp = j->hp;
+    int32_t pos = j->e[t].pos;
+    if (hp->layer_is_swa[j->il] && pos >= hp->sliding_window)
+        return pos - hp->sliding_window + 1;
+    return 0;
+}
+
+/* Task (tile, kv head kvh): the query heads of that group, for every entry of the tile,
+ * attend over [lo, pos] of their sequence. A tile is a run of entries of one sequence
+ * that all start at key 0 (or a single entry), so their keys are listed and read once for
+ * all of them. */
 static void attend_task(void *ctx, int64_t task, int thread)
 {
     const attend_job *j = ctx;
     const graft__hparams *hp = j->hp;
-    const int32_t t = (int32_t)(task / hp->n_head_kv), kvh = (int32_t)(task % hp->n_head_kv);
-    const int32_t group = hp->n_head / hp->n_head_kv, pos = j->e[t].pos, seq = j->e[t].seq;
-    int32_t lo = 0;
-    if (hp->layer_is_swa[j->il] && pos >= hp->sliding_window)
-        lo = pos - hp->sliding_window + 1;
-    const int32_t n_keys = pos - lo + 1;
+    const int32_t tile = (int32_t)(task / hp->n_head_kv), kvh = (int32_t)(task % hp->n_head_kv);
+    const int32_t t0 = j->s->tiles[tile], t1 = j->s->tiles[tile + 1];
+    const int32_t group = hp->n_head / hp->n_head_kv, seq = j->e[t0].seq;
+    const int32_t lo = first_key(j, t0);
+    int32_t last = lo;
+    for (int32_t t = t0; t < t1; t++)
+        last = j->e[t].pos > last ? j->e[t].pos : last;
     const void **keys = j->s->keys + thread * j->s->ptr_stride;
     const void **values = j->s->values + thread * j->s->ptr_stride;
     const size_t k_off = graft__type_row_bytes(j->kv->type, (uint64_t)kvh * hp->head_dim);
     const size_t v_off = graft__type_row_bytes(j->kv->type, (uint64_t)kvh * hp->head_dim_v);
-    for (int32_t i = 0; i < n_keys; i++) {
+    for (int32_t i = 0; i <= last - lo; i++) {
         keys[i] = (const uint8_t *)j->kv->k_row(j->kv->self, j->il, seq, lo + i) + k_off;
         values[i] = (const uint8_t *)j->kv->v_row(j->kv->self, j->il, seq, lo + i) + v_off;
     }
-    const int32_t hq = kvh * group;
-    j->s->ex.attend(j->att + (int64_t)t * hp->n_head * hp->head_dim_v + hq * hp->head_dim_v,
-                          j->q + (int64_t)t * hp->n_head * hp->head_dim + hq * hp->head_dim, group,
-                          keys, values, j->kv->type, n_keys, hp->head_dim, hp->attn_scale);
+    float *outs[GRAFT_ATTN_MAX_HEADS];
+    const float *qs[GRAFT_ATTN_MAX_HEADS];
+    int64_t n_keys[GRAFT_ATTN_MAX_HEADS];
+    int32_t n_heads = 0;
+    for (int32_t t = t0; t < t1; t++) {
+        for (int32_t g = 0; g < group; g++) {
+            const int32_t hq = kvh * group + g;
+            outs[n_heads] = j->att + ((int64_t)t * hp->n_head + hq) * hp->head_dim_v;
+            qs[n_heads] = j->q + ((int64_t)t * hp->n_head + hq) * hp->head_dim;
+            n_keys[n_heads] = j->e[t].pos - lo + 1;
+            if (++n_heads == GRAFT_ATTN_MAX_HEADS || (t == t1 - 1 && g == group - 1)) {
+                j->s->ex.attend(outs, qs, n_keys, n_heads, keys, values, j->kv->type,
+                                hp->head_dim, hp->attn_scale);
+                n_heads = 0;
+            }
+        }
+    }
+}
+
+/* s->tiles = the starts of the tiles of entries [0, n) for layer il, then n; returns how
+ * many tiles. At most GRAFT_ATTN_MAX_HEADS query heads per tile (or one entry). */
+static int32_t plan_tiles(const attend_job *j, int32_t n)
+{
+    const int32_t group = j->hp->n_head / j->hp->n_head_kv;
+    const int32_t most = group < GRAFT_ATTN_MAX_HEADS ? GRAFT_ATTN_MAX_HEADS / group : 1;
+    int32_t n_tiles = 0;
+    for (int32_t t = 0; t < n;) {
+        int32_t end = t + 1;
+        if (first_key(j, t) == 0)
+            while (end < n && end - t < most && j->e[end].seq == j->e[t].seq &&
+                   first_key(j, end) == 0)
+                end++;
+        j->s->tiles[n_tiles++] = t;
+        t = end;
+    }
+    j->s->tiles[n_tiles] = n;
+    return n_tiles;
 }
 
 /* att (n, n_head * head_dim_v): each entry's heads attend over [lo, pos] of its sequence. */
@@ -226,7 +278,8 @@ static void attend_all(const graft__hparams *hp, graft__kv *kv, int32_t il,
                        scratch *s)
 {
     attend_job j = {hp, kv, il, e, q, att, s};
-    graft__pool_run(s->ex.pool, (int64_t)n * hp->n_head_kv, attend_task, &j);
+    int32_t n_tiles = plan_tiles(&j, n);
+    graft__pool_run(s->ex.pool, (int64_t)n_tiles * hp->n_head_kv, attend_task, &j);
 }
 
 static void add_rows(float *x, const float *y, int64_t count)
@@ -248,7 +301,7 @@ static void attention_block(const struct graft_model *m, graft__kv *kv, int32_t 
     add_bias(s->k, &L->bk, n);
     add_bias(s->v, &L->bv, n);
     position_qk(m, L, il, e, n, s->q, s->k);
-    store_kv(hp, kv, il, e, n, s->k, s->v);
+    store_kv(hp, kv, il, e, n, s->k, s->v, s);
     attend_all(hp, kv, il, e, n, s->q, s->att, s);
     matmul(s, s->o, &L->wo, s->att, n);
     if (L->post_attn_norm.data != NULL)

@@ -166,7 +166,7 @@ void graft_context_free(graft_context *ctx)
 static int run_forward(graft_context *ctx, const graft__batch_entry *entries, int32_t n,
                        float *logits)
 {
-    graft__exec ex = {ctx->pool, ctx->path, NULL, NULL, 0};
+    graft__exec ex = {.pool = ctx->pool, .path = ctx->path};
     graft__kv kv = graft__kv_simple_iface(ctx->kv);
     return graft__forward(ctx->model, &ex, &kv, entries, n, logits, NULL);
 }

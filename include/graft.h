@@ -455,6 +455,223 @@ void graft_generation_metrics_get(graft_generation *gen, graft_generation_metric
  * its own generation). NULL is fine. */
 void graft_generation_free(graft_generation *gen);
 
+/* ---------------------------------------------------------------------------------------
+ * Engine queries for caches. A cache above the engine (the prefix cache below, a server's
+ * reuse policy) keeps sessions as snapshots; these let it identify sessions across handle
+ * reuse, back off to a clonable boundary, and measure what its snapshots cost.
+ */
+
+/* METHOD: graft_session. The session's id: unique among the sessions an engine ever opened
+ * or cloned (never reused), so it identifies a session where a handle (a pointer, whose
+ * memory may be reused after a close) cannot. Any thread, callback-safe, while the handle is
+ * valid. */
+uint64_t graft_session_id(const graft_session *session);
+
+/* METHOD: graft_generation. The session the generation was queued on (borrowed). It is open
+ * at least while the generation's on_update runs; from another thread or after the
+ * generation settled it may be closed, and then the handle must not be used. Any thread,
+ * callback-safe. */
+graft_session *graft_generation_session(const graft_generation *gen);
+
+/* METHOD: graft_session. The longest boundary b <= upto at which graft_session_clone would
+ * not be refused for retention (GRAFT_ERETENTION) given the session's state now: upto itself
+ * when its sliding-window KV is there, 0 at worst (a clone at 0 is always possible). On a
+ * model without sliding windows it is upto. Blocking (it waits for the engine thread); any
+ * thread, not callbacks (GRAFT_EINVAL). Errors: GRAFT_EINVAL (NULL argument),
+ * GRAFT_EBOUNDARY (upto outside [0, position]), GRAFT_ESHUTDOWN; *boundary is then -1. */
+int graft_session_retained_boundary(graft_session *session, int32_t upto, int32_t *boundary);
+
+/* METHOD: graft_engine. *bytes receives the KV bytes of the blocks referenced by the given
+ * sessions and by no other session: what closing all of them would give back to the pool.
+ * A block shared with any session outside the set counts nothing, so the figure grows when
+ * such a sharer closes. The sessions must be distinct open sessions of this engine that no
+ * other thread closes during the call. O(KV blocks of the set) on the engine thread.
+ * Blocking; any thread, not callbacks (GRAFT_EINVAL). Errors: GRAFT_EINVAL (NULL argument, a
+ * session of another engine), GRAFT_ENOMEM, GRAFT_ESHUTDOWN; *bytes is then 0. */
+int graft_engine_kv_exclusive_bytes(graft_engine *engine, graft_session *const *sessions,
+                                    size_t n, int64_t *bytes);
+
+/* ---------------------------------------------------------------------------------------
+ * The prefix cache: snapshot sessions of prompts already computed, indexed by their tokens
+ * (DESIGN.md §3). lookup hands out a clone of the longest usable snapshot; since clones
+ * share KV blocks, a snapshot costs only the blocks no live session holds.
+ *
+ * Typical use, for a prompt `tokens` of n tokens:
+ *     graft_session *s; int32_t matched;
+ *     if (graft_prefix_cache_lookup(cache, tokens, n, &s, &matched) != GRAFT_OK)
+ *         graft_session_open(engine, &s, NULL), matched = 0;      (a miss: start cold)
+ *     graft_prompt_capture *cap;
+ *     graft_prompt_capture_create(cache, s, tokens, n, &cap);
+ *     graft_update_cb up = my_update; graft_settled_cb st = my_settled; void *u = me;
+ *     graft_prompt_capture_wrap(cap, &up, &st, &u);
+ *     graft_session_generate(s, tokens + matched, n - matched, &config, up, st, u, &gen);
+ *     graft_generation_wait(gen);
+ *     graft_prompt_capture_collect(cap);           (inserts the prompt's snapshot)
+ *     graft_prompt_capture_free(cap);
+ *
+ * Ownership: a snapshot given to graft_prefix_cache_insert belongs to the cache from the
+ * call on, whatever it returns (kept, or closed at once). A session returned by lookup is a
+ * new clone that belongs to the caller, who closes it; the cache never touches it again, so
+ * the cache and the sessions it handed out may be closed in any order. Evicting, clearing or
+ * destroying closes only the cache's own snapshots: a live session sharing their KV blocks
+ * keeps its own references and is never disturbed.
+ *
+ * Bounds: at most max_entries snapshots, and at most max_bytes of KV held by the cache alone
+ * (graft_engine_kv_exclusive_bytes of its snapshots). When an insert goes beyond either,
+ * the least recently used snapshots are evicted (a hit or a duplicate insert makes a snapshot
+ * the most recently used). The byte figure grows without an insert when live sessions that
+ * shared the cache's blocks close (a snapshot usually starts out sharing all its blocks with
+ * the session it was cloned from); it is measured and enforced at each insert and by
+ * graft_prefix_cache_trim, which a caller may run after closing sessions. Snapshots are
+ * sessions, so they count against the engine's max_sessions. The index itself (4 bytes per
+ * key token, plus nodes) is ordinary memory, not counted in max_bytes.
+ *
+ * Threads: the cache may be used from any number of threads at once (an internal mutex
+ * guards it, never held while waiting for the engine), but never from an engine callback:
+ * lookup, stats and insert (with max_bytes) wait for the engine thread, which a callback
+ * would deadlock; the engine refuses them there (GRAFT_EINVAL).
+ * graft_prefix_cache_destroy must not race with any other call on the same cache.
+ *
+ * Lifetimes: the engine must outlive the cache: destroy the cache (and free its captures)
+ * before graft_engine_shutdown, which would otherwise close its snapshots under it.
+ * CONSTRUCTOR: graft_prefix_cache_create   DESTRUCTOR: graft_prefix_cache_destroy
+ */
+typedef struct graft_prefix_cache graft_prefix_cache;
+
+/* A cache on `engine` holding at most max_entries snapshots (0: disabled, every insert
+ * closes its snapshot) and at most max_bytes of KV held by the cache alone (0: no byte
+ * bound). Any thread. Errors: GRAFT_EINVAL (NULL argument, max_entries < 0), GRAFT_ENOMEM;
+ * on failure nothing is left to free. */
+int graft_prefix_cache_create(graft_engine *engine, int32_t max_entries, size_t max_bytes,
+                              graft_prefix_cache **out, char **errmsg);
+
+/* DESTRUCTOR. Closes every snapshot the cache holds (queued closes; it does not wait) and
+ * frees the cache. Sessions handed out by lookup stay open. NULL is fine. Any thread but
+ * engine callbacks; no other call on this cache may run or follow. */
+void graft_prefix_cache_destroy(graft_prefix_cache *cache);
+
+/* Closes every snapshot the cache holds; the cache stays usable and its counters stay.
+ * Sessions handed out by lookup stay open. Any thread but engine callbacks. */
+void graft_prefix_cache_clear(graft_prefix_cache *cache);
+
+/* Finds the snapshot sharing the longest usable prefix with tokens[0, n) and clones it.
+ * Usable: a snapshot whose key shares m tokens with the query offers min(m, n - 1) tokens
+ * (the last prompt token always gets a fresh forward pass, for fresh logits). Longer offers
+ * are tried first; equal offers the most recently used first. A clone refused for retention
+ * (a sliding-window model, boundary inside the snapshot) is retried at the longest shorter
+ * boundary that snapshot still retains (graft_session_retained_boundary), ranked with the
+ * other offers, before any shorter offer. On a hit, *out receives the clone (the caller owns
+ * it and closes it; its position is *matched) and the snapshot becomes the most recently
+ * used. Blocking (one engine round trip per clone attempt); any thread, not callbacks.
+ * Returns GRAFT_OK (hit) or the reason of the miss, counted in the stats (*out NULL,
+ * *matched 0; compute the prompt cold): GRAFT_ENOTFOUND (no snapshot shares a usable
+ * prefix), GRAFT_ERETENTION (every offer was refused for retention), GRAFT_ECAPACITY (the
+ * engine has max_sessions open), GRAFT_ENOMEM, GRAFT_ESHUTDOWN. GRAFT_EINVAL (not counted):
+ * NULL argument, or called from a callback (refused by the engine at the first clone). A
+ * miss changes nothing in the cache. */
+int graft_prefix_cache_lookup(graft_prefix_cache *cache, const int32_t *tokens, size_t n,
+                              graft_session **out, int32_t *matched);
+
+/* Gives the cache `snapshot`, a session whose committed history is tokens[0, n) (the cache
+ * cannot check the tokens; it checks the position) and that nothing else uses: the caller
+ * must not use the handle after this call. Then, while a bound is exceeded, evicts the
+ * least recently used snapshots. With max_bytes set it measures the bytes through the engine
+ * (blocking; a measurement that fails, for memory, leaves the bound to the next insert).
+ * Any thread, not callbacks. Returns:
+ *   GRAFT_OK        kept (the most recently used); or the key was already cached: that
+ *                   snapshot becomes the most recently used and `snapshot` is closed;
+ *   GRAFT_EINVAL    NULL cache or tokens, or n < 1: `snapshot` is closed, the cache is
+ *                   unchanged (an entry already cached for the key stays);
+ *   GRAFT_EBOUNDARY the snapshot's position is not n: closed likewise;
+ *   GRAFT_ECAPACITY the cache is disabled (max_entries 0), or the snapshot alone holds more
+ *                   than max_bytes: closed, and nothing else is evicted for it;
+ *   GRAFT_ENOMEM    closed, the cache unchanged.
+ * A NULL snapshot is GRAFT_EINVAL. */
+int graft_prefix_cache_insert(graft_prefix_cache *cache, const int32_t *tokens, size_t n,
+                              graft_session *snapshot);
+
+/* Enforces the byte bound now: measures the KV the snapshots hold alone and evicts the least
+ * recently used ones while it exceeds max_bytes (nothing to do without a byte bound).
+ * Blocking; any thread, not callbacks. Returns the measurement's status: GRAFT_OK,
+ * GRAFT_EINVAL (NULL cache, or called from a callback), GRAFT_ENOMEM, GRAFT_ESHUTDOWN. */
+int graft_prefix_cache_trim(graft_prefix_cache *cache);
+
+typedef struct graft_prefix_cache_stats {
+    int32_t entries;             /* snapshots held */
+    int64_t bytes;               /* KV bytes held by the snapshots alone, measured now */
+    uint64_t lookups;            /* lookups that ran (not GRAFT_EINVAL) */
+    uint64_t hits;
+    uint64_t hit_tokens;         /* matched tokens over all hits */
+    uint64_t misses_no_match, misses_retention, misses_capacity, misses_nomem,
+        misses_shutdown;         /* misses, by the status lookup returned */
+    uint64_t retention_refusals; /* clones refused for retention during lookups (each one
+                                    was retried shorter or passed to the next offer) */
+    uint64_t inserts;            /* snapshots kept */
+    uint64_t inserts_duplicate;  /* keys already cached (recency refreshed) */
+    uint64_t inserts_refused;    /* invalid, disabled, too large or out of memory */
+    uint64_t evictions;          /* snapshots closed to respect a bound */
+    uint64_t captures;           /* prompt captures collected that inserted a snapshot */
+    uint64_t captures_missed;    /* collected with nothing to insert */
+} graft_prefix_cache_stats;
+
+/* A consistent copy of the counters; `bytes` is measured through the engine (blocking).
+ * Any thread, not callbacks. Errors: GRAFT_EINVAL, GRAFT_ENOMEM, GRAFT_ESHUTDOWN (then
+ * bytes is 0 and the rest is filled). */
+int graft_prefix_cache_stats_get(graft_prefix_cache *cache, graft_prefix_cache_stats *out);
+
+/* ---------------------------------------------------------------------------------------
+ * Prompt capture: snapshots a generation's prompt for the cache at the exact moment it is
+ * complete. The wrapped on_update, at the generation's first update with tokens (on the
+ * engine thread), queues one clone of the session at the full-prompt boundary n, before it
+ * calls the caller's on_update: the clone runs before the next forward pass (so a
+ * sliding-window model still has the window of position n) and before any close or cancel
+ * the caller's callback queues. It never blocks. collect, on the caller's thread, inserts the
+ * snapshot into the cache. A prefill that fails or is cancelled gives no update, so nothing
+ * is captured.
+ *
+ * The capture is bound to the session's identity (graft_session_id), read at create: the
+ * caller may move, copy or close its session handle afterwards. The clone is only taken when
+ * the generation's session is that session and its committed position at the first update
+ * is n (tokens[0, n) is then what it holds, when the caller passed its history); otherwise
+ * the capture misses.
+ *
+ * Lifetimes: the capture is the `user` of the wrapped callbacks, so it must stay alive until
+ * the generation settled (or graft_session_generate refused it); collect and free come after.
+ * A clone still in flight when the capture is freed is closed when it arrives. Free every
+ * capture before graft_engine_shutdown.
+ * CONSTRUCTOR: graft_prompt_capture_create   DESTRUCTOR: graft_prompt_capture_free
+ */
+typedef struct graft_prompt_capture graft_prompt_capture;
+
+/* A capture of tokens[0, n) (copied; n >= 1), the full prompt (history and suffix) of the
+ * next generation on `session`, for `cache`. Any thread. Errors: GRAFT_EINVAL (NULL argument,
+ * n < 1 or above INT32_MAX), GRAFT_ENOMEM; on failure *out is NULL. */
+int graft_prompt_capture_create(graft_prefix_cache *cache, graft_session *session,
+                                const int32_t *tokens, size_t n, graft_prompt_capture **out);
+
+/* Replaces the caller's callbacks and user pointer (in: the caller's, either callback may be
+ * NULL; out: the capture's wrappers and the capture) for graft_session_generate; the
+ * wrappers call the caller's callbacks with the caller's user pointer. Once per capture:
+ * GRAFT_EINVAL (nothing changed) for a NULL argument or a second call. Any thread. */
+int graft_prompt_capture_wrap(graft_prompt_capture *capture, graft_update_cb *on_update,
+                              graft_settled_cb *on_settled, void **user);
+
+/* After the generation settled: waits for the clone the capture queued, if any (it is
+ * answered within one engine step), and inserts it into the cache
+ * (graft_prefix_cache_insert). Returns insert's status when there was a snapshot; otherwise
+ * the reason nothing was captured: GRAFT_ENOTFOUND (no update with tokens came: the
+ * generation failed, was cancelled before its first token, or was never queued),
+ * GRAFT_EBOUNDARY (the session or its position did not match), or the clone's refusal
+ * (GRAFT_ECAPACITY, GRAFT_ENOMEM, GRAFT_ESHUTDOWN). Once per capture: a later call, or an
+ * update after it, does nothing (GRAFT_EINVAL for a second call). Any thread but engine
+ * callbacks; the cache must still exist. */
+int graft_prompt_capture_collect(graft_prompt_capture *capture);
+
+/* DESTRUCTOR. Frees the capture; a snapshot not collected is closed (now, or when its clone
+ * arrives). NULL is fine. Any thread, callback-safe (the generation's own on_settled may
+ * free it: that is the wrappers' last use of it). */
+void graft_prompt_capture_free(graft_prompt_capture *capture);
+
 #ifdef __cplusplus
 }
 #endif

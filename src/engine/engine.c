@@ -311,6 +311,12 @@ static void run_command(graft_engine *e, graft__cmd *cmd)
         graft__metrics_fill(e, cmd->u.metrics);
         graft__engine_reply(e, cmd, GRAFT_OK);
         break;
+    case GRAFT__CMD_RETAINED:
+        graft__session_run_retained(e, cmd);
+        break;
+    case GRAFT__CMD_EXCLUSIVE:
+        graft__accounting_run_exclusive(e, cmd);
+        break;
     }
 }
 

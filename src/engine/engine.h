@@ -13,6 +13,7 @@
  *   generation.c  generation handles: submit, admit, deliver a token, settle, the getters
  *   scheduler.c   one step: decode first, chunked prefill under the token budget, forward
  *   metrics.c     engine metrics
+ *   accounting.c  KV accounting for caches: bytes a set of sessions holds alone
  *
  * Locking: engine->mu guards the queue fields (head, tail, stopping, closed, paused, tap_set)
  * and the `replied` flags of blocking commands. gen->mu guards a generation's metrics and its
@@ -36,7 +37,9 @@ typedef enum graft__cmd_kind {
     GRAFT__CMD_CLONE,    /* clone cmd.session at u.clone.upto, answer through on_done */
     GRAFT__CMD_GENERATE, /* admit u.gen */
     GRAFT__CMD_PROBE,    /* blocking test hook: next-token logits of cmd.session */
-    GRAFT__CMD_METRICS   /* blocking: fill u.metrics */
+    GRAFT__CMD_METRICS,  /* blocking: fill u.metrics */
+    GRAFT__CMD_RETAINED, /* blocking: longest clonable boundary of cmd.session <= upto */
+    GRAFT__CMD_EXCLUSIVE /* blocking: KV bytes held only by the sessions u.exclusive.sessions */
 } graft__cmd_kind;
 
 typedef struct graft__cmd graft__cmd;
@@ -60,11 +63,23 @@ struct graft__cmd {
             int32_t *n_tokens;
         } probe;
         graft_engine_metrics *metrics;
+        struct {
+            int32_t upto;
+            int32_t *boundary;
+        } retained;
+        struct {
+            graft_session *const *sessions;
+            int32_t *seqs; /* (n) scratch for their sequence ids */
+            size_t n;
+            int64_t *bytes;
+        } exclusive;
     } u;
 };
 
 struct graft_session {
     graft_engine *engine;  /* set at creation, never changes */
+    uint64_t id;           /* unique in the engine; set by the engine thread before the handle
+                              is handed out, never changes */
     int32_t seq;           /* KV sequence id (engine thread) */
     int32_t *tokens;       /* (max_context) committed history (engine thread) */
     atomic_int position;   /* committed length: written by the engine thread only */
@@ -147,6 +162,7 @@ struct graft_engine {
     bool draining; /* answering commands for shutdown */
     graft_session *sessions;
     int32_t n_sessions;
+    uint64_t last_session_id;  /* the id given to the last session opened or cloned */
     graft_generation **active; /* (max_sessions) admitted generations, in arrival order */
     int32_t n_active;
     int32_t decode_cursor;     /* where the next step starts taking decodes */
@@ -178,6 +194,7 @@ void graft__session_run_open(graft_engine *e, graft__cmd *cmd);
 void graft__session_run_close(graft_engine *e, graft_session *s);
 void graft__session_run_clone(graft_engine *e, graft__cmd *cmd);
 void graft__session_run_probe(graft_engine *e, graft__cmd *cmd);
+void graft__session_run_retained(graft_engine *e, graft__cmd *cmd);
 /* Commits positions [position, position + n) of tokens to the session. */
 int graft__session_commit(graft_engine *e, graft_session *s, const graft__batch_entry *entries,
                           int32_t n);
@@ -210,5 +227,8 @@ void graft__sched_step(graft_engine *e);
 /* metrics.c (engine thread) */
 void graft__metrics_fill(graft_engine *e, graft_engine_metrics *m);
 void graft__metrics_count_clone(graft_engine *e, int status);
+
+/* accounting.c (engine thread) */
+void graft__accounting_run_exclusive(graft_engine *e, graft__cmd *cmd);
 
 #endif /* GRAFT_ENGINE_H */

@@ -299,6 +299,11 @@ void graft_generation_cancel(graft_generation *gen)
     atomic_store(&gen->cancel, true);
 }
 
+graft_session *graft_generation_session(const graft_generation *gen)
+{
+    return gen->session;
+}
+
 int graft_generation_done(const graft_generation *gen)
 {
     return atomic_load(&gen->done);

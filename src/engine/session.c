@@ -7,6 +7,10 @@
  * graft__session_run_* functions run them on the engine thread, which alone touches a
  * session's fields (its `position` is an atomic so other threads may read it).
  *
+ * Identity: every session opened or cloned gets the next id of the engine's counter (engine
+ * thread), before its handle is handed out; ids are never reused, so a handle whose memory
+ * was freed and reused cannot be mistaken for the session it was.
+ *
  * Clone: the new session takes references to the source's KV blocks for [0, upto) through
  * graft__kv_seq_clone (no KV bytes copied) and a copy of the history. Every check is made
  * before anything changes; the source is never modified. The blocking form is the async one
@@ -72,8 +76,10 @@ void graft__session_run_open(graft_engine *e, graft__cmd *cmd)
         rc = GRAFT_ECAPACITY;
     else
         rc = graft__kv_seq_open(e->kv, &s->seq);
-    if (rc == GRAFT_OK)
+    if (rc == GRAFT_OK) {
+        s->id = ++e->last_session_id;
         session_link(e, s);
+    }
     graft__engine_reply(e, cmd, rc);
 }
 
@@ -125,6 +131,41 @@ int32_t graft_session_position(const graft_session *s)
     return atomic_load(&s->position);
 }
 
+uint64_t graft_session_id(const graft_session *s)
+{
+    return s->id;
+}
+
+/* Engine thread: the longest b <= upto at which a clone of s keeps its sliding window
+ * (0 always does). Scans down from upto: O(upto) checks of O(groups), no allocation. */
+void graft__session_run_retained(graft_engine *e, graft__cmd *cmd)
+{
+    graft_session *s = cmd->session;
+    int32_t upto = cmd->u.retained.upto;
+    int rc = GRAFT_OK;
+    if (e->draining)
+        rc = GRAFT_ESHUTDOWN;
+    else if (upto < 0 || upto > atomic_load(&s->position))
+        rc = GRAFT_EBOUNDARY;
+    else
+        while (upto > 0 && !graft__kv_seq_retains(e->kv, s->seq, upto))
+            upto--;
+    *cmd->u.retained.boundary = rc == GRAFT_OK ? upto : -1;
+    graft__engine_reply(e, cmd, rc);
+}
+
+int graft_session_retained_boundary(graft_session *s, int32_t upto, int32_t *boundary)
+{
+    if (boundary != NULL)
+        *boundary = -1;
+    if (s == NULL || boundary == NULL)
+        return GRAFT_EINVAL;
+    graft__cmd cmd = {.kind = GRAFT__CMD_RETAINED, .session = s};
+    cmd.u.retained.upto = upto;
+    cmd.u.retained.boundary = boundary;
+    return graft__engine_call(s->engine, &cmd);
+}
+
 /* Engine thread: the clone itself; *out is the new session on success. */
 static int clone_session(graft_engine *e, graft_session *src, int32_t upto, graft_session **out)
 {
@@ -147,6 +188,7 @@ static int clone_session(graft_engine *e, graft_session *src, int32_t upto, graf
     }
     memcpy(s->tokens, src->tokens, (size_t)upto * sizeof *s->tokens);
     atomic_store(&s->position, upto);
+    s->id = ++e->last_session_id;
     session_link(e, s);
     *out = s;
     return GRAFT_OK;

@@ -111,6 +111,11 @@ int graft__kv_seq_clone(graft__kv_pool *pool, int32_t seq, int32_t upto, int32_t
 /* Whether a clone at `upto` would keep its sliding window (no allocation). */
 bool graft__kv_seq_retains(const graft__kv_pool *pool, int32_t seq, int32_t upto);
 
+/* Bytes of the blocks (every group, each at its own block size) referenced only by the
+ * sequences `seqs` (distinct ids; ids not open are skipped): what closing all of them would
+ * free. O(table entries of the set), no allocation (kv_exclusive.c). */
+int64_t graft__kv_seqs_exclusive_bytes(graft__kv_pool *pool, const int32_t *seqs, size_t n);
+
 /* The graft__kv interface over the pool for graft__forward. Its reserve makes each entry's
  * (seq, pos) writable in every group: allocates missing blocks, copies shared ones
  * (copy-on-write); refuses with GRAFT_ECAPACITY (no free block, or pos >= max_len) or

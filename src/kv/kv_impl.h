@@ -2,7 +2,8 @@
  * kv_impl.h: the KV pool's private structures, shared by the files of src/kv/ only:
  *   kv_pool.c     the memory: slices, blocks, reference counts, free lists, stats, checks;
  *   kv_seq.c      sequences: block tables, open / close / commit / truncate / clone, retention;
- *   kv_reserve.c  the graft__kv interface: reserve (with copy-on-write) and row lookup.
+ *   kv_reserve.c  the graft__kv interface: reserve (with copy-on-write) and row lookup;
+ *   kv_exclusive.c  the blocks a set of sequences holds alone (accounting for caches).
  * Nothing outside src/kv/ includes this file; kv.h is the interface.
  *
  * Memory: the budget buys `slices_total` slices, each GRAFT_KV_BLOCK_TOKENS positions of one
@@ -33,7 +34,8 @@ typedef struct kv_group {
     int32_t n_free;     /* descriptors on the free stack */
     int32_t *free_ids;  /* (max_blocks) stack of free block ids */
     int32_t *refs;      /* (max_blocks) reference counts */
-    int32_t *pending;   /* (max_blocks) copies reserve plans; all zero between calls */
+    int32_t *pending;   /* (max_blocks) scratch counts: copies reserve plans, references the
+                           check and kv_exclusive.c recount; all zero between calls */
     int32_t *slices;    /* (max_blocks, n_layers) slice of each layer of each block */
     int64_t shared;     /* blocks with refs > 1 */
 } kv_group;

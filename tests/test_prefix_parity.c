@@ -1,0 +1,258 @@
+/*
+ * test_prefix_parity.c: a prompt served warm from the prefix cache gives the same bytes as
+ * computed cold (DESIGN.md invariants 1-3), across the parity matrix of the engine issue,
+ * and the table of issue 5.
+ *
+ * Per model, on one engine with the logits tap test hook:
+ *   donor    a prompt sharing the first 85 of the 100 prompt tokens (90 tokens), run with a
+ *            prompt capture, so the cache holds its snapshot;
+ *   cold     the 100-token prompt on a new session: first-token logits and 64 greedy tokens;
+ *   warm@85  a lookup of the prompt hits the donor's snapshot at 85 (inside a KV block: the
+ *            suffix copies it on write); the rest of the prompt is generated on the clone,
+ *            with a capture of the full prompt;
+ *   warm@99  a lookup hits that captured snapshot at 99 (the last prompt token is always
+ *            recomputed); the last token is generated on the clone.
+ * The warm first-token logits are compared with the cold ones by memcmp, and the 64-token
+ * greedy continuations token for token. Models: stories260K (F32 and every derived quantized
+ * copy) and synth qwen3 / gemma3 tiny (F32 and Q8_0). On gemma3 (window 16) the sessions
+ * drop sliding-window blocks before position 100 - 16, so the hits also exercise retention.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "graft.h"
+
+enum { PROMPT = 100, SHARED = 85, DONOR = 90, CONTINUE = 64, TAPS = 4 };
+
+/* The first logits row each generation sampled from, in the order they came (one
+ * generation runs at a time here). */
+typedef struct taps {
+    int32_t n_vocab;
+    int n;
+    graft_generation *gen[TAPS];
+    float *logits[TAPS];
+} taps;
+
+static void tap(graft_generation *gen, const float *logits, void *user)
+{
+    taps *t = user;
+    for (int i = 0; i < t->n; i++)
+        if (t->gen[i] == gen)
+            return;
+    if (t->n == TAPS)
+        return;
+    t->gen[t->n] = gen;
+    t->logits[t->n] = malloc((size_t)t->n_vocab * sizeof(float));
+    memcpy(t->logits[t->n], logits, (size_t)t->n_vocab * sizeof(float));
+    t->n++;
+}
+
+static const float *tapped(const taps *t, const graft_generation *gen)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->gen[i] == gen)
+            return t->logits[i];
+    fail_msg("no logits tapped for a generation");
+    return NULL;
+}
+
+/* Forgets what was tapped (a freed generation's address may be reused by the next one). */
+static void taps_clear(taps *t)
+{
+    for (int i = 0; i < t->n; i++)
+        free(t->logits[i]);
+    t->n = 0;
+}
+
+/* One run's results: the first logits row and the greedy continuation. */
+typedef struct result {
+    float *logits;
+    int32_t tokens[CONTINUE];
+    size_t n_tokens;
+} result;
+
+/* Generates tokens[from, n) on s, greedy, CONTINUE new tokens; with a cache, captures the
+ * prompt tokens[0, n) into it. Fills r (r->logits allocated). */
+static void generate(graft_session *s, const int32_t *tokens, int32_t from, int32_t n,
+                     graft_prefix_cache *cache, taps *t, result *r)
+{
+    graft_prompt_capture *cap = NULL;
+    graft_update_cb up = NULL;
+    graft_settled_cb settled = NULL;
+    void *user = NULL;
+    if (cache != NULL) {
+        assert_int_equal(graft_prompt_capture_create(cache, s, tokens, (size_t)n, &cap), GRAFT_OK);
+        assert_int_equal(graft_prompt_capture_wrap(cap, &up, &settled, &user), GRAFT_OK);
+    }
+    graft_generate_config c = graft_generate_default();
+    c.max_new_tokens = CONTINUE;
+    c.ignore_eog = 1;
+    c.sampling.temperature = 0.0f;
+    graft_generation *gen = NULL;
+    assert_int_equal(graft_session_generate(s, tokens + from, (size_t)(n - from), &c, up, settled,
+                                            user, &gen),
+                     GRAFT_OK);
+    assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
+    const int32_t *out = graft_generation_tokens(gen, &r->n_tokens);
+    assert_int_equal(r->n_tokens, CONTINUE);
+    memcpy(r->tokens, out, sizeof r->tokens);
+    r->logits = malloc((size_t)t->n_vocab * sizeof(float));
+    memcpy(r->logits, tapped(t, gen), (size_t)t->n_vocab * sizeof(float));
+    taps_clear(t);
+    graft_generation_free(gen);
+    if (cap != NULL) {
+        assert_int_equal(graft_prompt_capture_collect(cap), GRAFT_OK);
+        graft_prompt_capture_free(cap);
+    }
+}
+
+static graft_session *open_session(graft_engine *e)
+{
+    graft_session *s = NULL;
+    assert_int_equal(graft_session_open(e, &s, NULL), GRAFT_OK);
+    return s;
+}
+
+/* A warm run: the lookup must hit `want` tokens. */
+static void warm(graft_prefix_cache *cache, const int32_t *prompt, int32_t want, bool capture,
+                 taps *t, result *r)
+{
+    graft_session *s = NULL;
+    int32_t matched = 0;
+    assert_int_equal(graft_prefix_cache_lookup(cache, prompt, PROMPT, &s, &matched), GRAFT_OK);
+    assert_int_equal(matched, want);
+    generate(s, prompt, matched, PROMPT, capture ? cache : NULL, t, r);
+    graft_session_close(s);
+}
+
+static bool same_logits(const result *a, const result *b, int32_t n_vocab)
+{
+    return memcmp(a->logits, b->logits, (size_t)n_vocab * sizeof(float)) == 0;
+}
+
+static bool same_tokens(const result *a, const result *b)
+{
+    return a->n_tokens == b->n_tokens && memcmp(a->tokens, b->tokens, sizeof a->tokens) == 0;
+}
+
+static int cases, identical;
+
+static void check_model(const char *label, graft_model *m)
+{
+    taps t = {.n_vocab = m->hp.n_vocab};
+    graft_engine_options o = graft_engine_default_options();
+    o.max_sessions = 8;
+    o.max_context = PROMPT + CONTINUE + 32;
+    o.n_threads = 1;
+    graft_engine *e = NULL;
+    assert_int_equal(graft_engine_create(m, &o, &e, NULL), GRAFT_OK);
+    graft__engine_set_tap(e, tap, &t);
+    graft_prefix_cache *cache = NULL;
+    assert_int_equal(graft_prefix_cache_create(e, 8, 0, &cache, NULL), GRAFT_OK);
+    int32_t prompt[PROMPT], donor[DONOR];
+    for (int i = 0; i < PROMPT; i++)
+        prompt[i] = (int32_t)((i * 131 + 7) % m->hp.n_vocab);
+    memcpy(donor, prompt, SHARED * sizeof(int32_t));
+    for (int i = SHARED; i < DONOR; i++)
+        donor[i] = (int32_t)((i * 71 + 3) % m->hp.n_vocab);
+    assert_true(donor[SHARED] != prompt[SHARED]);
+
+    result r_donor, cold, warm85, warm99;
+    graft_session *s = open_session(e);
+    generate(s, donor, 0, DONOR, cache, &t, &r_donor);
+    graft_session_close(s);
+    s = open_session(e);
+    generate(s, prompt, 0, PROMPT, NULL, &t, &cold);
+    graft_session_close(s);
+    warm(cache, prompt, SHARED, true, &t, &warm85);
+    warm(cache, prompt, PROMPT - 1, false, &t, &warm99);
+
+    bool r[4] = {same_logits(&warm85, &cold, m->hp.n_vocab), same_tokens(&warm85, &cold),
+                 same_logits(&warm99, &cold, m->hp.n_vocab), same_tokens(&warm99, &cold)};
+    printf("| %-24s |", label);
+    for (int i = 0; i < 4; i++) {
+        printf(" %-9s |", r[i] ? "identical" : "DIFFERENT");
+        cases++;
+        identical += r[i];
+    }
+    printf("\n");
+    graft_prefix_cache_stats st;
+    assert_int_equal(graft_prefix_cache_stats_get(cache, &st), GRAFT_OK);
+    assert_int_equal(st.hits, 2);
+    assert_int_equal(st.captures, 2);
+    graft_prefix_cache_destroy(cache);
+    graft_engine_metrics mm;
+    assert_int_equal(graft_engine_metrics_get(e, &mm), GRAFT_OK);
+    assert_int_equal(mm.kv_blocks_used, 0);
+    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    result *all[4] = {&r_donor, &cold, &warm85, &warm99};
+    for (int i = 0; i < 4; i++)
+        free(all[i]->logits);
+}
+
+static const char *dir_or(const char *env, const char *fallback)
+{
+    const char *dir = getenv(env);
+    return dir ? dir : fallback;
+}
+
+static void check_file(const char *label, const char *path)
+{
+    graft_model *m = NULL;
+    char *err = NULL;
+    if (graft_model_load(path, &m, &err) != GRAFT_OK)
+        fail_msg("%s: %s", path, err ? err : "?");
+    check_model(label, m);
+    graft_model_free(m);
+}
+
+static void check_synth(const char *arch, int type, const char *type_name)
+{
+    char path[1024], label[64];
+    snprintf(path, sizeof path, "%s/prefix-parity-%s-%s.gguf", dir_or("GRAFT_TEST_TMP", "/tmp"),
+             arch, type_name);
+    graft_synth_options o = {arch, "tiny", type, NULL, 5, path};
+    assert_int_equal(graft_synth_write(&o, NULL), GRAFT_OK);
+    snprintf(label, sizeof label, "synth %s tiny %s", arch, type_name);
+    check_file(label, path);
+}
+
+static void test_parity_table(void **state)
+{
+    (void)state;
+    static const char *const derived[] = {"F16", "Q8_0mix", "Q5_1mix", "Q5_0mix",
+                                          "Q4_1mix", "Q4_0mix", "IQ4_NLmix"};
+    const char *models = dir_or("GRAFT_MODELS_DIR", "../shared/models");
+    char path[1024], label[64];
+    printf("| %-24s | %-9s | %-9s | %-9s | %-9s |\n", "model (prompt 100 tokens)",
+           "logits@85", "64 tok@85", "logits@99", "64 tok@99");
+    snprintf(path, sizeof path, "%s/stories260K.gguf", models);
+    check_file("stories260K F32", path);
+    for (size_t i = 0; i < sizeof derived / sizeof derived[0]; i++) {
+        snprintf(path, sizeof path, "%s/derived/stories260K-%s.gguf", models, derived[i]);
+        snprintf(label, sizeof label, "stories260K %s", derived[i]);
+        check_file(label, path);
+    }
+    check_synth("qwen3", GRAFT_TYPE_F32, "F32");
+    check_synth("qwen3", GRAFT_TYPE_Q8_0, "Q8_0");
+    check_synth("gemma3", GRAFT_TYPE_F32, "F32");
+    check_synth("gemma3", GRAFT_TYPE_Q8_0, "Q8_0");
+    printf("warm from the prefix cache identical to cold: %d/%d cases\n", identical, cases);
+    assert_int_equal(identical, cases);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parity_table),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -4,8 +4,10 @@
  * Each case spawns $GRAFT_BIN with posix_spawn, its stdout and stderr going to scratch
  * files in $GRAFT_TEST_TMP, and checks the exit status and the output: --help of every
  * command, usage errors (exit 2, one line naming the option), runtime failures (exit 1),
- * `info`, `tokenize` and `run` on stories260K against its golden data, and `synth` files
- * of every architecture that `info` and `run` then accept.
+ * `info`, `tokenize` and `run` on stories260K against its golden data (run's KV budget,
+ * threads and kernels included), `synth` files of every architecture that `info` and `run`
+ * then accept, and `bench clone` and `bench speed` on a tiny synth model, their --json
+ * output checked for every field their --help documents.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -185,11 +187,11 @@ static void test_help(void **state)
     cli_result r = GRAFT("--help");
     expect_status(&r, 0);
     expect_contains(r.out, "usage: graft");
-    static const char *const cmds[] = {"run", "info", "tokenize", "synth"};
-    for (size_t i = 0; i < 4; i++)
+    static const char *const cmds[] = {"run", "info", "tokenize", "synth", "bench"};
+    for (size_t i = 0; i < 5; i++)
         expect_contains(r.out, cmds[i]);
     result_free(&r);
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < 5; i++) {
         r = GRAFT(cmds[i], "--help");
         expect_status(&r, 0);
         char want[64];
@@ -204,7 +206,15 @@ static void test_help(void **state)
     result_free(&r);
     r = GRAFT("run", "-h");
     expect_status(&r, 0);
-    expect_contains(r.out, "--logits-out");
+    static const char *const run_opts[] = {"--logits-out", "--kv-mem", "--threads",
+                                           "--kernels"};
+    for (size_t i = 0; i < 4; i++)
+        expect_contains(r.out, run_opts[i]);
+    result_free(&r);
+    r = GRAFT("bench", "--help");
+    expect_status(&r, 0);
+    expect_contains(r.out, "speed");
+    expect_contains(r.out, "clone");
     result_free(&r);
 }
 
@@ -240,6 +250,19 @@ static void test_usage_errors(void **state)
     USAGE_ERROR("missing TEXT", "tokenize", "model.gguf");
     USAGE_ERROR("'--bos'", "tokenize", "--bos", "m", "t");
     USAGE_ERROR("option --no-special takes no value", "tokenize", "--no-special=1", "m", "t");
+    USAGE_ERROR("option --kv-mem: '12X' is not a size", "run", "--kv-mem", "12X");
+    USAGE_ERROR("option --kv-mem: '1MB' is not a size", "run", "--kv-mem=1MB");
+    USAGE_ERROR("option --kv-mem: 0 is out of range", "run", "--kv-mem", "0");
+    USAGE_ERROR("option --kv-mem: 99999999999G is out of range", "run", "--kv-mem",
+                "99999999999G");
+    USAGE_ERROR("option --threads: -1 is out of range", "run", "--threads", "-1");
+    USAGE_ERROR("option --kernels needs a value", "run", "--kernels");
+    USAGE_ERROR("unknown subcommand 'frob'", "bench", "frob");
+    USAGE_ERROR("missing -m MODEL", "bench", "clone");
+    USAGE_ERROR("option --max-context: 10 is out of range", "bench", "clone", "-m", "x.gguf",
+                "--max-context", "10");
+    USAGE_ERROR("option --reps: 'x'", "bench", "clone", "-m", "x.gguf", "--reps", "x");
+    USAGE_ERROR("missing -m MODEL", "bench", "speed", "--json");
     USAGE_ERROR("unknown command ''", "");
     cli_result r = run((const char *const[]){NULL});
     expect_status(&r, 2);
@@ -469,6 +492,47 @@ static void test_logits_out(void **state)
     result_free(&r);
 }
 
+static void test_run_engine_options(void **state)
+{
+    (void)state;
+    cli_result r = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "60", "--kv-mem", "1M",
+                         "--threads", "1");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, GOLDEN_TEXT "\n");
+    result_free(&r);
+    r = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "60", "--kv-mem", "1000");
+    expect_status(&r, 1);
+    expect_contains(r.err, "graft run: --kv-mem 1000 is too small: ");
+    expect_contains(r.err, "20480 bytes");
+    assert_string_equal(r.out, "");
+    result_free(&r);
+    r = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "60", "--kv-mem", "20k");
+    expect_status(&r, 1);
+    expect_contains(r.err, "graft run: --kv-mem 20480 holds 32 positions (1 block of 32 "
+                           "positions, 20480 bytes each) but the context needs 61");
+    result_free(&r);
+    r = GRAFT("run", "-m", stories(), "-n", "4", "--kernels", "sse9");
+    expect_status(&r, 1);
+    expect_contains(r.err, "sse9");
+    result_free(&r);
+    r = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "60", "--ctx", "10");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, " Once upon a time, there was a little g\n");
+    expect_contains(r.err, "the context is full (10 positions)");
+    result_free(&r);
+    /* Two KV layer groups: the budget runs out during the generation, which says so. */
+    char path[512];
+    tmp_path(path, sizeof path, "gemma3.gguf");
+    r = GRAFT("synth", "--arch", "gemma3", "--preset", "tiny", "-o", path);
+    expect_status(&r, 0);
+    result_free(&r);
+    r = GRAFT("run", "-m", path, "-p", "Hello", "--temp", "0", "-n", "200", "--kv-mem", "200K");
+    expect_status(&r, 1);
+    expect_contains(r.err, "capacity exceeded (--kv-mem 204800 is too small for this context)");
+    result_free(&r);
+    unlink(path);
+}
+
 /* ---- synth ------------------------------------------------------------------------------- */
 
 static void synth_and_use(const char *arch, const char *type)
@@ -560,6 +624,144 @@ static void test_synth_errors(void **state)
     assert_int_not_equal(access(path, F_OK), 0);
 }
 
+/* ---- bench --------------------------------------------------------------------------------- */
+
+/* Writes a tiny qwen3 model for the bench tests to `path`. */
+static void synth_tiny(char *path, size_t cap)
+{
+    tmp_path(path, cap, "bench.gguf");
+    cli_result r = GRAFT("synth", "--arch", "qwen3", "--preset", "tiny", "--type", "Q8_0", "-o",
+                         path);
+    expect_status(&r, 0);
+    result_free(&r);
+}
+
+/* The number after the first `"key": ` in `json` (true/false as 1/0); fails when absent. */
+static double json_number(const char *json, const char *key)
+{
+    char want[64];
+    snprintf(want, sizeof want, "\"%s\": ", key);
+    const char *at = strstr(json, want);
+    if (at == NULL)
+        fail_msg("no field %s in:\n%s", want, json);
+    at += strlen(want);
+    if (strncmp(at, "true", 4) == 0 || strncmp(at, "false", 5) == 0)
+        return at[0] == 't';
+    char *end;
+    double v = strtod(at, &end);
+    if (end == at)
+        fail_msg("field %s is not a number in:\n%s", want, json);
+    return v;
+}
+
+/* Every name in `fields` appears in the --help text and as a key of the JSON object. */
+static void expect_documented(const char *help, const char *json, const char *const *fields)
+{
+    assert_int_equal(json[0], '{');
+    assert_int_equal(json[strlen(json) - 2], '}');
+    for (const char *const *f = fields; *f; f++) {
+        expect_contains(help, *f);
+        char key[64];
+        snprintf(key, sizeof key, "\"%s\": ", *f);
+        expect_contains(json, key);
+    }
+}
+
+/* The clone objects of bench clone's JSON: each checked for the zero-copy properties. */
+static int check_clone_objects(const char *json, int64_t block_bytes)
+{
+    int n = 0;
+    for (const char *at = strstr(json, "{\"context\": "); at;
+         at = strstr(at + 1, "{\"context\": ")) {
+        assert_true(json_number(at, "clone_us") > 0);
+        assert_int_equal((int64_t)json_number(at, "clone_copied_bytes"), 0);
+        assert_int_equal((int64_t)json_number(at, "clone_new_blocks"), 0);
+        assert_int_equal((int64_t)json_number(at, "write_new_blocks"), 1);
+        bool aligned = json_number(at, "block_aligned") != 0;
+        assert_int_equal((int64_t)json_number(at, "boundary") % 32 == 0, aligned);
+        assert_int_equal((int64_t)json_number(at, "write_copied_bytes"),
+                         aligned ? 0 : block_bytes);
+        n++;
+    }
+    return n;
+}
+
+static void test_bench_clone(void **state)
+{
+    (void)state;
+    static const char *const fields[] = {
+        "engine", "model", "arch", "threads", "reps", "kv_block_tokens", "kv_block_bytes",
+        "clones", "context", "boundary", "block_aligned", "clone_us", "clone_copied_bytes",
+        "clone_new_blocks", "write_copied_bytes", "write_new_blocks", "memory",
+        "prompt_tokens", "extend_tokens", "kv_blocks_used", "kv_used_bytes", "bound_bytes",
+        "kv_within_bound", "peak_rss_before_bytes", "peak_rss_after_bytes",
+        "peak_rss_growth_bytes", "rss_within_bound", NULL};
+    char path[512];
+    synth_tiny(path, sizeof path);
+    cli_result help = GRAFT("bench", "clone", "--help");
+    expect_status(&help, 0);
+    cli_result r = GRAFT("bench", "clone", "-m", path, "--max-context", "300", "--reps", "3",
+                         "--threads", "1", "--json");
+    expect_status(&r, 0);
+    expect_documented(help.out, r.out, fields);
+    int64_t block_bytes = (int64_t)json_number(r.out, "kv_block_bytes");
+    assert_int_equal((int64_t)json_number(r.out, "kv_block_tokens"), 32);
+    assert_int_equal(check_clone_objects(r.out, block_bytes), 4); /* 256 and 300, 2 each */
+    const char *mem = strstr(r.out, "\"memory\": ");
+    assert_non_null(mem);
+    assert_int_equal((int)json_number(mem, "prompt_tokens"), 300);
+    assert_int_equal((int)json_number(mem, "clones"), 8);
+    assert_int_equal((int)json_number(mem, "extend_tokens"), 128);
+    /* 300 positions: 10 blocks, the last shared by the 8 clones, each of which copies it
+     * and adds 4: 10 + 8 * 5 */
+    assert_int_equal((int64_t)json_number(mem, "kv_blocks_used"), 50);
+    assert_int_equal((int64_t)json_number(mem, "kv_used_bytes"), 50 * block_bytes);
+    assert_int_equal((int64_t)json_number(mem, "bound_bytes"),
+                     (300 + 8 * 128) * block_bytes / 32 + 9 * block_bytes);
+    assert_int_equal((int)json_number(mem, "kv_within_bound"), 1);
+    result_free(&r);
+    result_free(&help);
+    r = GRAFT("bench", "clone", "-m", path, "--max-context", "64", "--reps", "1");
+    expect_status(&r, 0);
+    expect_contains(r.out, "64 (block edge)");
+    expect_contains(r.out, "48 (mid-block)");
+    expect_contains(r.out, "KV pool in use");
+    result_free(&r);
+    r = GRAFT("bench", "clone", "-m", path, "--max-context", "4000");
+    expect_status(&r, 1);
+    expect_contains(r.err, "--max-context 4000 is too long");
+    expect_contains(r.err, "at most 3968");
+    result_free(&r);
+    unlink(path);
+}
+
+static void test_bench_speed(void **state)
+{
+    (void)state;
+    static const char *const fields[] = {
+        "engine", "model", "arch", "threads", "kernels", "prompt_tokens", "gen_tokens",
+        "seq_context_tokens", "seq_gen_tokens", "reps", "weight_bytes", "prefill_tps",
+        "decode_tps", "aggregate_tps", "bandwidth_gbs", "decode_roofline_tps", NULL};
+    char path[512];
+    synth_tiny(path, sizeof path);
+    cli_result help = GRAFT("bench", "speed", "--help");
+    expect_status(&help, 0);
+    cli_result r = GRAFT("bench", "speed", "-m", path, "--prompt", "16", "--gen", "4", "--reps",
+                         "1", "--threads", "1", "--json");
+    expect_status(&r, 0);
+    expect_documented(help.out, r.out, fields);
+    assert_int_equal((int)json_number(r.out, "prompt_tokens"), 16);
+    assert_int_equal((int)json_number(r.out, "seq_context_tokens"), 64);
+    const char *agg = strstr(r.out, "\"aggregate_tps\": {");
+    assert_non_null(agg);
+    static const char *const counts[] = {"1", "2", "4", "8"};
+    for (int i = 0; i < 4; i++)
+        assert_true(json_number(agg, counts[i]) > 0);
+    result_free(&r);
+    result_free(&help);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -572,9 +774,12 @@ int main(void)
         cmocka_unit_test(test_run_prompt),
         cmocka_unit_test(test_run_default_model),
         cmocka_unit_test(test_logits_out),
+        cmocka_unit_test(test_run_engine_options),
         cmocka_unit_test(test_synth_archs),
         cmocka_unit_test(test_synth_vocab),
         cmocka_unit_test(test_synth_errors),
+        cmocka_unit_test(test_bench_clone),
+        cmocka_unit_test(test_bench_speed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,8 +6,10 @@
  * line on stderr ("graft run: option --temp: -1 is out of range (must be at least 0)")
  * and exit status 2.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +97,33 @@ static int parse_u64(const graft__cli_command *cmd, const char *opt, const char 
     return -1;
 }
 
+/* "64M" is 64 << 20 bytes. */
+static int parse_size(const graft__cli_command *cmd, const char *opt, const char *value,
+                      const graft__cli_opt *o)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(value, &end, 10);
+    static const char units[] = "KMG";
+    const char *unit = *end != '\0' ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (*value < '0' || *value > '9' || (*end != '\0' && (unit == NULL || end[1] != '\0'))) {
+        graft__cli_error(cmd->name, "option %s: '%s' is not a size (a byte count, optionally "
+                         "followed by K, M or G)", opt, value);
+        return GRAFT_CLI_USAGE;
+    }
+    int shift = unit != NULL ? 10 * (int)(unit - units + 1) : 0;
+    if (errno == ERANGE || v > (unsigned long long)SIZE_MAX >> shift) {
+        graft__cli_error(cmd->name, "option %s: %s is out of range (must be below 2^64 bytes)",
+                         opt, value);
+        return GRAFT_CLI_USAGE;
+    }
+    size_t bytes = (size_t)v << shift;
+    if ((double)bytes < o->min || (double)bytes > o->max)
+        return range_error(cmd, opt, value, (double)bytes, o);
+    *(size_t *)o->dest = bytes;
+    return -1;
+}
+
 static int parse_float(const graft__cli_command *cmd, const char *opt, const char *value,
                        const graft__cli_opt *o)
 {
@@ -121,6 +150,8 @@ static int store_value(const graft__cli_command *cmd, const char *opt, const cha
         return parse_u64(cmd, opt, value, o);
     case GRAFT_CLI_FLOAT:
         return parse_float(cmd, opt, value, o);
+    case GRAFT_CLI_SIZE:
+        return parse_size(cmd, opt, value, o);
     case GRAFT_CLI_STRING:
         *(const char **)o->dest = value;
         return -1;

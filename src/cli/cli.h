@@ -26,6 +26,8 @@ typedef enum graft__cli_kind {
     GRAFT_CLI_INT,    /* int32_t within [min, max] */
     GRAFT_CLI_U64,    /* uint64_t (decimal) */
     GRAFT_CLI_FLOAT,  /* finite float within [min, max] */
+    GRAFT_CLI_SIZE,   /* size_t bytes within [min, max]: decimal, optionally followed by K, M
+                         or G (case-insensitive, powers of 1024) */
     GRAFT_CLI_STRING  /* const char *, borrowed from argv */
 } graft__cli_kind;
 
@@ -34,7 +36,7 @@ typedef struct graft__cli_opt {
     const char *short_name; /* "-n", or NULL */
     graft__cli_kind kind;
     void *dest;
-    double min, max;        /* GRAFT_CLI_INT and GRAFT_CLI_FLOAT */
+    double min, max;        /* GRAFT_CLI_INT, GRAFT_CLI_FLOAT and GRAFT_CLI_SIZE */
     int flag_value;         /* GRAFT_CLI_FLAG */
 } graft__cli_opt;
 
@@ -71,6 +73,7 @@ int graft__cli_info(int argc, char **argv);
 int graft__cli_tokenize(int argc, char **argv);
 int graft__cli_run(int argc, char **argv);
 int graft__cli_bench(int argc, char **argv);
+int graft__cli_bench_clone(int argc, char **argv); /* `graft bench clone` */
 int graft__cli_synth(int argc, char **argv);
 
 #endif /* GRAFT_CLI_H */

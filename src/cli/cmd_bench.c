@@ -1,36 +1,41 @@
 /*
- * cmd_bench.c: `graft bench`: benchmarks of graft, measured so they can be set side by side
- * with llama.cpp's.
+ * cmd_bench.c: `graft bench`: the subcommand dispatcher, and `graft bench speed`, measured
+ * so it can be set side by side with llama.cpp. (`graft bench clone` is cmd_bench_clone.c;
+ * the helpers both use are bench_util.c.)
  *
- * `graft bench speed` measures through the public API only, exactly as bench/llama_speed.c
- * measures llama.cpp through its C API (same figures, same token counts, same JSON field
- * names), so bench/compare.sh can put the two in one table:
+ * `graft bench speed` measures through the public API only, as bench/llama_speed.c measures
+ * llama.cpp through its C API (same figures, same token counts, same JSON field names), so
+ * bench/compare.sh can put the two in one table:
  *   - prefill: a prompt of random valid token ids evaluated in one batch (tokens/s);
  *   - decode: tokens evaluated one at a time after that prompt, each the argmax of the
  *     previous logits (tokens/s);
- *   - aggregate decode: 1, 2, 4 and 8 sequences, each first given a 64-token context, then
- *     64 steps of one graft_context_eval_batch holding one token per sequence (tokens/s
- *     summed over the sequences);
+ *   - aggregate decode, through the engine: 1, 2, 4 and 8 sessions, each first given a
+ *     64-token context, then all generating 64 greedy tokens at once, as concurrent
+ *     graft_session_generate calls that the engine's scheduler batches (tokens of all
+ *     sessions / time from the first submission to the last generation done);
  *   - memory-read bandwidth: every thread streaming over its slice of a 512 MiB buffer
  *     (GB/s), and the decode roofline it implies: bandwidth / bytes read per decoded token.
  *     Those bytes are counted as graft_model_info.weight_bytes, all tensor data: exact for
  *     a model whose output matrix is its token embedding (every graft synth preset); for an
  *     untied embedding, of which a step reads one row, it overcounts, as the public API does
  *     not say which it is. KV-cache reads are not counted.
- * Before the timed runs, a short untimed evaluation on each context maps the weights in.
- * Each figure is the median of --reps runs. A timing never fails anything (DESIGN.md §5).
+ * Prefill and decode run on a graft_context (the kernels and forward pass alone, as
+ * llama_decode is measured); the aggregate runs on an engine of MAX_SEQS sessions. Before
+ * the timed runs, a short untimed evaluation on the context and a generation on the engine
+ * map the weights in. Each figure is the median of --reps runs. A timing never fails
+ * anything (DESIGN.md §5).
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "cli.h"
+#include "bench.h"
 
-#define SEQ_CONTEXT 64                 /* tokens each sequence holds before aggregate decode */
-#define SEQ_GEN 64                     /* aggregate decode steps */
-#define MAX_SEQS 8                     /* the largest sequence count measured */
+#define SEQ_CONTEXT 64                 /* tokens each session holds before aggregate decode */
+#define SEQ_GEN 64                     /* tokens each session generates in aggregate decode */
+#define MAX_SEQS 8                     /* the largest session count measured */
+#define SPEED "bench speed"            /* the command, in messages */
 #define WARMUP_TOKENS 8                /* untimed tokens that map the weights in */
 #define PROBE_BYTES ((size_t)512 << 20) /* bandwidth buffer, well beyond the caches */
 #define PROBE_PASSES 2                 /* reads of the whole buffer per bandwidth sample */
@@ -48,7 +53,8 @@ static const char bench_usage[] =
     "Benchmarks graft. bench/compare.sh runs them side by side with llama.cpp.\n"
     "\n"
     "subcommands:\n"
-    "  speed      prefill, decode and multi-sequence decode speed, memory bandwidth\n"
+    "  speed      prefill, decode and multi-session decode speed, memory bandwidth\n"
+    "  clone      session clone latency, the KV a clone copies, memory of shared prompts\n"
     "\n"
     "'graft bench SUBCOMMAND --help' describes a subcommand's options.\n";
 
@@ -60,9 +66,9 @@ static const char speed_usage[] =
     "  prefill    a prompt of --prompt tokens evaluated in one batch\n"
     "  decode     --gen tokens evaluated one at a time after that prompt, each the argmax\n"
     "             of the previous logits\n"
-    "  aggregate  1, 2, 4 and 8 sequences, each given a 64-token context, then 64 steps\n"
-    "             evaluating one token of every sequence in one batch (tokens/s summed\n"
-    "             over the sequences)\n"
+    "  aggregate  through the engine: 1, 2, 4 and 8 sessions, each given a 64-token\n"
+    "             context, then all generating 64 greedy tokens concurrently (tokens of\n"
+    "             all sessions / time from the first submission to the last one done)\n"
     "  bandwidth  memory read by all threads streaming over a 512 MiB buffer; the decode\n"
     "             roofline is bandwidth / weight bytes (all tensor data: what a decode step\n"
     "             reads, not counting the KV cache)\n"
@@ -94,35 +100,14 @@ typedef struct bench_state {
     graft_model *model;
     graft_model_info info;
     graft_context *single; /* one sequence of n_prompt + n_gen positions */
-    graft_context *multi;  /* MAX_SEQS sequences of SEQ_CONTEXT + SEQ_GEN positions */
+    graft_engine *engine;  /* MAX_SEQS sessions of SEQ_CONTEXT + SEQ_GEN positions */
     int32_t *tokens;       /* (n_prompt) */
-    float *logits;         /* (MAX_SEQS, n_vocab) */
+    float *logits;         /* (n_vocab) */
     double *samples;       /* (N_FIGURES, reps) */
-    uint64_t rng;
+    graft__bench_rng rng;
 } bench_state;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double rate(double n, double seconds)
-{
-    return seconds > 0 ? n / seconds : 0.0;
-}
-
-/* ---- random tokens and argmax --------------------------------------------------------- */
-
-/* A valid token id from a fixed-seed xorshift64* stream (the same ids on every run). */
-static int32_t random_token(bench_state *s)
-{
-    s->rng ^= s->rng >> 12;
-    s->rng ^= s->rng << 25;
-    s->rng ^= s->rng >> 27;
-    return (int32_t)((s->rng * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)s->info.n_vocab);
-}
+/* ---- argmax ------------------------------------------------------------------------------ */
 
 /* The index of the largest of n logits, the lowest on ties. */
 static int32_t argmax(const float *logits, int32_t n)
@@ -132,21 +117,6 @@ static int32_t argmax(const float *logits, int32_t n)
         if (logits[i] > logits[best])
             best = i;
     return best;
-}
-
-/* ---- medians ---------------------------------------------------------------------------- */
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n) (sorted in place; the mean of the middle two when n is even). */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static double *figure_samples(bench_state *s, const speed_options *o, int figure)
@@ -214,10 +184,10 @@ static int probe_bandwidth(int n_threads, int reps, double *gbs)
     if (rc == GRAFT_OK)
         rc = run_slices(slices, n_threads, 1);
     for (int r = 0; rc == GRAFT_OK && r < reps; r++) {
-        double t0 = now_s();
+        double t0 = graft__bench_now_s();
         rc = run_slices(slices, n_threads, 0);
         double bytes = (double)per * sizeof *buf * (double)n_threads * PROBE_PASSES;
-        gbs[r] = rate(bytes, now_s() - t0) * 1e-9;
+        gbs[r] = graft__bench_rate(bytes, graft__bench_now_s() - t0) * 1e-9;
     }
     free(slices);
     free(buf);
@@ -231,86 +201,98 @@ static int measure_prefill_decode(bench_state *s, const speed_options *o, int re
 {
     int32_t n_vocab = s->info.n_vocab;
     graft_context_seq_reset(s->single, 0);
-    for (int32_t i = 0; i < o->n_prompt; i++)
-        s->tokens[i] = random_token(s);
-    double t0 = now_s();
+    graft__bench_random_tokens(&s->rng, s->tokens, (size_t)o->n_prompt);
+    double t0 = graft__bench_now_s();
     int rc = graft_context_eval(s->single, s->tokens, (size_t)o->n_prompt, s->logits);
-    double t1 = now_s();
+    double t1 = graft__bench_now_s();
     for (int32_t i = 0; rc == GRAFT_OK && i < o->n_gen; i++) {
         int32_t next = argmax(s->logits, n_vocab);
         rc = graft_context_eval(s->single, &next, 1, s->logits);
     }
-    double t2 = now_s();
-    figure_samples(s, o, FIG_PREFILL)[rep] = rate(o->n_prompt, t1 - t0);
-    figure_samples(s, o, FIG_DECODE)[rep] = rate(o->n_gen, t2 - t1);
-    return rc;
-}
-
-/* Resets sequence seq and gives it SEQ_CONTEXT random tokens; *next = the argmax after. */
-static int give_context(bench_state *s, int32_t seq, int32_t *next)
-{
-    graft_batch_token batch[SEQ_CONTEXT];
-    for (int32_t i = 0; i < SEQ_CONTEXT; i++)
-        batch[i] = (graft_batch_token){seq, random_token(s), i + 1 == SEQ_CONTEXT};
-    graft_context_seq_reset(s->multi, seq);
-    int rc = graft_context_eval_batch(s->multi, batch, SEQ_CONTEXT, s->logits);
-    *next = argmax(s->logits, s->info.n_vocab);
-    return rc;
-}
-
-/* SEQ_GEN steps of one batch holding one token of each of n_seqs sequences; tokens/s. */
-static int measure_aggregate(bench_state *s, int32_t n_seqs, double *tps)
-{
-    int32_t next[MAX_SEQS];
-    int rc = GRAFT_OK;
-    for (int32_t seq = 0; rc == GRAFT_OK && seq < n_seqs; seq++)
-        rc = give_context(s, seq, &next[seq]);
-    graft_batch_token batch[MAX_SEQS];
-    double t0 = now_s();
-    for (int step = 0; rc == GRAFT_OK && step < SEQ_GEN; step++) {
-        for (int32_t seq = 0; seq < n_seqs; seq++)
-            batch[seq] = (graft_batch_token){seq, next[seq], 1};
-        rc = graft_context_eval_batch(s->multi, batch, (size_t)n_seqs, s->logits);
-        for (int32_t seq = 0; seq < n_seqs; seq++)
-            next[seq] = argmax(s->logits + (size_t)seq * (size_t)s->info.n_vocab,
-                               s->info.n_vocab);
+    double t2 = graft__bench_now_s();
+    figure_samples(s, o, FIG_PREFILL)[rep] = graft__bench_rate(o->n_prompt, t1 - t0);
+    figure_samples(s, o, FIG_DECODE)[rep] = graft__bench_rate(o->n_gen, t2 - t1);
+    if (rc != GRAFT_OK) {
+        graft__cli_error(SPEED, "evaluation failed: %s", graft_status_str(rc));
+        return GRAFT_CLI_FAILED;
     }
-    *tps = rate((double)n_seqs * SEQ_GEN, now_s() - t0);
+    return GRAFT_CLI_OK;
+}
+
+/* Opens n sessions and gives each SEQ_CONTEXT random tokens (untimed); next[i] receives the
+ * token session i sampled after them, not yet fed back. */
+static int give_contexts(bench_state *s, graft_session **sessions, int32_t n, int32_t *next)
+{
+    int32_t context[SEQ_CONTEXT];
+    for (int32_t i = 0; i < n; i++) {
+        graft__bench_random_tokens(&s->rng, context, SEQ_CONTEXT);
+        if (graft__bench_session_open(SPEED, s->engine, &sessions[i]) != GRAFT_CLI_OK ||
+            graft__bench_generate(SPEED, sessions[i], context, SEQ_CONTEXT, 1, &next[i]) !=
+                GRAFT_CLI_OK)
+            return GRAFT_CLI_FAILED;
+    }
+    return GRAFT_CLI_OK;
+}
+
+/* n sessions generating SEQ_GEN tokens each, all queued at once; tokens/s over them all. */
+static int measure_aggregate(bench_state *s, int32_t n, double *tps)
+{
+    graft_session *sessions[MAX_SEQS] = {0};
+    graft_generation *gens[MAX_SEQS];
+    int32_t next[MAX_SEQS], queued = 0;
+    int rc = give_contexts(s, sessions, n, next);
+    double t0 = graft__bench_now_s();
+    while (rc == GRAFT_CLI_OK && queued < n) {
+        rc = graft__bench_submit(SPEED, sessions[queued], &next[queued], 1, SEQ_GEN,
+                                 &gens[queued]);
+        queued += rc == GRAFT_CLI_OK;
+    }
+    for (int32_t i = 0; i < queued; i++) {
+        int done = graft__bench_finish(SPEED, gens[i], SEQ_GEN, NULL);
+        rc = rc == GRAFT_CLI_OK ? done : rc;
+    }
+    *tps = graft__bench_rate((double)n * SEQ_GEN, graft__bench_now_s() - t0);
+    for (int32_t i = 0; i < n; i++)
+        graft_session_close(sessions[i]);
     return rc;
 }
 
-/* A few untimed tokens on each context, so the timed runs find the weights mapped in. */
+/* A few untimed tokens on the context and on the engine, so the timed runs find the
+ * weights mapped in. */
 static int warm_up(bench_state *s)
 {
     int32_t warm[WARMUP_TOKENS];
-    for (int i = 0; i < WARMUP_TOKENS; i++)
-        warm[i] = random_token(s);
+    graft__bench_random_tokens(&s->rng, warm, WARMUP_TOKENS);
     int rc = graft_context_eval(s->single, warm, WARMUP_TOKENS, s->logits);
-    if (rc == GRAFT_OK)
-        rc = graft_context_eval(s->multi, warm, WARMUP_TOKENS, s->logits);
     graft_context_seq_reset(s->single, 0);
-    graft_context_seq_reset(s->multi, 0);
+    if (rc != GRAFT_OK) {
+        graft__cli_error(SPEED, "evaluation failed: %s", graft_status_str(rc));
+        return GRAFT_CLI_FAILED;
+    }
+    graft_session *session;
+    if (graft__bench_session_open(SPEED, s->engine, &session) != GRAFT_CLI_OK)
+        return GRAFT_CLI_FAILED;
+    rc = graft__bench_generate(SPEED, session, warm, WARMUP_TOKENS, 1, NULL);
+    graft_session_close(session);
     return rc;
 }
 
 static int measure_all(bench_state *s, const speed_options *o)
 {
     int rc = warm_up(s);
-    for (int rep = 0; rc == GRAFT_OK && rep < o->reps; rep++) {
+    for (int rep = 0; rc == GRAFT_CLI_OK && rep < o->reps; rep++) {
         rc = measure_prefill_decode(s, o, rep);
-        for (int i = 0; rc == GRAFT_OK && i < N_SEQ_COUNTS; i++)
+        for (int i = 0; rc == GRAFT_CLI_OK && i < N_SEQ_COUNTS; i++)
             rc = measure_aggregate(s, seq_counts[i],
                                    &figure_samples(s, o, FIG_AGGREGATE + i)[rep]);
     }
-    if (rc != GRAFT_OK) {
-        graft__cli_error("bench speed", "evaluation failed: %s", graft_status_str(rc));
-        return GRAFT_CLI_FAILED;
-    }
+    if (rc != GRAFT_CLI_OK)
+        return rc;
     rc = probe_bandwidth(graft_context_threads(s->single), o->reps,
                          figure_samples(s, o, FIG_BANDWIDTH));
     if (rc != GRAFT_OK) {
-        graft__cli_error("bench speed", "bandwidth probe: cannot allocate %zu MiB or start "
-                         "its threads", PROBE_BYTES >> 20);
+        graft__cli_error(SPEED, "bandwidth probe: cannot allocate %zu MiB or start its "
+                         "threads", PROBE_BYTES >> 20);
         return GRAFT_CLI_FAILED;
     }
     return GRAFT_CLI_OK;
@@ -332,51 +314,53 @@ static int parse_speed_options(int argc, char **argv, speed_options *o)
         {"--reps", NULL, GRAFT_CLI_INT, &o->reps, 1, 1000, 0},
         {"--json", NULL, GRAFT_CLI_FLAG, &o->json, 0, 0, 1},
     };
-    const graft__cli_command cmd = {"bench speed", speed_usage, opts,
+    const graft__cli_command cmd = {SPEED, speed_usage, opts,
                                     sizeof opts / sizeof opts[0], NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
     if (rc < 0 && o->model == NULL) {
-        graft__cli_error("bench speed", "missing -m MODEL (see 'graft bench speed --help')");
+        graft__cli_error(SPEED, "missing -m MODEL (see 'graft bench speed --help')");
         return GRAFT_CLI_USAGE;
     }
     return rc;
 }
 
-static int create_context(bench_state *s, const speed_options *o, int32_t n_seq,
-                          int32_t n_ctx, graft_context **out)
+static int create_context(bench_state *s, const speed_options *o)
 {
     graft_context_options co = graft_context_default_options();
-    co.n_ctx = n_ctx;
-    co.n_seq = n_seq;
+    co.n_ctx = o->n_prompt + o->n_gen;
     co.n_threads = o->threads;
     co.kernels = o->kernels;
     char *err = NULL;
-    int rc = graft_context_create_ex(s->model, &co, out, &err);
+    int rc = graft_context_create_ex(s->model, &co, &s->single, &err);
     if (rc != GRAFT_OK)
-        graft__cli_error("bench speed", "%s", err ? err : graft_status_str(rc));
+        graft__cli_error(SPEED, "%s", err ? err : graft_status_str(rc));
     graft_free(err);
     return rc == GRAFT_OK ? GRAFT_CLI_OK : GRAFT_CLI_FAILED;
 }
 
+/* MAX_SEQS sessions of SEQ_CONTEXT + SEQ_GEN positions; the KV budget is the default. */
+static int create_engine(bench_state *s, const speed_options *o)
+{
+    graft_engine_options eo = graft_engine_default_options();
+    eo.max_sessions = MAX_SEQS;
+    eo.max_context = SEQ_CONTEXT + SEQ_GEN;
+    eo.n_threads = o->threads;
+    eo.kernels = o->kernels;
+    return graft__bench_engine_create(SPEED, s->model, &eo, &s->engine);
+}
+
 static int bench_setup(bench_state *s, const speed_options *o)
 {
-    char *err = NULL;
-    int rc = graft_model_load(o->model, &s->model, &err);
-    if (rc != GRAFT_OK) {
-        graft__cli_error("bench speed", "%s", err ? err : graft_status_str(rc));
-        graft_free(err);
+    if (graft__bench_load_model(SPEED, o->model, &s->model, &s->info) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
-    }
-    graft_model_get_info(s->model, &s->info);
-    s->rng = 0x9E3779B97F4A7C15ull;
-    if (create_context(s, o, 1, o->n_prompt + o->n_gen, &s->single) != GRAFT_CLI_OK ||
-        create_context(s, o, MAX_SEQS, SEQ_CONTEXT + SEQ_GEN, &s->multi) != GRAFT_CLI_OK)
+    s->rng = graft__bench_rng_init(s->info.n_vocab);
+    if (create_context(s, o) != GRAFT_CLI_OK || create_engine(s, o) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
     s->tokens = malloc((size_t)o->n_prompt * sizeof *s->tokens);
-    s->logits = malloc((size_t)MAX_SEQS * (size_t)s->info.n_vocab * sizeof *s->logits);
+    s->logits = malloc((size_t)s->info.n_vocab * sizeof *s->logits);
     s->samples = calloc((size_t)N_FIGURES * (size_t)o->reps, sizeof *s->samples);
     if (s->tokens == NULL || s->logits == NULL || s->samples == NULL) {
-        graft__cli_error("bench speed", "out of memory");
+        graft__cli_error(SPEED, "out of memory");
         return GRAFT_CLI_FAILED;
     }
     return GRAFT_CLI_OK;
@@ -384,8 +368,8 @@ static int bench_setup(bench_state *s, const speed_options *o)
 
 static void bench_free(bench_state *s)
 {
+    graft_engine_shutdown(s->engine);
     graft_context_free(s->single);
-    graft_context_free(s->multi);
     graft_model_free(s->model);
     free(s->tokens);
     free(s->logits);
@@ -402,33 +386,19 @@ typedef struct speed_results {
 static void summarize(bench_state *s, const speed_options *o, speed_results *r)
 {
     for (int f = 0; f < N_FIGURES; f++)
-        r->fig[f] = median(figure_samples(s, o, f), o->reps);
-    r->roofline_tps = rate(r->fig[FIG_BANDWIDTH] * 1e9, (double)s->info.weight_bytes);
-}
-
-/* A JSON string literal: quotes, backslashes and control characters escaped. */
-static void print_json_string(const char *text)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
+        r->fig[f] = graft__bench_median(figure_samples(s, o, f), o->reps);
+    r->roofline_tps =
+        graft__bench_rate(r->fig[FIG_BANDWIDTH] * 1e9, (double)s->info.weight_bytes);
 }
 
 static void print_json(const bench_state *s, const speed_options *o, const speed_results *r)
 {
     printf("{\"engine\": \"graft\", \"model\": ");
-    print_json_string(o->model);
+    graft__bench_json_string(o->model);
     printf(", \"arch\": ");
-    print_json_string(s->info.arch);
+    graft__bench_json_string(s->info.arch);
     printf(", \"threads\": %d, \"kernels\": ", (int)graft_context_threads(s->single));
-    print_json_string(graft_context_kernels(s->single));
+    graft__bench_json_string(graft_context_kernels(s->single));
     printf(", \"prompt_tokens\": %d, \"gen_tokens\": %d, \"seq_context_tokens\": %d, "
            "\"seq_gen_tokens\": %d, \"reps\": %d, \"weight_bytes\": %llu",
            (int)o->n_prompt, (int)o->n_gen, SEQ_CONTEXT, SEQ_GEN, (int)o->reps,
@@ -460,9 +430,10 @@ static void print_table(const bench_state *s, const speed_options *o, const spee
     print_row("prefill", detail, r->fig[FIG_PREFILL], "tok/s\n");
     snprintf(detail, sizeof detail, "%d tokens after %d", (int)o->n_gen, (int)o->n_prompt);
     print_row("decode", detail, r->fig[FIG_DECODE], "tok/s");
-    printf("  (%.1f%% of the roofline)\n", 100.0 * rate(r->fig[FIG_DECODE], r->roofline_tps));
+    printf("  (%.1f%% of the roofline)\n",
+           100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_tps));
     for (int i = 0; i < N_SEQ_COUNTS; i++) {
-        snprintf(detail, sizeof detail, "%d sequence%s, %d steps after %d", (int)seq_counts[i],
+        snprintf(detail, sizeof detail, "%d session%s, %d tokens after %d", (int)seq_counts[i],
                  seq_counts[i] > 1 ? "s" : "", SEQ_GEN, SEQ_CONTEXT);
         print_row(i ? "" : "aggregate", detail, r->fig[FIG_AGGREGATE + i], "tok/s\n");
     }
@@ -506,6 +477,8 @@ int graft__cli_bench(int argc, char **argv)
     }
     if (strcmp(argv[1], "speed") == 0)
         return bench_speed(argc - 1, argv + 1);
+    if (strcmp(argv[1], "clone") == 0)
+        return graft__cli_bench_clone(argc - 1, argv + 1);
     graft__cli_error("bench", "unknown subcommand '%s' (see 'graft bench --help')", argv[1]);
     return GRAFT_CLI_USAGE;
 }

@@ -1,0 +1,172 @@
+/*
+ * bench_util.c: helpers the `graft bench` subcommands share (declared in bench.h).
+ *
+ * Timing (a monotonic clock, rates, medians), the fixed-seed random token ids both graft's
+ * and llama.cpp's harness draw, JSON string output, the peak resident set size, and thin
+ * wrappers over the engine API that report failures in the bench's words: the subcommands
+ * measure, so each wrapper either succeeds or prints one line and gives exit status 1.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "bench.h"
+
+double graft__bench_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double graft__bench_rate(double n, double seconds)
+{
+    return seconds > 0 ? n / seconds : 0.0;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double graft__bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- random tokens ------------------------------------------------------------------------ */
+
+graft__bench_rng graft__bench_rng_init(int32_t n_vocab)
+{
+    graft__bench_rng rng = {0x9E3779B97F4A7C15ull, n_vocab};
+    return rng;
+}
+
+int32_t graft__bench_random_token(graft__bench_rng *rng)
+{
+    rng->state ^= rng->state >> 12;
+    rng->state ^= rng->state << 25;
+    rng->state ^= rng->state >> 27;
+    return (int32_t)((rng->state * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)rng->n_vocab);
+}
+
+void graft__bench_random_tokens(graft__bench_rng *rng, int32_t *tokens, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        tokens[i] = graft__bench_random_token(rng);
+}
+
+/* ---- output and the process ---------------------------------------------------------------- */
+
+void graft__bench_json_string(const char *text)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+uint64_t graft__bench_peak_rss(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (uint64_t)ru.ru_maxrss * 1024u; /* Linux counts kilobytes */
+}
+
+/* ---- the model and the engine -------------------------------------------------------------- */
+
+int graft__bench_load_model(const char *command, const char *path, graft_model **model,
+                            graft_model_info *info)
+{
+    char *err = NULL;
+    int rc = graft_model_load(path, model, &err);
+    if (rc != GRAFT_OK) {
+        graft__cli_error(command, "%s", err ? err : graft_status_str(rc));
+        graft_free(err);
+        return GRAFT_CLI_FAILED;
+    }
+    graft_model_get_info(*model, info);
+    return GRAFT_CLI_OK;
+}
+
+int graft__bench_engine_create(const char *command, const graft_model *model,
+                               const graft_engine_options *opts, graft_engine **engine)
+{
+    char *err = NULL;
+    int rc = graft_engine_create(model, opts, engine, &err);
+    if (rc != GRAFT_OK) {
+        graft__cli_error(command, "cannot start the engine: %s",
+                         err ? err : graft_status_str(rc));
+        graft_free(err);
+        return GRAFT_CLI_FAILED;
+    }
+    return GRAFT_CLI_OK;
+}
+
+int graft__bench_session_open(const char *command, graft_engine *engine,
+                              graft_session **session)
+{
+    char *err = NULL;
+    int rc = graft_session_open(engine, session, &err);
+    if (rc != GRAFT_OK) {
+        graft__cli_error(command, "cannot open a session: %s", err ? err : graft_status_str(rc));
+        graft_free(err);
+        return GRAFT_CLI_FAILED;
+    }
+    return GRAFT_CLI_OK;
+}
+
+int graft__bench_submit(const char *command, graft_session *session, const int32_t *tokens,
+                        size_t n, int32_t max_new, graft_generation **gen)
+{
+    graft_generate_config config = graft_generate_default();
+    config.max_new_tokens = max_new;
+    config.ignore_eog = 1;
+    config.sampling.temperature = 0.0f;
+    int rc = graft_session_generate(session, tokens, n, &config, NULL, NULL, NULL, gen);
+    if (rc != GRAFT_OK) {
+        graft__cli_error(command, "cannot queue a generation of %zu tokens: %s", n,
+                         graft_status_str(rc));
+        return GRAFT_CLI_FAILED;
+    }
+    return GRAFT_CLI_OK;
+}
+
+int graft__bench_finish(const char *command, graft_generation *gen, int32_t max_new,
+                        int32_t *last)
+{
+    int rc = graft_generation_wait(gen);
+    size_t n = 0;
+    const int32_t *out = graft_generation_tokens(gen, &n);
+    int status = GRAFT_CLI_OK;
+    if (rc != GRAFT_OK) {
+        graft__cli_error(command, "generation failed: %s", graft_generation_error(gen));
+        status = GRAFT_CLI_FAILED;
+    } else if (n != (size_t)max_new) {
+        graft__cli_error(command, "a generation sampled %zu tokens instead of %d (the context "
+                         "is full)", n, (int)max_new);
+        status = GRAFT_CLI_FAILED;
+    } else if (last != NULL) {
+        *last = out[n - 1];
+    }
+    graft_generation_free(gen);
+    return status;
+}
+
+int graft__bench_generate(const char *command, graft_session *session, const int32_t *tokens,
+                          size_t n, int32_t max_new, int32_t *last)
+{
+    graft_generation *gen;
+    int rc = graft__bench_submit(command, session, tokens, n, max_new, &gen);
+    return rc == GRAFT_CLI_OK ? graft__bench_finish(command, gen, max_new, last) : rc;
+}

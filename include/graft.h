@@ -434,7 +434,7 @@ const char *graft_generation_error(const graft_generation *gen);
 const int32_t *graft_generation_tokens(const graft_generation *gen, size_t *n);
 
 typedef struct graft_generation_metrics {
-    uint64_t queue_wait_ns;          /* submission to first step */
+    uint64_t queue_wait_ns;          /* submission to the start of its first step */
     uint64_t time_to_first_token_ns; /* submission to first sampled token */
     int32_t prompt_tokens;           /* tokens given */
     int32_t prompt_tokens_computed;  /* of them, fed through the model so far */

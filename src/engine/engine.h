@@ -215,8 +215,8 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits);
  * engine's reference. message may be NULL. */
 void graft__gen_settle(graft_engine *e, graft_generation *gen, graft_finish finish, int status,
                        const char *message);
-/* Records that the generation took part in a step at time `now` and had `prompt_tokens` of
- * its prompt computed in it. */
+/* Records that the generation took part in a step whose forward pass began at `now` and
+ * had `prompt_tokens` of its prompt computed in it. */
 void graft__gen_note_step(graft_generation *gen, uint64_t now, int32_t prompt_tokens);
 
 /* scheduler.c (engine thread) */

@@ -126,9 +126,9 @@ static void fail_step(graft_engine *e, const plan *p, int rc, const char *errmsg
     }
 }
 
-/* Commits a slot's tokens and advances its generation; false when that failed (the
- * generation is settled). */
-static bool commit_slot(graft_engine *e, const graft__slot *slot, uint64_t now)
+/* Commits a slot's tokens and advances its generation (`started`: when the step's forward
+ * pass began); false when that failed (the generation is settled). */
+static bool commit_slot(graft_engine *e, const graft__slot *slot, uint64_t started)
 {
     graft_generation *gen = slot->gen;
     int rc = graft__session_commit(e, gen->session, &e->entries[slot->first], slot->count);
@@ -140,22 +140,21 @@ static bool commit_slot(graft_engine *e, const graft__slot *slot, uint64_t now)
     if (gen->has_pending) {
         gen->has_pending = false;
         e->counters.decode_tokens++;
-        graft__gen_note_step(gen, now, 0);
+        graft__gen_note_step(gen, started, 0);
     } else {
         gen->n_fed += slot->count;
         e->counters.prefill_tokens += (uint64_t)slot->count;
-        graft__gen_note_step(gen, now, slot->count);
+        graft__gen_note_step(gen, started, slot->count);
     }
     return true;
 }
 
-static void finish_step(graft_engine *e, const plan *p)
+static void finish_step(graft_engine *e, const plan *p, uint64_t started)
 {
-    uint64_t now = graft__now_ns();
     const size_t n_vocab = (size_t)e->model->hp.n_vocab;
     for (int32_t i = 0; i < p->n_slots; i++) {
         const graft__slot *slot = &e->slots[i];
-        if (commit_slot(e, slot, now) && slot->row >= 0)
+        if (commit_slot(e, slot, started) && slot->row >= 0)
             graft__gen_deliver(e, slot->gen, e->logits + (size_t)slot->row * n_vocab);
     }
 }
@@ -182,12 +181,13 @@ void graft__sched_step(graft_engine *e)
     if (p.n_entries == 0)
         return;
     char *errmsg = NULL;
+    uint64_t started = graft__now_ns();
     int rc = graft__forward(e->model, &e->ex, &e->kv_iface, e->entries, p.n_entries, e->logits,
                             &errmsg);
     count_step(e, &p);
     if (rc != GRAFT_OK)
         fail_step(e, &p, rc, errmsg);
     else
-        finish_step(e, &p);
+        finish_step(e, &p, started);
     graft__free(errmsg);
 }

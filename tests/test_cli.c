@@ -5,9 +5,11 @@
  * files in $GRAFT_TEST_TMP, and checks the exit status and the output: --help of every
  * command, usage errors (exit 2, one line naming the option), runtime failures (exit 1),
  * `info`, `tokenize` and `run` on stories260K against its golden data (run's KV budget,
- * threads and kernels included), `synth` files of every architecture that `info` and `run`
- * then accept, and `bench clone` and `bench speed` on a tiny synth model, their --json
- * output checked for every field their --help documents.
+ * threads and kernels included), `run` with several prompts, --chat and --prompt-cache (the
+ * same text with and without the cache, the tokens reused), `synth` files of every
+ * architecture that `info` and `run` then accept, and `bench clone`, `bench speed` and
+ * `bench prefix` on a tiny synth model, their --json output checked for every field their
+ * --help documents.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -207,14 +209,16 @@ static void test_help(void **state)
     r = GRAFT("run", "-h");
     expect_status(&r, 0);
     static const char *const run_opts[] = {"--logits-out", "--kv-mem", "--threads",
-                                           "--kernels"};
-    for (size_t i = 0; i < 4; i++)
+                                           "--kernels", "--prompt-file", "--chat",
+                                           "--prompt-cache", "--cache-entries", "--cache-mem"};
+    for (size_t i = 0; i < sizeof run_opts / sizeof run_opts[0]; i++)
         expect_contains(r.out, run_opts[i]);
     result_free(&r);
     r = GRAFT("bench", "--help");
     expect_status(&r, 0);
     expect_contains(r.out, "speed");
     expect_contains(r.out, "clone");
+    expect_contains(r.out, "prefix");
     result_free(&r);
 }
 
@@ -263,6 +267,22 @@ static void test_usage_errors(void **state)
                 "--max-context", "10");
     USAGE_ERROR("option --reps: 'x'", "bench", "clone", "-m", "x.gguf", "--reps", "x");
     USAGE_ERROR("missing -m MODEL", "bench", "speed", "--json");
+    USAGE_ERROR("missing -m MODEL", "bench", "prefix", "--reps", "1");
+    USAGE_ERROR("option --max-prefix: 8 is out of range (must be at least 16)", "bench",
+                "prefix", "-m", "x.gguf", "--max-prefix", "8");
+    USAGE_ERROR("option --cache-entries needs --prompt-cache", "run", "--cache-entries", "4");
+    USAGE_ERROR("option --cache-mem needs --prompt-cache", "run", "-p", "a", "--cache-mem",
+                "1M");
+    USAGE_ERROR("option --cache-entries: 0 is out of range (must be at least 1)", "run",
+                "--prompt-cache", "--cache-entries", "0");
+    USAGE_ERROR("option --cache-entries: 5000 is out of range (must be at most 4094)", "run",
+                "--prompt-cache", "--cache-entries", "5000");
+    USAGE_ERROR("option --cache-mem: '2Q' is not a size", "run", "--prompt-cache",
+                "--cache-mem", "2Q");
+    USAGE_ERROR("option --logits-out takes one prompt, not several -p or --prompt-file", "run",
+                "-p", "a", "-p", "b", "--logits-out", "l.bin");
+    USAGE_ERROR("option --prompt-file needs a value", "run", "--prompt-file");
+    USAGE_ERROR("option --chat takes no value", "run", "--chat=yes");
     USAGE_ERROR("unknown command ''", "");
     cli_result r = run((const char *const[]){NULL});
     expect_status(&r, 2);
@@ -533,6 +553,98 @@ static void test_run_engine_options(void **state)
     unlink(path);
 }
 
+/* ---- run: several prompts, --chat, --prompt-cache ----------------------------------------- */
+
+/* Writes `text` to the scratch file `name`; its path goes to path. */
+static void write_file(char *path, size_t cap, const char *name, const char *text)
+{
+    tmp_path(path, cap, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_run_prompt_cache(void **state)
+{
+    (void)state;
+    static const char p1[] = "Once upon a time", p2[] = "Once upon a time, there was a girl";
+    cli_result cold = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "20", "-p", p1, "-p",
+                            p2);
+    expect_status(&cold, 0);
+    assert_int_equal(strncmp(cold.out, "Once upon a time, there was a little girl", 41), 0);
+    expect_contains(cold.out, "\nOnce upon a time, there was a girl");
+    expect_contains(cold.err, "prompt 1: 5 tokens, ");
+    expect_contains(cold.err, "prompt 2: 12 tokens, ");
+    expect_contains(cold.err, "first token after ");
+    cli_result warm = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "20", "-p", p1, "-p",
+                            p2, "--prompt-cache");
+    expect_status(&warm, 0);
+    assert_string_equal(warm.out, cold.out);
+    expect_contains(warm.err, "prompt 1: 5 tokens, 0 reused from the cache, 5 computed");
+    expect_contains(warm.err, "prompt 2: 12 tokens, 5 reused from the cache, 7 computed");
+    expect_contains(warm.err, "prompt cache: 2 lookups, 1 hit, 5 tokens reused; 2 snapshots");
+    result_free(&warm);
+    result_free(&cold);
+    /* A bound of one snapshot and one block of KV (20480 bytes): still the same text. */
+    warm = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "20", "-p", p1, "-p", p2, "-p",
+                 p1, "--prompt-cache", "--cache-entries", "1", "--cache-mem", "20K");
+    expect_status(&warm, 0);
+    expect_contains(warm.err, "prompt 3: 5 tokens, 4 reused from the cache, 1 computed");
+    expect_contains(warm.err, "1 snapshot held, 20.0 KiB of KV");
+    result_free(&warm);
+}
+
+/* --chat, prompts from -p and a file: every turn computes the last reply token and its new
+ * text only; sampled text (seeded, with a repetition penalty) is the same as without. */
+static void test_run_chat(void **state)
+{
+    (void)state;
+    char path[512];
+    write_file(path, sizeof path, "turns.txt", "there was a dog\n\nThe end\r\n");
+    const char *const args[] = {"run", "-m", stories(), "-n", "16", "--temp", "0.8", "--seed",
+                                "5", "--repeat-penalty", "1.1", "--chat", "-p",
+                                "Once upon a time", "--prompt-file", path, NULL, NULL};
+    cli_result cold = run(args);
+    expect_status(&cold, 0);
+    expect_contains(cold.err, "prompt 3: ");
+    assert_int_equal(strncmp(cold.out, "Once upon a time", 16), 0);
+    const char *line = strchr(cold.out, '\n') + 1;
+    assert_int_equal(strncmp(line, "there was a dog", 15), 0);
+    line = strchr(line, '\n') + 1;
+    assert_int_equal(strncmp(line, "The end", 7), 0);
+    const char *cached[sizeof args / sizeof args[0]];
+    memcpy(cached, args, sizeof args);
+    cached[16] = "--prompt-cache";
+    cli_result warm = run(cached);
+    expect_status(&warm, 0);
+    assert_string_equal(warm.out, cold.out);
+    expect_contains(warm.err, "prompt 2: 26 tokens, 20 reused from the cache, 6 computed");
+    expect_contains(warm.err, "prompt 3: 45 tokens, 41 reused from the cache, 4 computed");
+    result_free(&warm);
+    result_free(&cold);
+    /* The conversation outgrows --ctx at the second turn. */
+    cold = GRAFT("run", "-m", stories(), "-n", "16", "--chat", "--ctx", "24", "-p",
+                 "Once upon a time", "-p", "there was a dog");
+    expect_status(&cold, 1);
+    expect_contains(cold.err, "graft run: at prompt 2 the conversation has 26 tokens but the "
+                              "context is 24 positions (--ctx)");
+    result_free(&cold);
+    cold = GRAFT("run", "-m", stories(), "--ctx", "3", "-p", "Once upon a time");
+    expect_status(&cold, 1);
+    expect_contains(cold.err, "graft run: the prompt has 5 tokens but --ctx is 3");
+    result_free(&cold);
+    cold = GRAFT("run", "-m", stories(), "--ctx", "3", "--prompt-file", path);
+    expect_status(&cold, 1);
+    expect_contains(cold.err, "graft run: prompt 1 has 6 tokens but --ctx is 3");
+    result_free(&cold);
+    unlink(path);
+    cold = GRAFT("run", "-m", stories(), "--prompt-file", path);
+    expect_status(&cold, 1);
+    expect_contains(cold.err, "graft run: cannot open '");
+    result_free(&cold);
+}
+
 /* ---- synth ------------------------------------------------------------------------------- */
 
 static void synth_and_use(const char *arch, const char *type)
@@ -762,6 +874,46 @@ static void test_bench_speed(void **state)
     unlink(path);
 }
 
+static void test_bench_prefix(void **state)
+{
+    (void)state;
+    static const char *const fields[] = {
+        "engine", "model", "arch", "threads", "reps", "results", "prefix_tokens",
+        "suffix_tokens", "matched_tokens", "cold_ttft_ms", "warm_ttft_ms", "lookup_clone_us",
+        "warm_total_ms", "ideal_ttft_ms", "warm_over_ideal", "speedup", "snapshot_bytes",
+        "same_token", NULL};
+    char path[512];
+    synth_tiny(path, sizeof path);
+    cli_result help = GRAFT("bench", "prefix", "--help");
+    expect_status(&help, 0);
+    cli_result r = GRAFT("bench", "prefix", "-m", path, "--max-prefix", "40", "--reps", "1",
+                         "--threads", "1", "--json");
+    expect_status(&r, 0);
+    expect_documented(help.out, r.out, fields);
+    int n = 0;
+    for (const char *at = strstr(r.out, "{\"prefix_tokens\": "); at;
+         at = strstr(at + 1, "{\"prefix_tokens\": ")) {
+        assert_int_equal((int)json_number(at, "prefix_tokens"), 40);
+        assert_int_equal((int)json_number(at, "suffix_tokens"), n == 0 ? 16 : 128);
+        assert_int_equal((int)json_number(at, "matched_tokens"), 40);
+        assert_int_equal((int)json_number(at, "same_token"), 1);
+        assert_true(json_number(at, "cold_ttft_ms") > 0);
+        assert_true(json_number(at, "warm_ttft_ms") > 0);
+        assert_true(json_number(at, "lookup_clone_us") > 0);
+        assert_true(json_number(at, "snapshot_bytes") > 0);
+        n++;
+    }
+    assert_int_equal(n, 2);
+    result_free(&r);
+    result_free(&help);
+    r = GRAFT("bench", "prefix", "-m", path, "--max-prefix", "3969");
+    expect_status(&r, 1);
+    expect_contains(r.err, "--max-prefix 3969 is too long");
+    expect_contains(r.err, "at most 3968");
+    result_free(&r);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -775,11 +927,14 @@ int main(void)
         cmocka_unit_test(test_run_default_model),
         cmocka_unit_test(test_logits_out),
         cmocka_unit_test(test_run_engine_options),
+        cmocka_unit_test(test_run_prompt_cache),
+        cmocka_unit_test(test_run_chat),
         cmocka_unit_test(test_synth_archs),
         cmocka_unit_test(test_synth_vocab),
         cmocka_unit_test(test_synth_errors),
         cmocka_unit_test(test_bench_clone),
         cmocka_unit_test(test_bench_speed),
+        cmocka_unit_test(test_bench_prefix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -155,6 +155,11 @@ static int store_value(const graft__cli_command *cmd, const char *opt, const cha
     case GRAFT_CLI_STRING:
         *(const char **)o->dest = value;
         return -1;
+    case GRAFT_CLI_LIST: {
+        graft__cli_list *list = o->dest;
+        list->items[list->n++] = value;
+        return -1;
+    }
     case GRAFT_CLI_FLAG:
         break;
     }

@@ -4,7 +4,8 @@
  * starting an engine with the error reported the bench way.
  *
  * Like the rest of src/cli/, written against include/graft.h only. cmd_bench.c dispatches
- * `graft bench SUBCOMMAND` and holds `speed`; cmd_bench_clone.c holds `clone`.
+ * `graft bench SUBCOMMAND` and holds `speed`; cmd_bench_clone.c holds `clone`,
+ * cmd_bench_prefix.c `prefix`.
  */
 #ifndef GRAFT_CLI_BENCH_H
 #define GRAFT_CLI_BENCH_H
@@ -51,6 +52,10 @@ int graft__bench_engine_create(const char *command, const graft_model *model,
  * GRAFT_CLI_FAILED (*gen is then NULL). */
 int graft__bench_submit(const char *command, graft_session *session, const int32_t *tokens,
                         size_t n, int32_t max_new, graft_generation **gen);
+/* The same, with the generation's callbacks. */
+int graft__bench_submit_cb(const char *command, graft_session *session, const int32_t *tokens,
+                           size_t n, int32_t max_new, graft_update_cb on_update,
+                           graft_settled_cb on_settled, void *user, graft_generation **gen);
 /* Waits for `gen` and frees it. *last (when not NULL) receives the last token sampled,
  * which is not committed. A generation that failed or sampled fewer than it was asked is
  * reported and gives GRAFT_CLI_FAILED. Not from a callback. */

@@ -129,11 +129,19 @@ int graft__bench_session_open(const char *command, graft_engine *engine,
 int graft__bench_submit(const char *command, graft_session *session, const int32_t *tokens,
                         size_t n, int32_t max_new, graft_generation **gen)
 {
+    return graft__bench_submit_cb(command, session, tokens, n, max_new, NULL, NULL, NULL, gen);
+}
+
+int graft__bench_submit_cb(const char *command, graft_session *session, const int32_t *tokens,
+                           size_t n, int32_t max_new, graft_update_cb on_update,
+                           graft_settled_cb on_settled, void *user, graft_generation **gen)
+{
     graft_generate_config config = graft_generate_default();
     config.max_new_tokens = max_new;
     config.ignore_eog = 1;
     config.sampling.temperature = 0.0f;
-    int rc = graft_session_generate(session, tokens, n, &config, NULL, NULL, NULL, gen);
+    int rc = graft_session_generate(session, tokens, n, &config, on_update, on_settled, user,
+                                    gen);
     if (rc != GRAFT_OK) {
         graft__cli_error(command, "cannot queue a generation of %zu tokens: %s", n,
                          graft_status_str(rc));

@@ -28,8 +28,16 @@ typedef enum graft__cli_kind {
     GRAFT_CLI_FLOAT,  /* finite float within [min, max] */
     GRAFT_CLI_SIZE,   /* size_t bytes within [min, max]: decimal, optionally followed by K, M
                          or G (case-insensitive, powers of 1024) */
-    GRAFT_CLI_STRING  /* const char *, borrowed from argv */
+    GRAFT_CLI_STRING, /* const char *, borrowed from argv */
+    GRAFT_CLI_LIST    /* repeatable: each value appended to a graft__cli_list */
 } graft__cli_kind;
+
+/* The values of a repeatable option, in order, borrowed from argv. The caller allocates
+ * items with room for argc entries (no option occurs more often). */
+typedef struct graft__cli_list {
+    const char **items;
+    int n;
+} graft__cli_list;
 
 typedef struct graft__cli_opt {
     const char *long_name;  /* "--temp" */
@@ -73,7 +81,8 @@ int graft__cli_info(int argc, char **argv);
 int graft__cli_tokenize(int argc, char **argv);
 int graft__cli_run(int argc, char **argv);
 int graft__cli_bench(int argc, char **argv);
-int graft__cli_bench_clone(int argc, char **argv); /* `graft bench clone` */
+int graft__cli_bench_clone(int argc, char **argv);  /* `graft bench clone` */
+int graft__cli_bench_prefix(int argc, char **argv); /* `graft bench prefix` */
 int graft__cli_synth(int argc, char **argv);
 
 #endif /* GRAFT_CLI_H */

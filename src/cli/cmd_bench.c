@@ -1,7 +1,7 @@
 /*
  * cmd_bench.c: `graft bench`: the subcommand dispatcher, and `graft bench speed`, measured
- * so it can be set side by side with llama.cpp. (`graft bench clone` is cmd_bench_clone.c;
- * the helpers both use are bench_util.c.)
+ * so it can be set side by side with llama.cpp. (`graft bench clone` is cmd_bench_clone.c,
+ * `graft bench prefix` cmd_bench_prefix.c; the helpers they share are bench_util.c.)
  *
  * `graft bench speed` measures through the public API only, as bench/llama_speed.c measures
  * llama.cpp through its C API (same figures, same token counts, same JSON field names), so
@@ -55,6 +55,7 @@ static const char bench_usage[] =
     "subcommands:\n"
     "  speed      prefill, decode and multi-session decode speed, memory bandwidth\n"
     "  clone      session clone latency, the KV a clone copies, memory of shared prompts\n"
+    "  prefix     time to first token cold, and with the prompt's prefix in the prefix cache\n"
     "\n"
     "'graft bench SUBCOMMAND --help' describes a subcommand's options.\n";
 
@@ -479,6 +480,8 @@ int graft__cli_bench(int argc, char **argv)
         return bench_speed(argc - 1, argv + 1);
     if (strcmp(argv[1], "clone") == 0)
         return graft__cli_bench_clone(argc - 1, argv + 1);
+    if (strcmp(argv[1], "prefix") == 0)
+        return graft__cli_bench_prefix(argc - 1, argv + 1);
     graft__cli_error("bench", "unknown subcommand '%s' (see 'graft bench --help')", argv[1]);
     return GRAFT_CLI_USAGE;
 }

@@ -1,115 +1,158 @@
 /*
- * cmd_run.c: `graft run`: generate text from a prompt through the engine.
+ * cmd_run.c: `graft run`: generate text from prompts through the engine.
  *
- * The prompt is tokenized (BOS added and control-token texts parsed, as a chat front end
- * would). An engine of one session of --ctx positions is started (its KV budget --kv-mem,
- * else the engine's default for that session), and one graft_session_generate feeds the
- * prompt and samples up to -n tokens. Its on_update callback runs on the engine thread and
- * must not block, so it only appends the token to a stream; this thread takes tokens from
- * the stream, detokenizes them and writes the text to stdout (flushed per token, so a pipe
- * sees text as it comes). Timings go to stderr, so stdout holds only the text. Without -p
- * the generation starts from BOS alone; without -m the model is looked up as model_path.c
- * describes.
+ * The prompts come in order from -p (repeatable) and --prompt-file (run_prompts.c), each
+ * tokenized as a chat front end would (BOS added, control-token texts parsed); with --chat
+ * each continues the conversation so far. One engine runs them all, one at a time: for
+ * each, a session (run_cache.c: with --prompt-cache a clone of the longest cached prefix,
+ * else a new one), one graft_session_generate that feeds the prompt's tokens the session
+ * does not hold yet and samples up to -n tokens, and the text streamed to stdout as it
+ * comes (run_stream.c); the engine's on_update must not block, so it only hands tokens
+ * over. Per prompt, timings go to stderr, so stdout holds only the text: the prompt's, then
+ * the continuation, then a newline. Without a prompt the generation starts from BOS alone;
+ * without -m the model is looked up as model_path.c describes.
+ *
+ * The context (--ctx) and the KV budget (--kv-mem) are fixed when the engine starts: by
+ * default the longest prompt plus -n (with --chat, every prompt and reply; with
+ * --prompt-file, whose prompts are not known yet, the model's context length, at most
+ * 4096), and the engine's budget for one session of that context. With --prompt-cache the
+ * engine also holds up to --cache-entries snapshots, and the budget adds --cache-mem (by
+ * default the KV of the context again, plus spare blocks).
  *
  * --logits-out: the engine does not hand out logits, so the prompt is evaluated once more on
  * a graft_context of the same kernels and threads; its last position's logits are the bits
  * the engine samples the first token from (DESIGN.md invariant 1).
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "run.h"
+
+#define DEFAULT_CACHE_ENTRIES 16
+#define FILE_CONTEXT 4096   /* the longest default context with --prompt-file */
+#define SPARE_POSITIONS 64  /* per session or snapshot: room for the partly filled blocks it
+                               may copy on write (two blocks of 32 positions) */
+#define MAX_CACHE_ENTRIES 4094 /* the engine's 4096 sessions, less the prompt's session and
+                                  the capture's snapshot on its way into the cache */
 
 static const char run_usage[] =
-    "usage: graft run [-m MODEL] [-p PROMPT] [-n N] [OPTIONS]\n"
+    "usage: graft run [-m MODEL] [-p PROMPT]... [--prompt-file FILE] [-n N] [OPTIONS]\n"
     "\n"
-    "Generates text from PROMPT through the engine and streams it to stdout; timings go to\n"
-    "stderr.\n"
+    "Generates text from each PROMPT in turn through one engine and streams it to stdout:\n"
+    "the prompt, its continuation, a newline. Timings go to stderr, a line per prompt.\n"
     "\n"
     "options:\n"
     "  -m, --model FILE        GGUF model (default: $GRAFT_MODEL, else stories260K.gguf in\n"
     "                          $GRAFT_MODELS_DIR, ../shared/models/ or next to the binary)\n"
-    "  -p, --prompt TEXT       prompt (default: generate from BOS alone)\n"
-    "  -n, --n-predict N       generate at most N tokens (default 128)\n"
+    "  -p, --prompt TEXT       a prompt; repeat for several, run in order (default: generate\n"
+    "                          from BOS alone)\n"
+    "  --prompt-file FILE      more prompts after the -p ones, one per line (empty lines are\n"
+    "                          skipped); - reads stdin, each line run as it arrives\n"
+    "  --chat                  each prompt continues the conversation: it is given after\n"
+    "                          every earlier prompt and reply, without BOS\n"
+    "  --prompt-cache          keep the KV of prompts already computed (and with --chat of\n"
+    "                          replies) in a prefix cache: a prompt that starts as an earlier\n"
+    "                          one did computes only the rest; stderr tells per prompt the\n"
+    "                          tokens reused and computed, then sums up the cache\n"
+    "  --cache-entries N       snapshots the cache holds at most (default 16, at most 4094)\n"
+    "  --cache-mem SIZE        KV bytes the cache holds alone at most, with an optional K, M or\n"
+    "                          G suffix (default: the KV of --ctx positions, plus 64 per\n"
+    "                          entry for the partly filled blocks of snapshots)\n"
+    "  -n, --n-predict N       generate at most N tokens per prompt (default 128)\n"
     "  --temp T                temperature, 0 for greedy (default 0.8)\n"
     "  --top-k K               keep the K most likely tokens, 0 for all (default 40)\n"
     "  --top-p P               keep the smallest set of probability P, 1 for off (default 0.95)\n"
     "  --min-p P               drop tokens below P times the top probability (default 0.05)\n"
     "  --repeat-penalty R      penalty for every token already in the context, 1 for off\n"
     "                          (default 1)\n"
-    "  --seed S                random seed (default 0)\n"
-    "  --ctx N                 context positions (default: prompt + N, at most the model's)\n"
+    "  --seed S                random seed, the same for every prompt (default 0)\n"
+    "  --ctx N                 context positions (default: the longest prompt + N, with --chat\n"
+    "                          every prompt and reply, with --prompt-file the model's; at most\n"
+    "                          the model's and 4096 with --prompt-file)\n"
     "  --kv-mem SIZE           KV cache budget in bytes, with an optional K, M or G suffix\n"
     "                          (powers of 1024; default: what the engine gives one session\n"
-    "                          of --ctx positions)\n"
+    "                          of --ctx positions, plus --cache-mem with --prompt-cache)\n"
     "  --threads N             compute threads (default 0: one per online CPU)\n"
     "  --kernels K             scalar, avx2 or avx512 (default: $GRAFT_KERNELS, else the best)\n"
     "  --logits-out FILE       write the last prompt position's logits (n_vocab float32,\n"
-    "                          little-endian) to FILE\n"
+    "                          little-endian) to FILE; one prompt only\n"
     "  -h, --help              show this help\n";
 
 typedef struct run_options {
     const char *model;
-    const char *prompt;
+    graft__cli_list prompts;
+    const char *prompt_file;
     const char *logits_out;
     const char *kernels;
     int32_t n_predict;
     int32_t n_ctx;
     int32_t threads;
+    int32_t cache_entries; /* 0: not given */
     size_t kv_mem;
+    size_t cache_mem;      /* 0: not given */
+    int chat, prompt_cache;
     graft_sampling sampling;
 } run_options;
-
-/* Tokens on their way from the engine thread (on_update) to this one. */
-typedef struct token_stream {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t *tokens; /* (cap) in sampling order; tokens beyond cap are not kept */
-    size_t n, cap;
-    bool settled;    /* on_settled ran: no more tokens come */
-    bool ready;      /* mu and cv are initialised */
-} token_stream;
 
 /* What one run holds; freed by run_free. */
 typedef struct run_state {
     graft_model *model;
     graft_model_info info;
     graft_engine *engine;
-    graft_session *session;
-    graft_generation *gen;
-    graft_detok *detok;
-    int32_t *prompt; /* (n_prompt) */
-    size_t n_prompt;
+    graft_prefix_cache *cache; /* --prompt-cache */
+    graft__run_prompts prompts;
+    graft__run_stream stream;
     int32_t n_ctx;
-    token_stream stream;
+    size_t cache_mem;
 } run_state;
 
 static void run_free(run_state *s)
 {
-    graft_generation_free(s->gen);
-    graft_session_close(s->session);
+    graft_prefix_cache_destroy(s->cache);
     graft_engine_shutdown(s->engine);
-    graft_detok_free(s->detok);
     graft_model_free(s->model);
-    free(s->prompt);
-    free(s->stream.tokens);
-    if (s->stream.ready) {
-        pthread_cond_destroy(&s->stream.cv);
-        pthread_mutex_destroy(&s->stream.mu);
+    graft__run_prompts_close(&s->prompts);
+    graft__run_stream_free(&s->stream);
+}
+
+/* Options that only make sense together. */
+static int check_combinations(const run_options *o)
+{
+    const char *cache_opt = o->cache_entries > 0 ? "--cache-entries"
+                            : o->cache_mem > 0   ? "--cache-mem"
+                                                 : NULL;
+    if (cache_opt != NULL && !o->prompt_cache) {
+        graft__cli_error("run", "option %s needs --prompt-cache", cache_opt);
+        return GRAFT_CLI_USAGE;
     }
+    if (o->logits_out != NULL && (o->prompts.n > 1 || o->prompt_file != NULL)) {
+        graft__cli_error("run", "option --logits-out takes one prompt, not several -p or "
+                         "--prompt-file");
+        return GRAFT_CLI_USAGE;
+    }
+    return -1;
 }
 
 static int parse_run_options(int argc, char **argv, run_options *o)
 {
     o->n_predict = 128;
     o->sampling = graft_sampling_default();
+    o->prompts.items = calloc((size_t)argc, sizeof *o->prompts.items);
+    if (o->prompts.items == NULL) {
+        graft__cli_error("run", "out of memory");
+        return GRAFT_CLI_FAILED;
+    }
     graft_sampling *sp = &o->sampling;
     const graft__cli_opt opts[] = {
         {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
-        {"--prompt", "-p", GRAFT_CLI_STRING, &o->prompt, 0, 0, 0},
+        {"--prompt", "-p", GRAFT_CLI_LIST, &o->prompts, 0, 0, 0},
+        {"--prompt-file", NULL, GRAFT_CLI_STRING, &o->prompt_file, 0, 0, 0},
+        {"--chat", NULL, GRAFT_CLI_FLAG, &o->chat, 0, 0, 1},
+        {"--prompt-cache", NULL, GRAFT_CLI_FLAG, &o->prompt_cache, 0, 0, 1},
+        {"--cache-entries", NULL, GRAFT_CLI_INT, &o->cache_entries, 1, MAX_CACHE_ENTRIES, 0},
+        {"--cache-mem", NULL, GRAFT_CLI_SIZE, &o->cache_mem, 1, (double)SIZE_MAX, 0},
         {"--n-predict", "-n", GRAFT_CLI_INT, &o->n_predict, 0, INT32_MAX, 0},
         {"--temp", NULL, GRAFT_CLI_FLOAT, &sp->temperature, 0, 1e30, 0},
         {"--top-k", NULL, GRAFT_CLI_INT, &sp->top_k, 0, INT32_MAX, 0},
@@ -125,7 +168,8 @@ static int parse_run_options(int argc, char **argv, run_options *o)
     };
     const graft__cli_command cmd = {"run", run_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
-    return graft__cli_parse(&cmd, argc, argv, NULL);
+    int rc = graft__cli_parse(&cmd, argc, argv, NULL);
+    return rc >= 0 ? rc : check_combinations(o);
 }
 
 static int load_model(const run_options *o, run_state *s)
@@ -145,58 +189,26 @@ static int load_model(const run_options *o, run_state *s)
     return GRAFT_CLI_OK;
 }
 
-/* s->prompt = the prompt's tokens (BOS alone without -p). */
-static int tokenize_prompt(const run_options *o, run_state *s)
+/* --ctx; else what the -p prompts need with -n after each, at most the training context
+ * (but never below the longest prompt); else, with --prompt-file, the training context, at
+ * most FILE_CONTEXT. */
+static int context_size(const run_options *o, run_state *s)
 {
-    if (o->prompt == NULL) {
-        if (s->info.bos < 0) {
-            graft__cli_error("run", "the model has no BOS token: give a prompt with -p");
-            return GRAFT_CLI_FAILED;
-        }
-        s->prompt = malloc(sizeof *s->prompt);
-        if (s->prompt == NULL) {
-            graft__cli_error("run", "out of memory");
-            return GRAFT_CLI_FAILED;
-        }
-        s->prompt[0] = s->info.bos;
-        s->n_prompt = 1;
+    if (o->n_ctx > 0) {
+        s->n_ctx = o->n_ctx;
         return GRAFT_CLI_OK;
     }
-    int32_t *tokens = NULL;
-    size_t n = 0;
-    int rc = graft_tokenize(s->model, o->prompt, strlen(o->prompt), 1, 1, &tokens, &n);
-    if (rc != GRAFT_OK) {
-        graft__cli_error("run", "cannot tokenize the prompt: %s", graft_status_str(rc));
+    int64_t want = FILE_CONTEXT, longest = 1;
+    if (o->prompt_file == NULL &&
+        graft__run_prompts_measure(s->model, o->prompts.items, o->prompts.n, o->chat,
+                                   o->n_predict, &want, &longest) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
-    }
-    if (n == 0) {
-        graft__cli_error("run", "the prompt gives no tokens");
-        graft_free(tokens);
-        return GRAFT_CLI_FAILED;
-    }
-    s->prompt = malloc(n * sizeof *s->prompt);
-    if (s->prompt != NULL)
-        memcpy(s->prompt, tokens, n * sizeof *tokens);
-    graft_free(tokens);
-    if (s->prompt == NULL) {
-        graft__cli_error("run", "out of memory");
-        return GRAFT_CLI_FAILED;
-    }
-    s->n_prompt = n;
-    return GRAFT_CLI_OK;
-}
-
-/* --ctx, or the prompt plus -n, at most the training context (but never below the prompt). */
-static int32_t context_size(const run_options *o, const run_state *s)
-{
-    if (o->n_ctx > 0)
-        return o->n_ctx;
-    int64_t want = (int64_t)s->n_prompt + o->n_predict;
     if (s->info.n_ctx_train > 0 && want > s->info.n_ctx_train)
         want = s->info.n_ctx_train;
-    if (want < (int64_t)s->n_prompt)
-        want = (int64_t)s->n_prompt;
-    return want > INT32_MAX ? INT32_MAX : (int32_t)want;
+    if (want < longest)
+        want = longest;
+    s->n_ctx = want > INT32_MAX ? INT32_MAX : (int32_t)want;
+    return GRAFT_CLI_OK;
 }
 
 /* With one KV layer group (no sliding-window layers beside global ones) every block holds
@@ -221,20 +233,53 @@ static int check_kv_room(const run_options *o, run_state *s)
     return GRAFT_CLI_FAILED;
 }
 
-static int start_engine(const run_options *o, run_state *s)
+/* a + b, or SIZE_MAX when it does not fit (the engine then refuses the budget). */
+static size_t add_sizes(size_t a, size_t b)
 {
-    s->n_ctx = context_size(o, s);
-    if ((size_t)s->n_ctx < s->n_prompt) {
-        graft__cli_error("run", "the prompt has %zu tokens but --ctx is %d", s->n_prompt,
-                         (int)s->n_ctx);
-        return GRAFT_CLI_FAILED;
-    }
+    return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
+/* The engine's limits: one session, plus the cache's snapshots and the capture's snapshot
+ * on its way; a budget of the session's context and spare blocks, plus the cache's bytes. */
+static graft_engine_options engine_options(const run_options *o, run_state *s)
+{
     graft_engine_options eo = graft_engine_default_options();
     eo.max_sessions = 1;
     eo.max_context = s->n_ctx;
     eo.kv_mem = o->kv_mem;
     eo.n_threads = o->threads;
     eo.kernels = o->kernels;
+    if (!o->prompt_cache)
+        return eo;
+    size_t per_position = graft__run_kv_bytes_per_position(&s->info);
+    int32_t entries = o->cache_entries > 0 ? o->cache_entries : DEFAULT_CACHE_ENTRIES;
+    eo.max_sessions = entries + 2;
+    size_t cache_positions = (size_t)s->n_ctx + (size_t)SPARE_POSITIONS * (size_t)entries;
+    s->cache_mem = o->cache_mem > 0 ? o->cache_mem : per_position * cache_positions;
+    if (o->kv_mem == 0) {
+        size_t positions = (size_t)s->n_ctx + (size_t)SPARE_POSITIONS * (size_t)eo.max_sessions;
+        eo.kv_mem = add_sizes(per_position * positions, s->cache_mem);
+    }
+    return eo;
+}
+
+static int create_cache(const run_options *o, run_state *s)
+{
+    int32_t entries = o->cache_entries > 0 ? o->cache_entries : DEFAULT_CACHE_ENTRIES;
+    char *err = NULL;
+    int rc = graft_prefix_cache_create(s->engine, entries, s->cache_mem, &s->cache, &err);
+    if (rc != GRAFT_OK) {
+        graft__cli_error("run", "cannot create the prompt cache: %s",
+                         err ? err : graft_status_str(rc));
+        graft_free(err);
+        return GRAFT_CLI_FAILED;
+    }
+    return GRAFT_CLI_OK;
+}
+
+static int start_engine(const run_options *o, run_state *s)
+{
+    graft_engine_options eo = engine_options(o, s);
     char *err = NULL;
     int rc = graft_engine_create(s->model, &eo, &s->engine, &err);
     if (rc != GRAFT_OK) {
@@ -249,14 +294,10 @@ static int start_engine(const run_options *o, run_state *s)
     }
     if (o->kv_mem > 0 && check_kv_room(o, s) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
-    rc = graft_session_open(s->engine, &s->session, &err);
-    if (rc != GRAFT_OK) {
-        graft__cli_error("run", "cannot open a session: %s", err ? err : graft_status_str(rc));
-        graft_free(err);
-        return GRAFT_CLI_FAILED;
-    }
-    return GRAFT_CLI_OK;
+    return o->prompt_cache ? create_cache(o, s) : GRAFT_CLI_OK;
 }
+
+/* ---- --logits-out ------------------------------------------------------------------------ */
 
 /* n float32 values, little-endian whatever the host's byte order. */
 static int write_logits(const char *path, const float *logits, int32_t n)
@@ -284,8 +325,9 @@ static int write_logits(const char *path, const float *logits, int32_t n)
 /* Evaluates the prompt on a graft_context and writes its last position's logits. */
 static int prompt_logits(const run_options *o, run_state *s)
 {
+    const graft__run_prompts *p = &s->prompts;
     graft_context_options co = graft_context_default_options();
-    co.n_ctx = (int32_t)s->n_prompt;
+    co.n_ctx = (int32_t)p->n;
     co.n_threads = o->threads;
     co.kernels = o->kernels;
     graft_context *ctx = NULL;
@@ -295,7 +337,7 @@ static int prompt_logits(const run_options *o, run_state *s)
     if (rc == GRAFT_OK && logits == NULL)
         rc = GRAFT_ENOMEM;
     if (rc == GRAFT_OK)
-        rc = graft_context_eval(ctx, s->prompt, s->n_prompt, logits);
+        rc = graft_context_eval(ctx, p->tokens, p->n, logits);
     int status = GRAFT_CLI_OK;
     if (rc != GRAFT_OK) {
         graft__cli_error("run", "cannot evaluate the prompt for --logits-out: %s",
@@ -310,91 +352,61 @@ static int prompt_logits(const run_options *o, run_state *s)
     return status;
 }
 
-/* ---- the generation ------------------------------------------------------------------------ */
+/* ---- one prompt ---------------------------------------------------------------------------- */
 
-static void put_text(const char *text, size_t len)
+/* "prompt" when the run has one prompt, else "prompt 3". */
+static const char *prompt_name(const run_options *o, const run_state *s, char *buf, size_t cap)
 {
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
+    if (o->prompts.n <= 1 && o->prompt_file == NULL)
+        snprintf(buf, cap, "prompt");
+    else
+        snprintf(buf, cap, "prompt %d", s->prompts.index);
+    return buf;
 }
 
-/* Engine thread: appends the new tokens to the stream and wakes the printer. */
-static void on_update(graft_generation *gen, const int32_t *tokens, size_t n, void *user)
+/* The prompt fits the context, else a message. */
+static int check_context(const run_options *o, const run_state *s)
 {
-    (void)gen;
-    token_stream *st = user;
-    pthread_mutex_lock(&st->mu);
-    for (size_t i = 0; i < n && st->n < st->cap; i++)
-        st->tokens[st->n++] = tokens[i];
-    pthread_cond_signal(&st->cv);
-    pthread_mutex_unlock(&st->mu);
+    const graft__run_prompts *p = &s->prompts;
+    if (p->n <= (size_t)s->n_ctx)
+        return GRAFT_CLI_OK;
+    char name[32];
+    prompt_name(o, s, name, sizeof name);
+    if (o->chat && p->index > 1)
+        graft__cli_error("run", "at %s the conversation has %zu tokens but the context is %d "
+                         "positions (--ctx)", name, p->n, (int)s->n_ctx);
+    else
+        graft__cli_error("run", "%s%s has %zu tokens but --ctx is %d",
+                         strcmp(name, "prompt") == 0 ? "the " : "", name, p->n, (int)s->n_ctx);
+    return GRAFT_CLI_FAILED;
 }
 
-/* Engine thread: no more tokens come. */
-static void on_settled(graft_generation *gen, void *user)
+/* Queues the generation on turn->session: the prompt's tokens the session does not hold
+ * yet, then -n tokens (one, not shown, for -n 0: the engine reads 0 as "until the context
+ * is full"), sampled with the run's settings. */
+static int submit(const run_options *o, run_state *s, graft__run_turn *turn,
+                  graft_generation **gen)
 {
-    (void)gen;
-    token_stream *st = user;
-    pthread_mutex_lock(&st->mu);
-    st->settled = true;
-    pthread_cond_signal(&st->cv);
-    pthread_mutex_unlock(&st->mu);
-}
-
-static int stream_init(token_stream *st, size_t cap)
-{
-    if (pthread_mutex_init(&st->mu, NULL) != 0)
-        return GRAFT_ENOMEM;
-    if (pthread_cond_init(&st->cv, NULL) != 0) {
-        pthread_mutex_destroy(&st->mu);
-        return GRAFT_ENOMEM;
-    }
-    st->ready = true;
-    st->tokens = malloc(cap * sizeof *st->tokens);
-    st->cap = cap;
-    return st->tokens != NULL ? GRAFT_OK : GRAFT_ENOMEM;
-}
-
-/* Prints the streamed tokens as they come, the first `limit` of them, until settled. */
-static void print_stream(run_state *s, size_t limit)
-{
-    token_stream *st = &s->stream;
-    size_t printed = 0;
-    const char *text;
-    size_t len;
-    pthread_mutex_lock(&st->mu);
-    for (;;) {
-        while (printed == st->n && !st->settled)
-            pthread_cond_wait(&st->cv, &st->mu);
-        if (printed == st->n)
-            break;
-        int32_t token = st->tokens[printed++];
-        pthread_mutex_unlock(&st->mu);
-        if (printed <= limit && graft_detok_push(s->detok, token, &text, &len) == GRAFT_OK)
-            put_text(text, len);
-        pthread_mutex_lock(&st->mu);
-    }
-    pthread_mutex_unlock(&st->mu);
-    if (graft_detok_flush(s->detok, &text, &len) == GRAFT_OK)
-        put_text(text, len);
-    put_text("\n", 1);
-}
-
-/* Queues the generation: -n tokens (one, not shown, for -n 0: the engine reads 0 as "until
- * the context is full"), sampled with the run's settings. */
-static int submit(const run_options *o, run_state *s)
-{
+    const graft__run_prompts *p = &s->prompts;
     int32_t max_new = o->n_predict > 0 ? o->n_predict : 1;
-    int32_t most = s->n_ctx - (int32_t)s->n_prompt + 1; /* the context bounds the tokens */
-    int rc = graft_detok_create(s->model, &s->detok);
-    if (rc == GRAFT_OK)
-        rc = stream_init(&s->stream, (size_t)(max_new < most ? max_new : most));
+    int32_t most = s->n_ctx - (int32_t)p->n + 1; /* the context bounds the tokens */
+    graft_update_cb on_update = graft__run_stream_update;
+    graft_settled_cb on_settled = graft__run_stream_settled;
+    void *user = &s->stream;
+    int rc = graft__run_stream_reset(&s->stream, (size_t)(max_new < most ? max_new : most));
+    if (rc != GRAFT_OK) {
+        graft__cli_error("run", "out of memory");
+        return GRAFT_CLI_FAILED;
+    }
+    if (graft__run_turn_begin(s->engine, s->cache, p->tokens, p->n, &on_update, &on_settled,
+                              &user, turn) != GRAFT_CLI_OK)
+        return GRAFT_CLI_FAILED;
     graft_generate_config config = graft_generate_default();
     config.max_new_tokens = max_new;
     config.sampling = o->sampling;
-    if (rc == GRAFT_OK)
-        rc = graft_session_generate(s->session, s->prompt, s->n_prompt, &config, on_update,
-                                    on_settled, &s->stream, &s->gen);
+    rc = graft_session_generate(turn->session, p->tokens + turn->reused,
+                                p->n - (size_t)turn->reused, &config, on_update, on_settled,
+                                user, gen);
     if (rc != GRAFT_OK) {
         graft__cli_error("run", "cannot start the generation: %s", graft_status_str(rc));
         return GRAFT_CLI_FAILED;
@@ -402,63 +414,121 @@ static int submit(const run_options *o, run_state *s)
     return GRAFT_CLI_OK;
 }
 
-/* Waits for the generation to settle, then reports how it ended and its speed: the prompt
- * from submission to the first token, the rest from the first token to the last. */
-static int report(const run_options *o, run_state *s)
+/* One line on stderr: the prompt's tokens (reused from the cache and computed, with
+ * --prompt-cache), their speed (computed tokens from submission to the first token) and
+ * the time to the first token, then the generated tokens and their speed. */
+static void print_timings(const run_options *o, const run_state *s, graft_generation *gen,
+                          size_t n_gen)
 {
-    int rc = graft_generation_wait(s->gen);
-    size_t n_gen;
-    graft_generation_tokens(s->gen, &n_gen);
+    graft_generation_metrics m;
+    graft_generation_metrics_get(gen, &m);
+    double first_s = (double)m.time_to_first_token_ns * 1e-9;
+    double rate = first_s > 0 ? (double)m.prompt_tokens_computed / first_s : 0.0;
+    char name[32];
+    prompt_name(o, s, name, sizeof name);
+    if (s->cache != NULL)
+        fprintf(stderr, "%s: %zu tokens, %d reused from the cache, %d computed at %.1f tok/s, "
+                "first token after %.2f ms", name, s->prompts.n, (int)m.prompt_tokens_reused,
+                (int)m.prompt_tokens_computed, rate, first_s * 1e3);
+    else
+        fprintf(stderr, "%s: %zu tokens, %.1f tok/s, first token after %.2f ms", name,
+                s->prompts.n, rate, first_s * 1e3);
+    fprintf(stderr, " | eval: %d tokens, %.1f tok/s\n", (int)n_gen, m.decode_tokens_per_s);
+}
+
+/* Waits for the generation to settle, then reports how it ended and its timings; *n_gen
+ * receives the tokens shown (at most -n). */
+static int report(const run_options *o, run_state *s, graft_generation *gen, size_t *n_gen)
+{
+    int rc = graft_generation_wait(gen);
+    graft_generation_tokens(gen, n_gen);
     if (rc == GRAFT_ECAPACITY && o->kv_mem > 0) {
         graft__cli_error("run", "generation failed after %zu tokens: %s (--kv-mem %zu is too "
-                         "small for this context)", n_gen, graft_generation_error(s->gen),
+                         "small for this context)", *n_gen, graft_generation_error(gen),
                          o->kv_mem);
         return GRAFT_CLI_FAILED;
     }
     if (rc != GRAFT_OK) {
-        graft__cli_error("run", "generation failed: %s", graft_generation_error(s->gen));
+        graft__cli_error("run", "generation failed: %s", graft_generation_error(gen));
         return GRAFT_CLI_FAILED;
     }
-    if (n_gen > (size_t)o->n_predict)
-        n_gen = (size_t)o->n_predict;
-    if (graft_generation_finish_reason(s->gen) == GRAFT_FINISH_LENGTH &&
-        n_gen < (size_t)o->n_predict)
+    if (*n_gen > (size_t)o->n_predict)
+        *n_gen = (size_t)o->n_predict;
+    if (graft_generation_finish_reason(gen) == GRAFT_FINISH_LENGTH &&
+        *n_gen < (size_t)o->n_predict)
         graft__cli_error("run", "the context is full (%d positions)", (int)s->n_ctx);
-    graft_generation_metrics m;
-    graft_generation_metrics_get(s->gen, &m);
-    double prompt_s = (double)m.time_to_first_token_ns * 1e-9;
-    fprintf(stderr, "prompt: %d tokens, %.1f tok/s | eval: %d tokens, %.1f tok/s\n",
-            (int)s->n_prompt, prompt_s > 0 ? (double)s->n_prompt / prompt_s : 0.0, (int)n_gen,
-            m.decode_tokens_per_s);
+    print_timings(o, s, gen, *n_gen);
     return GRAFT_CLI_OK;
 }
 
-static int run_generation(const run_options *o, run_state *s)
+/* Runs the current prompt (s->prompts): generates, prints, reports; with --chat the reply
+ * joins the conversation. */
+static int run_prompt(const run_options *o, run_state *s, const char *text)
 {
-    if (o->logits_out != NULL && prompt_logits(o, s) != GRAFT_CLI_OK)
+    graft__run_prompts *p = &s->prompts;
+    if (check_context(o, s) != GRAFT_CLI_OK ||
+        (o->logits_out != NULL && prompt_logits(o, s) != GRAFT_CLI_OK))
         return GRAFT_CLI_FAILED;
-    if (submit(o, s) != GRAFT_CLI_OK)
+    graft_detok *detok = NULL;
+    if (graft_detok_create(s->model, &detok) != GRAFT_OK) {
+        graft__cli_error("run", "out of memory");
         return GRAFT_CLI_FAILED;
-    if (o->prompt != NULL)
-        put_text(o->prompt, strlen(o->prompt));
-    print_stream(s, (size_t)o->n_predict);
-    return report(o, s);
+    }
+    graft__run_turn turn = {0};
+    graft_generation *gen = NULL;
+    int rc = submit(o, s, &turn, &gen);
+    size_t n_gen = 0;
+    if (rc == GRAFT_CLI_OK) {
+        if (text != NULL)
+            graft__run_put_text(text, strlen(text));
+        graft__run_stream_print(&s->stream, detok, (size_t)o->n_predict);
+        rc = report(o, s, gen, &n_gen);
+    }
+    if (rc == GRAFT_CLI_OK) {
+        size_t n_sampled;
+        const int32_t *reply = graft_generation_tokens(gen, &n_sampled);
+        rc = graft__run_prompts_reply(p, reply, n_gen);
+    }
+    graft__run_turn_end(s->cache, &turn, rc == GRAFT_CLI_OK && o->chat ? p->tokens : NULL,
+                        p->n);
+    graft_generation_free(gen);
+    graft_detok_free(detok);
+    return rc;
+}
+
+static int run_prompts(const run_options *o, run_state *s)
+{
+    int rc = graft__run_prompts_open(&s->prompts, s->model, o->prompts.items, o->prompts.n,
+                                     o->prompt_file, o->chat);
+    const char *text;
+    bool more = rc == GRAFT_CLI_OK;
+    while (more && rc == GRAFT_CLI_OK) {
+        rc = graft__run_prompts_next(&s->prompts, &text, &more);
+        if (rc == GRAFT_CLI_OK && more)
+            rc = run_prompt(o, s, text);
+    }
+    if (rc == GRAFT_CLI_OK && s->cache != NULL)
+        graft__run_cache_summary(s->cache);
+    return rc;
 }
 
 int graft__cli_run(int argc, char **argv)
 {
     run_options o = {0};
     int rc = parse_run_options(argc, argv, &o);
-    if (rc >= 0)
+    if (rc >= 0) {
+        free(o.prompts.items);
         return rc;
+    }
     run_state s = {0};
     rc = load_model(&o, &s);
     if (rc == GRAFT_CLI_OK)
-        rc = tokenize_prompt(&o, &s);
+        rc = context_size(&o, &s);
     if (rc == GRAFT_CLI_OK)
         rc = start_engine(&o, &s);
     if (rc == GRAFT_CLI_OK)
-        rc = run_generation(&o, &s);
+        rc = run_prompts(&o, &s);
     run_free(&s);
+    free(o.prompts.items);
     return rc;
 }

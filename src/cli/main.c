@@ -21,7 +21,7 @@ static const command commands[] = {
     {"info", graft__cli_info, "describe a GGUF model"},
     {"tokenize", graft__cli_tokenize, "show the tokens of a text"},
     {"synth", graft__cli_synth, "write a random-weight model at real shapes"},
-    {"bench", graft__cli_bench, "benchmarks: speed (prefill, decode, memory), clone costs"},
+    {"bench", graft__cli_bench, "benchmarks: speed, clone costs, prefix cache"},
 };
 
 static void print_usage(FILE *out)

@@ -288,8 +288,9 @@ typedef struct graft_engine_options {
 /* All zero: the defaults above. */
 graft_engine_options graft_engine_default_options(void);
 
-/* Validates every limit, then allocates the KV pool (all of kv_mem, up front), the compute
- * threads and the engine thread. Errors: GRAFT_EINVAL (NULL argument), GRAFT_ERANGE (a limit
+/* Validates every limit, then allocates the KV pool (all of kv_mem, up front), the forward
+ * pass's buffers (for max_batch_tokens, written at once so that they are resident from the
+ * start), the compute threads and the engine thread. Errors: GRAFT_EINVAL (NULL argument), GRAFT_ERANGE (a limit
  * out of range; the message names it), GRAFT_EINVAL / GRAFT_EUNSUPPORTED (kernels),
  * GRAFT_ECAPACITY (kv_mem below one KV block per layer group), GRAFT_ENOMEM. On failure
  * nothing is left to free. */

@@ -16,7 +16,8 @@
  * (kv_blocks_used x kv_block_bytes) is set against the bound "one prompt's KV + N_CLONES x
  * EXTEND_TOKENS tokens' KV + one block per session", as is the growth of the peak RSS from
  * before the first prefill (the pool reserves its budget without touching it, so RSS shows
- * the blocks really used; the growth also holds the forward pass's scratch buffers).
+ * the blocks really used; the engine's forward-pass buffers are resident from its creation,
+ * so they are in the baseline).
  * With sliding-window layers (two KV layer groups) kv_block_bytes is the larger group's
  * block and the byte figures are upper bounds.
  */
@@ -48,7 +49,8 @@ static const char clone_usage[] =
     "             kv_cow_copies x kv_block_bytes, kv_blocks_used)\n"
     "  memory     the longest prompt cloned 8 times, each clone extended by 128 tokens: the\n"
     "             KV pool's blocks in use x kv_block_bytes, and the growth of the peak RSS\n"
-    "             since before the first prefill (it includes the forward pass's scratch),\n"
+    "             since before the first prefill (the engine's own buffers are resident\n"
+    "             from its creation, so the growth is what the sessions hold),\n"
     "             each against the bound: the prompt's KV + 8 x 128 tokens' KV + one block\n"
     "             per session\n"
     "\n"
@@ -402,8 +404,7 @@ static void print_table(const clone_state *s, const clone_options *o)
     printf("  KV pool in use    %lld blocks = %s: %s\n", (long long)m->blocks_used,
            format_bytes(b, sizeof b, (double)m->used_bytes),
            verdict(v, sizeof v, m->used_bytes, m->bound_bytes));
-    printf("  peak RSS          %s before, %s after: +%s, %s\n"
-           "                    (the growth also holds the forward pass's scratch buffers)\n",
+    printf("  peak RSS          %s before, %s after: +%s, %s\n",
            format_bytes(a, sizeof a, (double)m->rss_before),
            format_bytes(b, sizeof b, (double)m->rss_after),
            format_bytes(c, sizeof c, (double)growth),

@@ -124,6 +124,7 @@ static int init_sync(graft_engine *e)
 static void free_parts(graft_engine *e)
 {
     graft__kv_pool_free(e->kv);
+    graft__scratch_free(e->scratch);
     graft__pool_free(e->pool);
     graft__free(e->active);
     graft__free(e->slots);
@@ -152,6 +153,9 @@ static int build(graft_engine *e, const graft_engine_options *o, char **errmsg)
     if (rc != GRAFT_OK)
         return rc;
     e->kv_iface = graft__kv_pool_iface(e->kv);
+    if (graft__scratch_create(e->model, &e->ex, e->opts.max_batch_tokens,
+                              e->opts.max_context - 1, &e->scratch) != GRAFT_OK)
+        return graft__errmsg(errmsg, GRAFT_ENOMEM, "engine: out of memory");
     graft__kv_stats stats;
     graft__kv_pool_stats(e->kv, &stats);
     e->n_groups = stats.n_groups;

@@ -145,6 +145,7 @@ struct graft_engine {
     graft__kv kv_iface;
     graft__pool *pool;
     graft__exec ex;
+    graft__scratch *scratch; /* the forward pass's buffers, for max_batch_tokens entries */
     int32_t n_groups; /* KV layer groups (global, sliding-window) */
     pthread_t thread;
 

@@ -182,8 +182,8 @@ void graft__sched_step(graft_engine *e)
         return;
     char *errmsg = NULL;
     uint64_t started = graft__now_ns();
-    int rc = graft__forward(e->model, &e->ex, &e->kv_iface, e->entries, p.n_entries, e->logits,
-                            &errmsg);
+    int rc = graft__forward_in(e->model, e->scratch, &e->kv_iface, e->entries, p.n_entries,
+                               e->logits, &errmsg);
     count_step(e, &p);
     if (rc != GRAFT_OK)
         fail_step(e, &p, rc, errmsg);

@@ -310,7 +310,7 @@ static int probe(graft_engine *e, graft_session *s, float *logits)
     if (rc != GRAFT_OK)
         return rc;
     graft__batch_entry entry = {seq, position - 1, s->tokens[position - 1], true};
-    rc = graft__forward(e->model, &e->ex, &e->kv_iface, &entry, 1, logits, NULL);
+    rc = graft__forward_in(e->model, e->scratch, &e->kv_iface, &entry, 1, logits, NULL);
     graft__kv_seq_close(e->kv, seq);
     return rc;
 }

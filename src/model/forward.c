@@ -15,13 +15,16 @@
  *                    h = norm(x); f = Wdown(act(Wgate h) * Wup h); f = post_norm(f); x += f
  *   logits = Wout norm(x)  (softcapped when the model says so)
  */
+#include <stdbool.h>
 #include <string.h>
 
 #include "kernels/matmul_path.h"
 #include "model/model.h"
 
-/* Scratch for one batch; all (n, width) row-major. */
-typedef struct scratch {
+/* Scratch for batches of up to max_tokens entries at positions up to max_pos; all
+ * (n, width) row-major. */
+typedef struct graft__scratch scratch;
+struct graft__scratch {
     float *x;     /* (n, n_embd) residual stream */
     float *h;     /* (n, n_embd) normed input of a block */
     float *q;     /* (n, n_head * head_dim) */
@@ -37,7 +40,8 @@ typedef struct scratch {
     int64_t ptr_stride;   /* max_pos + 1 */
     void *work_block;     /* allocation behind ex.work */
     graft__exec ex;       /* threads, path and aligned activation buffer */
-} scratch;
+    int32_t max_tokens, max_pos;
+};
 
 static void scratch_free(scratch *s)
 {
@@ -56,13 +60,22 @@ static void scratch_free(scratch *s)
     graft__free(s->work_block);
 }
 
-static float *alloc_rows(int32_t n, int64_t width)
+/* bytes of memory, written once when `touch` (so that it is resident from now on). */
+static void *alloc_bytes(size_t bytes, bool touch)
+{
+    void *p = graft__malloc(bytes);
+    if (p != NULL && touch)
+        memset(p, 0, bytes);
+    return p;
+}
+
+static float *alloc_rows(int32_t n, int64_t width, bool touch)
 {
     size_t bytes;
     if (!graft__mul_size((size_t)n, (size_t)width, &bytes) ||
         !graft__mul_size(bytes, sizeof(float), &bytes))
         return NULL;
-    return graft__malloc(bytes);
+    return alloc_bytes(bytes, touch);
 }
 
 /* The largest prepared-activation buffer any matmul of this batch needs. */
@@ -82,29 +95,31 @@ static size_t work_size(const struct graft_model *m, const graft__matmul_path *p
 }
 
 static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__exec *ex,
-                         int32_t n, int32_t max_pos)
+                         int32_t n, int32_t max_pos, bool touch)
 {
     const graft__hparams *hp = &m->hp;
     memset(s, 0, sizeof *s);
-    s->x = alloc_rows(n, hp->n_embd);
-    s->h = alloc_rows(n, hp->n_embd);
-    s->q = alloc_rows(n, (int64_t)hp->n_head * hp->head_dim);
-    s->k = alloc_rows(n, (int64_t)hp->n_head_kv * hp->head_dim);
-    s->v = alloc_rows(n, (int64_t)hp->n_head_kv * hp->head_dim_v);
-    s->att = alloc_rows(n, (int64_t)hp->n_head * hp->head_dim_v);
-    s->o = alloc_rows(n, hp->n_embd);
-    s->gate = alloc_rows(n, hp->n_ff);
-    s->up = alloc_rows(n, hp->n_ff);
+    s->max_tokens = n;
+    s->max_pos = max_pos;
+    s->x = alloc_rows(n, hp->n_embd, touch);
+    s->h = alloc_rows(n, hp->n_embd, touch);
+    s->q = alloc_rows(n, (int64_t)hp->n_head * hp->head_dim, touch);
+    s->k = alloc_rows(n, (int64_t)hp->n_head_kv * hp->head_dim, touch);
+    s->v = alloc_rows(n, (int64_t)hp->n_head_kv * hp->head_dim_v, touch);
+    s->att = alloc_rows(n, (int64_t)hp->n_head * hp->head_dim_v, touch);
+    s->o = alloc_rows(n, hp->n_embd, touch);
+    s->gate = alloc_rows(n, hp->n_ff, touch);
+    s->up = alloc_rows(n, hp->n_ff, touch);
     s->ptr_stride = (int64_t)max_pos + 1;
     size_t n_ptr = (size_t)s->ptr_stride * (size_t)graft__pool_size(ex->pool);
-    s->keys = graft__malloc(n_ptr * sizeof *s->keys);
-    s->values = graft__malloc(n_ptr * sizeof *s->values);
-    s->tiles = graft__malloc(((size_t)n + 1) * sizeof *s->tiles);
+    s->keys = alloc_bytes(n_ptr * sizeof *s->keys, touch);
+    s->values = alloc_bytes(n_ptr * sizeof *s->values, touch);
+    s->tiles = alloc_bytes(((size_t)n + 1) * sizeof *s->tiles, touch);
     s->ex = *ex;
     s->ex.attend = graft__attend_for(ex->path);
     s->ex.store_row = graft__store_row_for(ex->path);
     s->ex.work_size = work_size(m, ex->path, n);
-    s->work_block = graft__malloc(s->ex.work_size + 64);
+    s->work_block = alloc_bytes(s->ex.work_size + 64, touch);
     s->ex.work = (void *)(((uintptr_t)s->work_block + 63) & ~(uintptr_t)63);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->gate || !s->up ||
         !s->keys || !s->values || !s->tiles || !s->work_block) {
@@ -112,6 +127,31 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
         return GRAFT_ENOMEM;
     }
     return GRAFT_OK;
+}
+
+int graft__scratch_create(const struct graft_model *m, const graft__exec *ex,
+                          int32_t max_tokens, int32_t max_pos, graft__scratch **out)
+{
+    *out = NULL;
+    if (max_tokens < 1 || max_pos < 0)
+        return GRAFT_EINVAL;
+    scratch *s = graft__malloc(sizeof *s);
+    if (s == NULL)
+        return GRAFT_ENOMEM;
+    if (scratch_alloc(s, m, ex, max_tokens, max_pos, true) != GRAFT_OK) {
+        graft__free(s);
+        return GRAFT_ENOMEM;
+    }
+    *out = s;
+    return GRAFT_OK;
+}
+
+void graft__scratch_free(graft__scratch *s)
+{
+    if (s == NULL)
+        return;
+    scratch_free(s);
+    graft__free(s);
 }
 
 static void norm_rows(float *out, const float *x, const graft__weight *w, int32_t n, int64_t width,
@@ -364,30 +404,64 @@ static int check_batch(const struct graft_model *m, const graft__batch_entry *e,
     return GRAFT_OK;
 }
 
-int graft__forward(const struct graft_model *m, const graft__exec *ex, graft__kv *kv,
-                   const graft__batch_entry *e, int32_t n, float *logits, char **errmsg)
+/* The pass itself, once the batch is checked and its KV reserved. */
+static void run_layers(const struct graft_model *m, graft__kv *kv, const graft__batch_entry *e,
+                       int32_t n, scratch *s, float *logits)
+{
+    embed(m, e, n, s->x);
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        attention_block(m, kv, il, e, n, s);
+        ffn_block(m, il, n, s);
+    }
+    output_logits(m, e, n, s, logits);
+}
+
+/* Checks the batch (its largest position in *max_pos) and reserves its KV. */
+static int prepare(const struct graft_model *m, graft__kv *kv, const graft__batch_entry *e,
+                   int32_t n, int32_t *max_pos, char **errmsg)
 {
     if (errmsg)
         *errmsg = NULL;
     if (n <= 0)
         return graft__errmsg(errmsg, GRAFT_EINVAL, "forward: empty batch");
-    int32_t max_pos;
-    int rc = check_batch(m, e, n, &max_pos, errmsg);
+    int rc = check_batch(m, e, n, max_pos, errmsg);
     if (rc != GRAFT_OK)
         return rc;
     rc = kv->reserve(kv->self, e, n);
     if (rc != GRAFT_OK)
         return graft__errmsg(errmsg, rc, "forward: the KV store refused the batch: %s",
                              graft_status_str(rc));
+    return GRAFT_OK;
+}
+
+int graft__forward(const struct graft_model *m, const graft__exec *ex, graft__kv *kv,
+                   const graft__batch_entry *e, int32_t n, float *logits, char **errmsg)
+{
+    int32_t max_pos;
+    int rc = prepare(m, kv, e, n, &max_pos, errmsg);
+    if (rc != GRAFT_OK)
+        return rc;
     scratch s;
-    if (scratch_alloc(&s, m, ex, n, max_pos) != GRAFT_OK)
+    if (scratch_alloc(&s, m, ex, n, max_pos, false) != GRAFT_OK)
         return graft__errmsg(errmsg, GRAFT_ENOMEM, "forward: out of memory for a batch of %d", n);
-    embed(m, e, n, s.x);
-    for (int32_t il = 0; il < m->hp.n_layer; il++) {
-        attention_block(m, kv, il, e, n, &s);
-        ffn_block(m, il, n, &s);
-    }
-    output_logits(m, e, n, &s, logits);
+    run_layers(m, kv, e, n, &s, logits);
     scratch_free(&s);
+    return GRAFT_OK;
+}
+
+int graft__forward_in(const struct graft_model *m, graft__scratch *s, graft__kv *kv,
+                      const graft__batch_entry *e, int32_t n, float *logits, char **errmsg)
+{
+    if (n > s->max_tokens)
+        return graft__errmsg(errmsg, GRAFT_EINVAL, "forward: a batch of %d entries, above %d",
+                             n, s->max_tokens);
+    int32_t max_pos;
+    int rc = prepare(m, kv, e, n, &max_pos, errmsg);
+    if (rc != GRAFT_OK)
+        return rc;
+    if (max_pos > s->max_pos)
+        return graft__errmsg(errmsg, GRAFT_EINVAL, "forward: position %d, above %d", max_pos,
+                             s->max_pos);
+    run_layers(m, kv, e, n, s, logits);
     return GRAFT_OK;
 }

@@ -122,6 +122,21 @@ const char *graft__arch_name(graft__arch arch);
 int graft__forward(const struct graft_model *m, const graft__exec *ex, graft__kv *kv,
                    const graft__batch_entry *entries, int32_t n, float *logits, char **errmsg);
 
+/* Buffers for forward passes of up to max_tokens entries at positions up to max_pos on ex's
+ * threads and path, allocated and written once here, so that a caller running many passes
+ * (the engine) holds its working memory from the start and allocates nothing per pass.
+ * Errors: GRAFT_EINVAL, GRAFT_ENOMEM.
+ * CONSTRUCTOR: graft__scratch_create   DESTRUCTOR: graft__scratch_free */
+typedef struct graft__scratch graft__scratch;
+int graft__scratch_create(const struct graft_model *m, const graft__exec *ex,
+                          int32_t max_tokens, int32_t max_pos, graft__scratch **out);
+void graft__scratch_free(graft__scratch *s);
+/* graft__forward in the caller's scratch (the exec it was made for); GRAFT_EINVAL for a
+ * batch beyond its sizes. Same results, bit for bit. */
+int graft__forward_in(const struct graft_model *m, graft__scratch *s, graft__kv *kv,
+                      const graft__batch_entry *entries, int32_t n, float *logits,
+                      char **errmsg);
+
 /* The llama3 rope-scaling frequency factors (rope_dims/2 of them), as `graft synth` writes
  * them into rope_freqs.weight (synth.c). */
 void graft__synth_llama3_rope_factors(float *factors, int32_t rope_dims, double base,

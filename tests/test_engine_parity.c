@@ -24,48 +24,11 @@
 
 #include "engine/engine.h"
 #include "graft.h"
+#include "logits_taps.h"
 
-enum { PROMPT = 45, SPLIT = 21, OTHERS = 7, TAPS = 16 };
+enum { PROMPT = 45, SPLIT = 21, OTHERS = 7 };
 
-/* The first logits row each generation sampled from, in the order they came. */
-typedef struct taps {
-    int32_t n_vocab;
-    int n;
-    graft_generation *gen[TAPS];
-    float *logits[TAPS];
-} taps;
-
-static void tap(graft_generation *gen, const float *logits, void *user)
-{
-    taps *t = user;
-    for (int i = 0; i < t->n; i++)
-        if (t->gen[i] == gen)
-            return;
-    if (t->n == TAPS)
-        return;
-    t->gen[t->n] = gen;
-    t->logits[t->n] = malloc((size_t)t->n_vocab * sizeof(float));
-    memcpy(t->logits[t->n], logits, (size_t)t->n_vocab * sizeof(float));
-    t->n++;
-}
-
-static const float *tapped(const taps *t, const graft_generation *gen)
-{
-    for (int i = 0; i < t->n; i++)
-        if (t->gen[i] == gen)
-            return t->logits[i];
-    fail_msg("no logits tapped for a generation");
-    return NULL;
-}
-
-static void taps_clear(taps *t)
-{
-    for (int i = 0; i < t->n; i++)
-        free(t->logits[i]);
-    t->n = 0;
-}
-
-static graft_engine *engine_for(graft_model *m, int32_t max_batch, taps *t)
+static graft_engine *engine_for(graft_model *m, int32_t max_batch, graft_test_taps *t)
 {
     graft_engine_options o = graft_engine_default_options();
     o.max_sessions = OTHERS + 1;
@@ -74,7 +37,7 @@ static graft_engine *engine_for(graft_model *m, int32_t max_batch, taps *t)
     o.n_threads = 1;
     graft_engine *e = NULL;
     assert_int_equal(graft_engine_create(m, &o, &e, NULL), GRAFT_OK);
-    graft__engine_set_tap(e, tap, t);
+    graft__engine_set_tap(e, graft_test_tap, t);
     return e;
 }
 
@@ -93,13 +56,13 @@ static void finish(graft_generation *gen)
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
 }
 
-static void end_engine(graft_engine *e, taps *t)
+static void end_engine(graft_engine *e, graft_test_taps *t)
 {
     graft_engine_metrics m;
     assert_int_equal(graft_engine_metrics_get(e, &m), GRAFT_OK);
     assert_int_equal(m.kv_blocks_used, 0);
     assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
-    taps_clear(t);
+    graft_test_taps_clear(t);
 }
 
 static bool same(const float *a, const float *b, int32_t n_vocab)
@@ -109,7 +72,7 @@ static bool same(const float *a, const float *b, int32_t n_vocab)
 
 static bool clone_and_suffix(graft_model *m, const int32_t *prompt, const float *cold)
 {
-    taps t = {.n_vocab = m->hp.n_vocab};
+    graft_test_taps t = {.n_vocab = m->hp.n_vocab};
     graft_engine *e = engine_for(m, 512, &t);
     graft_session *a = NULL, *b = NULL;
     assert_int_equal(graft_session_open(e, &a, NULL), GRAFT_OK);
@@ -118,7 +81,7 @@ static bool clone_and_suffix(graft_model *m, const int32_t *prompt, const float 
     assert_int_equal(graft_session_clone_wait(a, SPLIT, &b, NULL), GRAFT_OK);
     graft_generation *rest = generate(b, prompt + SPLIT, PROMPT - SPLIT);
     finish(rest);
-    bool ok = same(tapped(&t, rest), cold, m->hp.n_vocab);
+    bool ok = same(graft_test_tapped(&t, rest), cold, m->hp.n_vocab);
     graft_generation_free(first);
     graft_generation_free(rest);
     graft_session_close(a);
@@ -129,13 +92,13 @@ static bool clone_and_suffix(graft_model *m, const int32_t *prompt, const float 
 
 static bool chunked(graft_model *m, const int32_t *prompt, const float *cold)
 {
-    taps t = {.n_vocab = m->hp.n_vocab};
+    graft_test_taps t = {.n_vocab = m->hp.n_vocab};
     graft_engine *e = engine_for(m, 5, &t);
     graft_session *s = NULL;
     assert_int_equal(graft_session_open(e, &s, NULL), GRAFT_OK);
     graft_generation *gen = generate(s, prompt, PROMPT);
     finish(gen);
-    bool ok = same(tapped(&t, gen), cold, m->hp.n_vocab);
+    bool ok = same(graft_test_tapped(&t, gen), cold, m->hp.n_vocab);
     graft_generation_free(gen);
     graft_session_close(s);
     end_engine(e, &t);
@@ -153,7 +116,7 @@ static int32_t other_prompt(const graft_model *m, int i, int32_t *tokens)
 
 static bool batched(graft_model *m, const int32_t *prompt, const float *cold)
 {
-    taps t = {.n_vocab = m->hp.n_vocab};
+    graft_test_taps t = {.n_vocab = m->hp.n_vocab};
     graft_engine *e = engine_for(m, 512, &t);
     graft_session *s[OTHERS + 1];
     graft_generation *gen[OTHERS + 1];
@@ -173,7 +136,7 @@ static bool batched(graft_model *m, const int32_t *prompt, const float *cold)
     assert_int_equal(graft_engine_metrics_get(e, &mm), GRAFT_OK);
     assert_int_equal(mm.steps, 1); /* all eight prompts in one forward pass */
     assert_int_equal(mm.batch_generations, OTHERS + 1);
-    bool ok = same(tapped(&t, gen[0]), cold, m->hp.n_vocab);
+    bool ok = same(graft_test_tapped(&t, gen[0]), cold, m->hp.n_vocab);
     for (int i = 0; i <= OTHERS; i++) {
         graft_generation_free(gen[i]);
         graft_session_close(s[i]);

@@ -29,48 +29,9 @@
 
 #include "engine/engine.h"
 #include "graft.h"
+#include "logits_taps.h"
 
-enum { PROMPT = 100, SHARED = 85, DONOR = 90, CONTINUE = 64, TAPS = 4 };
-
-/* The first logits row each generation sampled from, in the order they came (one
- * generation runs at a time here). */
-typedef struct taps {
-    int32_t n_vocab;
-    int n;
-    graft_generation *gen[TAPS];
-    float *logits[TAPS];
-} taps;
-
-static void tap(graft_generation *gen, const float *logits, void *user)
-{
-    taps *t = user;
-    for (int i = 0; i < t->n; i++)
-        if (t->gen[i] == gen)
-            return;
-    if (t->n == TAPS)
-        return;
-    t->gen[t->n] = gen;
-    t->logits[t->n] = malloc((size_t)t->n_vocab * sizeof(float));
-    memcpy(t->logits[t->n], logits, (size_t)t->n_vocab * sizeof(float));
-    t->n++;
-}
-
-static const float *tapped(const taps *t, const graft_generation *gen)
-{
-    for (int i = 0; i < t->n; i++)
-        if (t->gen[i] == gen)
-            return t->logits[i];
-    fail_msg("no logits tapped for a generation");
-    return NULL;
-}
-
-/* Forgets what was tapped (a freed generation's address may be reused by the next one). */
-static void taps_clear(taps *t)
-{
-    for (int i = 0; i < t->n; i++)
-        free(t->logits[i]);
-    t->n = 0;
-}
+enum { PROMPT = 100, SHARED = 85, DONOR = 90, CONTINUE = 64 };
 
 /* One run's results: the first logits row and the greedy continuation. */
 typedef struct result {
@@ -82,7 +43,7 @@ typedef struct result {
 /* Generates tokens[from, n) on s, greedy, CONTINUE new tokens; with a cache, captures the
  * prompt tokens[0, n) into it. Fills r (r->logits allocated). */
 static void generate(graft_session *s, const int32_t *tokens, int32_t from, int32_t n,
-                     graft_prefix_cache *cache, taps *t, result *r)
+                     graft_prefix_cache *cache, graft_test_taps *t, result *r)
 {
     graft_prompt_capture *cap = NULL;
     graft_update_cb up = NULL;
@@ -105,8 +66,8 @@ static void generate(graft_session *s, const int32_t *tokens, int32_t from, int3
     assert_int_equal(r->n_tokens, CONTINUE);
     memcpy(r->tokens, out, sizeof r->tokens);
     r->logits = malloc((size_t)t->n_vocab * sizeof(float));
-    memcpy(r->logits, tapped(t, gen), (size_t)t->n_vocab * sizeof(float));
-    taps_clear(t);
+    memcpy(r->logits, graft_test_tapped(t, gen), (size_t)t->n_vocab * sizeof(float));
+    graft_test_taps_clear(t);
     graft_generation_free(gen);
     if (cap != NULL) {
         assert_int_equal(graft_prompt_capture_collect(cap), GRAFT_OK);
@@ -123,7 +84,7 @@ static graft_session *open_session(graft_engine *e)
 
 /* A warm run: the lookup must hit `want` tokens. */
 static void warm(graft_prefix_cache *cache, const int32_t *prompt, int32_t want, bool capture,
-                 taps *t, result *r)
+                 graft_test_taps *t, result *r)
 {
     graft_session *s = NULL;
     int32_t matched = 0;
@@ -147,14 +108,14 @@ static int cases, identical;
 
 static void check_model(const char *label, graft_model *m)
 {
-    taps t = {.n_vocab = m->hp.n_vocab};
+    graft_test_taps t = {.n_vocab = m->hp.n_vocab};
     graft_engine_options o = graft_engine_default_options();
     o.max_sessions = 8;
     o.max_context = PROMPT + CONTINUE + 32;
     o.n_threads = 1;
     graft_engine *e = NULL;
     assert_int_equal(graft_engine_create(m, &o, &e, NULL), GRAFT_OK);
-    graft__engine_set_tap(e, tap, &t);
+    graft__engine_set_tap(e, graft_test_tap, &t);
     graft_prefix_cache *cache = NULL;
     assert_int_equal(graft_prefix_cache_create(e, 8, 0, &cache, NULL), GRAFT_OK);
     int32_t prompt[PROMPT], donor[DONOR];

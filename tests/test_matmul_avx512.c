@@ -33,6 +33,11 @@
  * of 1024 and of 3072 inputs, which the path cuts into several row blocks, token panels
  * and (the 32-element types) packed pieces.
  *
+ * Packed weights (the path's packed_type/pack, Q8_0 and Q4_0 in 16 interleaved rows): the
+ * same accuracy and invariance checks on 48 rows (3 row blocks) at n_in 32 to 3072 and
+ * 304 rows (19 row blocks, so an odd one is left over) at 1024 and 3072, with row ranges
+ * cut on multiples of 16; and no packed form for other types or ragged row counts.
+ *
  * The weights start at an odd address and are allocated to their exact size, so a kernel
  * that assumed alignment or read past the matrix fails here (under ASan for the latter).
  * Tests are skipped when the processor lacks the instructions the path uses.
@@ -55,6 +60,8 @@
 enum {
     N_OUT = 37,      /* rows of most problems: a ragged count */
     N_OUT_BIG = 300, /* rows of the problems that span several of the path's row blocks */
+    N_OUT_PACKED = 48,      /* rows of most packed problems: 3 blocks of 16 */
+    N_OUT_BIG_PACKED = 304, /* 19 blocks of 16 */
     N_TOK = 64,      /* tokens of every problem */
     MAX_IN = 3072    /* longest row */
 };
@@ -102,6 +109,7 @@ static int act_block(uint32_t type)
 /* One problem: weights, their decoded values, tokens, the reference result. */
 typedef struct problem {
     uint32_t type;
+    uint32_t gemm_type; /* type, or its packed type when the problem is packed */
     int64_t n_in, n_out;
     size_t row_bytes;
     uint8_t *w_alloc;
@@ -109,16 +117,19 @@ typedef struct problem {
     float *wd;     /* (n_out, n_in) decoded weights */
     float *x;      /* (N_TOK, n_in) */
     float *y_ref;  /* (N_TOK, n_out) */
+    uint8_t *packed; /* the weights packed by the path (64-byte aligned), or NULL */
     size_t act_bytes;
     uint8_t *xa;   /* (N_TOK, act_bytes) prepared activations, 64-byte aligned */
 } problem;
 
 /* The reference result is computed only if with_reference (it dominates the time). */
 static void make_problem(problem *p, uint32_t type, int64_t n_in, int64_t n_out,
-                         bool with_reference, uint64_t seed)
+                         bool with_reference, bool packed, uint64_t seed)
 {
     rng_seed(seed);
     p->type = type;
+    p->gemm_type = type;
+    p->packed = NULL;
     p->n_in = n_in;
     p->n_out = n_out;
     p->row_bytes = graft__type_row_bytes(type, (uint64_t)n_in);
@@ -146,12 +157,20 @@ static void make_problem(problem *p, uint32_t type, int64_t n_in, int64_t n_out,
     if (with_reference)
         graft__matmul(p->y_ref, p->w, type, n_in, n_out, p->x, N_TOK);
 
-    p->act_bytes = path->act_bytes(type, n_in);
+    if (packed) {
+        p->gemm_type = path->packed_type(type, n_in, n_out);
+        assert_true(p->gemm_type >= GRAFT_TYPE_PACKED_BASE);
+        size_t bytes = (path->packed_bytes(p->gemm_type, n_in, n_out) + 63) / 64 * 64;
+        p->packed = aligned_alloc(64, bytes);
+        assert_non_null(p->packed);
+        path->pack(p->gemm_type, p->packed, p->w, n_in, n_out);
+    }
+    p->act_bytes = path->act_bytes(p->gemm_type, n_in);
     assert_int_equal(p->act_bytes % 64, 0);
     p->xa = aligned_alloc(64, p->act_bytes * N_TOK);
     assert_non_null(p->xa);
     for (int t = 0; t < N_TOK; t++)
-        path->act_prepare(type, p->xa + t * p->act_bytes, p->x + t * n_in, n_in);
+        path->act_prepare(p->gemm_type, p->xa + t * p->act_bytes, p->x + t * n_in, n_in);
 }
 
 static void free_problem(problem *p)
@@ -161,12 +180,14 @@ static void free_problem(problem *p)
     free(p->x);
     free(p->y_ref);
     free(p->xa);
+    free(p->packed);
 }
 
 /* y (n_tok, n_out) rows [o0, o1) for tokens [t0, t0 + n_tok). */
 static void run(const problem *p, float *y, int64_t o0, int64_t o1, int t0, int n_tok)
 {
-    path->gemm(p->type, y, p->n_out, p->w, p->n_in, o0, o1, p->xa + t0 * p->act_bytes, n_tok);
+    const void *w = p->packed != NULL ? (const void *)p->packed : p->w;
+    path->gemm(p->gemm_type, y, p->n_out, w, p->n_in, o0, o1, p->xa + t0 * p->act_bytes, n_tok);
 }
 
 /* A (N_TOK, n_out) output buffer, every float's bits 0xffffffff. */
@@ -277,27 +298,31 @@ static void check_row_split(const problem *p, const float *y_full, int n_tok,
     free(y);
 }
 
-/* Accuracy (if `accuracy`) and invariance for one shape. */
-static void check_shape(uint32_t type, int64_t n_in, int64_t n_out, bool accuracy)
+/* Accuracy (if `accuracy`) and invariance for one shape, of the weights as they are or
+ * packed by the path. Packed matrices are split only on multiples of 16 rows. */
+static void check_shape(uint32_t type, int64_t n_in, int64_t n_out, bool accuracy, bool packed)
 {
     problem p;
-    make_problem(&p, type, n_in, n_out, accuracy,
+    make_problem(&p, type, n_in, n_out, accuracy, packed,
                  (uint64_t)type * 1000 + (uint64_t)(n_in + n_out));
     float *y64 = new_output(&p), *y13 = new_output(&p);
     run(&p, y64, 0, n_out, 0, N_TOK);
     if (accuracy)
         check_accuracy(&p, y64);
 
-    static const int batches[] = {1, 3, 8, 13};
+    static const int batches[] = {1, 3, 5, 8, 13};
     for (size_t k = 0; k < sizeof batches / sizeof batches[0]; k++)
         check_token_batches(&p, y64, batches[k]);
 
     static const int split2[] = {5}, split4[] = {1, 2, 11};
+    static const int packed2[] = {16}, packed3[] = {16, 32};
+    const int *cuts2 = packed ? packed2 : split2, *cuts = packed ? packed3 : split4;
+    int n_cuts = packed ? 2 : 3;
     run(&p, y13, 0, n_out, 0, 13);
-    check_row_split(&p, y64, N_TOK, split2, 1);
-    check_row_split(&p, y64, N_TOK, split4, 3);
-    check_row_split(&p, y13, 13, split2, 1);
-    check_row_split(&p, y13, 13, split4, 3);
+    check_row_split(&p, y64, N_TOK, cuts2, 1);
+    check_row_split(&p, y64, N_TOK, cuts, n_cuts);
+    check_row_split(&p, y13, 13, cuts2, 1);
+    check_row_split(&p, y13, 13, cuts, n_cuts);
     free(y64);
     free(y13);
     free_problem(&p);
@@ -310,15 +335,34 @@ static void test_type(void **state)
         skip();
     static const int64_t common[] = {256, 1024, 3072};
     for (size_t k = 0; k < sizeof common / sizeof common[0]; k++)
-        check_shape(type, common[k], N_OUT, true);
+        check_shape(type, common[k], N_OUT, true, false);
     if (is_float_type(type))
-        check_shape(type, 100, N_OUT, true);
+        check_shape(type, 100, N_OUT, true, false);
     else if (!is_kquant(type)) {
-        check_shape(type, 96, N_OUT, true);
-        check_shape(type, 160, N_OUT, true);
+        check_shape(type, 96, N_OUT, true, false);
+        check_shape(type, 160, N_OUT, true, false);
     }
-    check_shape(type, 1024, N_OUT_BIG, false);
-    check_shape(type, 3072, N_OUT_BIG, false);
+    check_shape(type, 1024, N_OUT_BIG, false, false);
+    check_shape(type, 3072, N_OUT_BIG, false, false);
+}
+
+/* The packed forms (Q8_0 and Q4_0, 16 interleaved rows): the same accuracy and invariance
+ * checks on row counts that are multiples of 16 (an odd number of row blocks included),
+ * and no packed form for other types or for a ragged row count. */
+static void test_packed(void **state)
+{
+    uint32_t type = *(const uint32_t *)*state;
+    if (!graft__cpu_has_avx512())
+        skip();
+    static const int64_t n_ins[] = {32, 96, 256, 1024, 3072};
+    for (size_t k = 0; k < sizeof n_ins / sizeof n_ins[0]; k++)
+        check_shape(type, n_ins[k], N_OUT_PACKED, true, true);
+    check_shape(type, 1024, N_OUT_BIG_PACKED, false, true);
+    check_shape(type, 3072, N_OUT_BIG_PACKED, false, true);
+    assert_int_equal(path->packed_type(type, 1024, N_OUT), 0);
+    assert_int_equal(path->packed_type(type, 1024, 0), 0);
+    assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 1024, 64), 0);
+    assert_int_equal(path->packed_type(GRAFT_TYPE_F16, 1024, 64), 0);
 }
 
 /* Degenerate calls: no rows, no tokens, a single row, and the path's name. */
@@ -329,7 +373,7 @@ static void test_edges(void **state)
         skip();
     assert_string_equal(path->name, "avx512");
     problem p;
-    make_problem(&p, GRAFT_TYPE_Q4_0, 256, N_OUT, false, 7);
+    make_problem(&p, GRAFT_TYPE_Q4_0, 256, N_OUT, false, false, 7);
     float *y = new_output(&p);
     run(&p, y, 3, 3, 0, N_TOK); /* empty row range */
     run(&p, y, 0, N_OUT, 0, 0); /* no tokens */
@@ -364,6 +408,8 @@ int main(void)
         {"Q4_K", test_type, NULL, NULL, (void *)&types[9]},
         {"Q5_K", test_type, NULL, NULL, (void *)&types[10]},
         {"Q6_K", test_type, NULL, NULL, (void *)&types[11]},
+        {"Q8_0 packed", test_packed, NULL, NULL, (void *)&types[3]},
+        {"Q4_0 packed", test_packed, NULL, NULL, (void *)&types[4]},
         cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

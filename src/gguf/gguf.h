@@ -138,6 +138,10 @@ int graft__gguf_open(const char *path, graft__gguf **out, char **errmsg);
 /* Same over bytes in memory, which must outlive the reader (no copy is made). */
 int graft__gguf_open_memory(const void *data, size_t size, graft__gguf **out, char **errmsg);
 void graft__gguf_close(graft__gguf *g);
+/* Gives the memory of the whole pages within data (n bytes of the mapped file) back to the
+ * system; they are read from the file again if touched. A file opened from memory is left
+ * alone. For tensors the caller has copied elsewhere (packed weights). */
+void graft__gguf_drop_pages(const graft__gguf *g, const void *data, size_t n);
 
 uint32_t graft__gguf_version(const graft__gguf *g);
 uint32_t graft__gguf_alignment(const graft__gguf *g);

@@ -801,6 +801,17 @@ int graft__gguf_open(const char *path, graft__gguf **out, char **errmsg)
     return GRAFT_OK;
 }
 
+void graft__gguf_drop_pages(const graft__gguf *g, const void *data, size_t n)
+{
+    if (!g->mapped || n == 0)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = ((uintptr_t)data + page - 1) / page * page;
+    uintptr_t end = ((uintptr_t)data + n) / page * page;
+    if (end > start)
+        madvise((void *)start, end - start, MADV_DONTNEED);
+}
+
 void graft__gguf_close(graft__gguf *g)
 {
     if (g == NULL)

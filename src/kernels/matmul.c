@@ -104,5 +104,7 @@ static void scalar_path_gemm(uint32_t type, float *y, int64_t ldy, const void *w
     scalar_gemm(type, y, ldy, w, n_in, o0, o1, xa, stride, n_tok);
 }
 
-const graft__matmul_path graft__matmul_scalar = {"scalar", scalar_act_bytes, scalar_act_prepare,
-                                                 scalar_path_gemm};
+const graft__matmul_path graft__matmul_scalar = {.name = "scalar",
+                                                 .act_bytes = scalar_act_bytes,
+                                                 .act_prepare = scalar_act_prepare,
+                                                 .gemm = scalar_path_gemm};

@@ -977,4 +977,5 @@ static void gemm(uint32_t type, float *y, int64_t ldy, const void *w, int64_t n_
     run_tiles(tiling_of(type), &a);
 }
 
-const graft__matmul_path graft__matmul_avx2 = {"avx2", act_bytes, act_prepare, gemm};
+const graft__matmul_path graft__matmul_avx2 = {
+    .name = "avx2", .act_bytes = act_bytes, .act_prepare = act_prepare, .gemm = gemm};

@@ -14,7 +14,8 @@
  * offer packing (matmul_q32_avx512.c) have a block's rows unpacked once into a stack
  * buffer when the panel has enough tokens to share the work. Which tile computes a
  * (row, token), packed or not, never changes its value (matmul_avx512.h), so the result
- * is the same bits for any n_tok, any position in the batch and any [o0, o1).
+ * is the same bits for any n_tok, any position in the batch and any [o0, o1). Packed
+ * weight types (matmul_path.h) go to matmul_r16_avx512.c, which has its own driver.
  *
  * Float weights. Activations stay f32 (copied, zero-padded to a multiple of 16). Each
  * (row, token) keeps one 16-lane accumulator: for each chunk of 16 inputs the weights are
@@ -185,13 +186,18 @@ static const graft__avx512_kernel *checked_kernel(uint32_t type)
 static size_t avx512_act_bytes(uint32_t type, int64_t n_in)
 {
     GRAFT_ASSERT(n_in >= 0);
+    if (type >= GRAFT_TYPE_PACKED_BASE)
+        return graft__avx512_r16_act_bytes(n_in);
     return checked_kernel(type)->act_bytes(n_in);
 }
 
 static void avx512_act_prepare(uint32_t type, void *xa, const float *x, int64_t n_in)
 {
     GRAFT_ASSERT(n_in >= 0);
-    checked_kernel(type)->act_prepare(type, xa, x, n_in);
+    if (type >= GRAFT_TYPE_PACKED_BASE)
+        graft__avx512_r16_act_prepare(type, xa, x, n_in);
+    else
+        checked_kernel(type)->act_prepare(type, xa, x, n_in);
 }
 
 /* The widest of tiles whose tokens fit in n_left (> 0). */
@@ -264,6 +270,10 @@ static void run_packed_tiles(gemm_call *c, uint8_t *buf, int64_t tp, int64_t tp_
 static void avx512_gemm(uint32_t type, float *y, int64_t ldy, const void *w, int64_t n_in,
                         int64_t o0, int64_t o1, const void *xa, int64_t n_tok)
 {
+    if (type >= GRAFT_TYPE_PACKED_BASE) {
+        graft__avx512_r16_gemm(type, y, ldy, w, n_in, o0, o1, xa, n_tok);
+        return;
+    }
     gemm_call c;
     c.k = checked_kernel(type);
     GRAFT_ASSERT(n_in >= 0 && 0 <= o0 && o0 <= o1 && n_tok >= 0);
@@ -309,4 +319,7 @@ const graft__matmul_path graft__matmul_avx512 = {
     .act_bytes = avx512_act_bytes,
     .act_prepare = avx512_act_prepare,
     .gemm = avx512_gemm,
+    .packed_type = graft__avx512_r16_packed_type,
+    .packed_bytes = graft__avx512_r16_packed_bytes,
+    .pack = graft__avx512_r16_pack,
 };

@@ -6,6 +6,8 @@
  *   matmul_avx512.c         the graft__matmul_path object, the tiling driver, F32/F16/BF16
  *   matmul_q32_avx512.c     Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (blocks of 32)
  *   matmul_kquant_avx512.c  Q4_K, Q5_K, Q6_K (blocks of 256)
+ *   matmul_r16_avx512.c     packed Q8_0 and Q4_0 (16 interleaved rows), with its own
+ *                           tiles and driver
  *
  * Each family provides a kernel per type: how to prepare a token's activations, and tile
  * functions that compute `rows` weight rows times `toks` tokens at a time over the whole of
@@ -86,6 +88,18 @@ typedef struct graft__avx512_kernel {
 /* The kernel of a 32-element block type, a K-quant type; NULL for other types. */
 const graft__avx512_kernel *graft__avx512_kernel_q32(uint32_t type);
 const graft__avx512_kernel *graft__avx512_kernel_kquant(uint32_t type);
+
+/* Packed Q8_0 and Q4_0 weights (matmul_r16_avx512.c): the path's packed_type,
+ * packed_bytes and pack (matmul_path.h; dst 64-byte aligned), and act_bytes, act_prepare
+ * and gemm for the packed types. */
+uint32_t graft__avx512_r16_packed_type(uint32_t type, int64_t n_in, int64_t n_out);
+size_t graft__avx512_r16_packed_bytes(uint32_t ptype, int64_t n_in, int64_t n_out);
+void graft__avx512_r16_pack(uint32_t ptype, void *dst, const void *w, int64_t n_in,
+                            int64_t n_out);
+size_t graft__avx512_r16_act_bytes(int64_t n_in);
+void graft__avx512_r16_act_prepare(uint32_t ptype, void *xa, const float *x, int64_t n_in);
+void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w, int64_t n_in,
+                            int64_t o0, int64_t o1, const void *xa, int64_t n_tok);
 
 /* Put before the loops over a tile's rows and tokens: they must be unrolled completely, so
  * that each (row, token) accumulator is a register of its own. */
@@ -179,6 +193,25 @@ graft__avx512_finish(const graft__avx512_job *job, int seg, int R, int T, int64_
                 job->y0[seg + j][t * job->ldy + k] = graft__avx512_hsum(acc[j * T + t]);
         }
     }
+}
+
+/* Quantizes the 32 floats at x as llama.cpp's Q8_0 does: *dx = max|x| / 127, quants
+ * round(x / dx) in -127..127, the first 16 stored at lo and the last 16 at hi. Returns the
+ * sum of the quants. */
+static inline int graft__avx512_quantize32(const float *x, int8_t *lo, int8_t *hi, float *dx)
+{
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    __m512 vid = _mm512_set1_ps(id);
+    __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, vid),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, vid),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128((__m128i *)lo, _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128((__m128i *)hi, _mm512_cvtepi32_epi8(q1));
+    *dx = amax / 127.0f;
+    return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
 }
 
 #endif /* GRAFT_MATMUL_AVX512_H */

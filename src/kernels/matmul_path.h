@@ -38,7 +38,23 @@ typedef struct graft__matmul_path {
      * act_bytes(type, n_in), 64-byte aligned). */
     void (*gemm)(uint32_t type, float *y, int64_t ldy, const void *w, int64_t n_in, int64_t o0,
                  int64_t o1, const void *xa, int64_t n_tok);
+    /* Optional (NULL: the path has none): packed weights, a layout of whole matrices the
+     * path computes from faster than from GGUF blocks, made once when a model loads.
+     * packed_type: the packed type (>= GRAFT_TYPE_PACKED_BASE) for weights (n_out, n_in)
+     * of `type`, or 0 when the path has no packed form for them. packed_bytes: the size of
+     * such a matrix. pack: dst (packed_bytes) = w (n_out rows of `type`) packed. A packed
+     * type then goes to act_bytes, act_prepare and gemm like any other, with the packed
+     * matrix as w, but its [o0, o1) must start and end on a multiple of 16 rows (or at
+     * n_out). Packing changes the order of float operations, so a packed matrix gives
+     * other bits than the same weights unpacked; each is batch invariant on its own. */
+    uint32_t (*packed_type)(uint32_t type, int64_t n_in, int64_t n_out);
+    size_t (*packed_bytes)(uint32_t ptype, int64_t n_in, int64_t n_out);
+    void (*pack)(uint32_t ptype, void *dst, const void *w, int64_t n_in, int64_t n_out);
 } graft__matmul_path;
+
+/* Packed weight types are not GGUF types: only the path that packed them computes with
+ * them. GRAFT_TYPE_PACKED_BASE + t is a packed form of GGUF type t. */
+enum { GRAFT_TYPE_PACKED_BASE = 0x10000 };
 
 extern const graft__matmul_path graft__matmul_scalar;
 extern const graft__matmul_path graft__matmul_avx2;

@@ -125,24 +125,6 @@ static size_t act_stride(uint32_t type)
 Q32_ACT_BYTES(act_bytes_plain, sizeof(act32))
 Q32_ACT_BYTES(act_bytes_min, sizeof(act32_min))
 
-/* Quantizes block x (32) into lo/hi (16 bytes each); returns the sum of the quants and
- * sets *dx to the block's scale. */
-static int quantize_block(const float *x, int8_t *lo, int8_t *hi, float *dx)
-{
-    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    __m512 vid = _mm512_set1_ps(id);
-    __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, vid),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, vid),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128((__m128i *)lo, _mm512_cvtepi32_epi8(q0));
-    _mm_storeu_si128((__m128i *)hi, _mm512_cvtepi32_epi8(q1));
-    *dx = amax / 127.0f;
-    return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-}
-
 /* xa (act_bytes) = x (n_in) quantized per block, in groups (see act32). */
 static void q32_act_prepare(uint32_t type, void *xa, const float *x, int64_t n_in)
 {
@@ -156,7 +138,7 @@ static void q32_act_prepare(uint32_t type, void *xa, const float *x, int64_t n_i
         act32 *a = (act32 *)g;
         int b = (int)(i % GROUP_BLOCKS);
         float dx;
-        int sum = quantize_block(x + i * QK, a->lo + 16 * b, a->hi + 16 * b, &dx);
+        int sum = graft__avx512_quantize32(x + i * QK, a->lo + 16 * b, a->hi + 16 * b, &dx);
         a->bias[4 * b] = -offset * sum;
         for (int l = 0; l < 4; l++)
             a->dx[4 * b + l] = dx;

@@ -40,6 +40,7 @@ struct graft__scratch {
     int64_t ptr_stride;   /* max_pos + 1 */
     void *work_block;     /* allocation behind ex.work */
     graft__exec ex;       /* threads, path and aligned activation buffer */
+    bool packed;          /* ex.path is the model's packed_path: use the packed weights */
     int32_t max_tokens, max_pos;
 };
 
@@ -78,16 +79,25 @@ static float *alloc_rows(int32_t n, int64_t width, bool touch)
     return alloc_bytes(bytes, touch);
 }
 
-/* The largest prepared-activation buffer any matmul of this batch needs. */
-static size_t work_size(const struct graft_model *m, const graft__matmul_path *path, int32_t n)
+/* The prepared activations of n tokens for weight w, packed or not. */
+static size_t matmul_work_size(const graft__matmul_path *path, const graft__weight *w,
+                               bool packed, int32_t n)
 {
-    size_t most = graft__matmul_work_size(path, m->output.type, m->output.cols, n);
+    uint32_t type = packed && w->packed != NULL ? w->packed_type : w->type;
+    return graft__matmul_work_size(path, type, w->cols, n);
+}
+
+/* The largest prepared-activation buffer any matmul of this batch needs. */
+static size_t work_size(const struct graft_model *m, const graft__matmul_path *path,
+                        bool packed, int32_t n)
+{
+    size_t most = matmul_work_size(path, &m->output, packed, n);
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
         const graft__layer *L = &m->layers[il];
         const graft__weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
                                      &L->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            size_t bytes = graft__matmul_work_size(path, ws[i]->type, ws[i]->cols, n);
+            size_t bytes = matmul_work_size(path, ws[i], packed, n);
             most = bytes > most ? bytes : most;
         }
     }
@@ -118,7 +128,8 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->ex = *ex;
     s->ex.attend = graft__attend_for(ex->path);
     s->ex.store_row = graft__store_row_for(ex->path);
-    s->ex.work_size = work_size(m, ex->path, n);
+    s->packed = m->packed_path == ex->path;
+    s->ex.work_size = work_size(m, ex->path, s->packed, n);
     s->work_block = alloc_bytes(s->ex.work_size + 64, touch);
     s->ex.work = (void *)(((uintptr_t)s->work_block + 63) & ~(uintptr_t)63);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->gate || !s->up ||
@@ -163,7 +174,10 @@ static void norm_rows(float *out, const float *x, const graft__weight *w, int32_
 
 static void matmul(const scratch *s, float *y, const graft__weight *w, const float *x, int32_t n)
 {
-    graft__matmul_run(&s->ex, y, w->data, w->type, w->cols, w->rows, x, n);
+    if (s->packed && w->packed != NULL)
+        graft__matmul_run(&s->ex, y, w->packed, w->packed_type, w->cols, w->rows, x, n);
+    else
+        graft__matmul_run(&s->ex, y, w->data, w->type, w->cols, w->rows, x, n);
 }
 
 static void add_bias(float *y, const graft__weight *b, int32_t n)

@@ -55,12 +55,16 @@ typedef struct graft__hparams {
     bool layer_is_swa[GRAFT_MAX_LAYERS];
 } graft__hparams;
 
-/* A weight: a row-major matrix (rows, cols) of `type`, or a vector (rows = 1). */
+/* A weight: a row-major matrix (rows, cols) of `type`, or a vector (rows = 1). A matrix
+ * the model's packing path packs (graft_model.packed_path) also has `packed`, its packed
+ * form of packed_type, which forward passes on that path use instead of data. */
 typedef struct graft__weight {
     const void *data;
     uint32_t type;
     int64_t cols; /* ne[0] */
     int64_t rows; /* ne[1] */
+    const void *packed;   /* or NULL */
+    uint32_t packed_type; /* GRAFT_TYPE_PACKED_BASE + ... (matmul_path.h) */
 } graft__weight;
 
 typedef struct graft__layer {
@@ -82,6 +86,10 @@ struct graft_model {
     graft__weight rope_freqs;  /* llama3 frequency factors (rope_dims/2), or data NULL */
     graft__layer *layers;      /* n_layer */
     char *name;
+    /* The matmul path the weights are packed for (the default one when the model loaded,
+     * if it packs any of them; else NULL), and the memory of the packed weights. */
+    const struct graft__matmul_path *packed_path;
+    void *packed_memory;
 };
 
 /* One row of a forward batch. */
@@ -113,6 +121,9 @@ typedef struct graft__kv {
 /* Loads and validates a model (see graft_model_load). */
 int graft__model_load(const char *path, struct graft_model **out, char **errmsg);
 void graft__model_free(struct graft_model *m);
+/* Packs the matrices the default matmul path has a packed form for (model_pack.c), and
+ * drops the pages of their file copies. Errors: GRAFT_ENOMEM. */
+int graft__model_pack(struct graft_model *m, char **errmsg);
 const char *graft__arch_name(graft__arch arch);
 
 /* Runs the batch on ex's threads and matmul path (ex->work is not used: the forward pass

@@ -379,6 +379,7 @@ void graft__model_free(struct graft_model *m)
     graft__vocab_free(m->vocab);
     graft__free(m->layers);
     graft__free(m->name);
+    graft__free(m->packed_memory);
     graft__gguf_close(m->file);
     graft__free(m);
 }
@@ -394,6 +395,8 @@ int graft__model_load(const char *path, struct graft_model **out, char **errmsg)
     int rc = graft__gguf_open(path, &m->file, errmsg);
     if (rc == GRAFT_OK)
         rc = load_from_file(m, errmsg);
+    if (rc == GRAFT_OK)
+        rc = graft__model_pack(m, errmsg);
     if (rc != GRAFT_OK) {
         graft__model_free(m);
         return rc;

@@ -1,0 +1,369 @@
+/*
+ * matmul_r16_avx512.c: the avx512 path's packed weights (matmul_path.h): Q8_0 and Q4_0
+ * matrices repacked once, when the model loads, into blocks of 16 interleaved rows, and the
+ * kernels that compute with them.
+ *
+ * Why. vpdpbusd multiplies 64 unsigned by 64 signed bytes and adds each four products into
+ * one of 16 32-bit lanes. In the GGUF layout a lane holds a piece of one row, so every
+ * (row, token) pays for its own scales, its own conversions and a final sum of lanes
+ * (matmul_q32_avx512.c: about 6 operations for 2 vpdpbusd). Here lane r of every weight
+ * vector holds four consecutive quants of row r of a 16-row block, so one vpdpbusd with
+ * the token's four matching activation quants broadcast to all lanes computes four
+ * products for each of the 16 rows; the lanes are the rows and never need summing, and one
+ * vector of the 16 rows' scales serves them all. Per block of 32 inputs, 16 rows and one
+ * token:
+ *     i   = bias + sum_k vpdpbusd(W_k, broadcast(a[4k..4k+3]))   (k = 0..7, exact)
+ *     acc = fma(float(i), d_w * dx, acc)                          (lane r: row r)
+ * 8 vpdpbusd and 5 other operations; the weight vectors are loaded (Q4_0: and split into
+ * nibbles) once per tile and used by all its tokens.
+ *
+ * Activations are quantized per token and block of 32 as for the unpacked kernels
+ * (graft__avx512_quantize32): quants a, scale dx, and bias = -offset * sum(a), which turns
+ * the unsigned weight quants u back into signed ones: Q8_0 is stored as u = q + 128 (top
+ * bit flipped), Q4_0 keeps its nibbles u = q + 8.
+ *
+ * Packed matrix: n_out / 16 row blocks of row_block_bytes each, 64-byte aligned. Row
+ * block R (rows 16R..16R+15) holds its blocks b < nb = n_in / 32 in pairs: the quant
+ * vectors of block 2p, those of 2p + 1, then the two blocks' f16 scales (16 each, row
+ * order); an odd last block is paired with zeros. Quant vectors: Q8_0 has 8 per block,
+ * vector k lane r = bytes 4k..4k+3 of row 16R + r's quants; Q4_0 has 4, vector k lane r =
+ * the row's nibble bytes 4k..4k+3, whose low nibbles are elements 4k..4k+3 and high
+ * nibbles 16 + 4k..16 + 4k + 3. So a row block is one sequential stream, read in order.
+ *
+ * Tiles are 1, 2 or 4 row blocks times 1-4 tokens (graft__avx512_r16_gemm says which run
+ * where). Every (row, token) sums its blocks in order with one accumulator, whatever tile
+ * it is in, so the result is the same bits for any n_tok, position in the batch and row
+ * range.
+ */
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/matmul_avx512.h"
+#include "kernels/matmul_path.h"
+#include "util/util.h"
+
+enum {
+    QK = 32,                  /* elements per block */
+    ROWS = 16,                /* rows per row block */
+    SEGMENTS = 4,             /* weight streams read side by side */
+    MAX_RB = SEGMENTS,        /* row blocks per tile */
+    MAX_T = 4,                /* tokens per tile */
+    PANEL_BYTES = 192 * 1024, /* prepared activations per token panel (stay in L2) */
+    AHEAD_BYTES = 2048        /* how far the prefetch of a streamed row block runs ahead */
+};
+
+#define Q8_0_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q8_0)
+#define Q4_0_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_0)
+
+static size_t round64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Quant bytes of one block of a row block. */
+static inline size_t block_qs_bytes(uint32_t ptype)
+{
+    return ptype == Q8_0_R16 ? 8 * 64 : 4 * 64;
+}
+
+/* Bytes of a pair of blocks of a row block: two blocks' quants, then their scales. */
+static inline size_t pair_bytes(uint32_t ptype)
+{
+    return 2 * block_qs_bytes(ptype) + 2 * ROWS * sizeof(uint16_t);
+}
+
+static size_t row_block_bytes(uint32_t ptype, int64_t n_in)
+{
+    return (size_t)((n_in / QK + 1) / 2) * pair_bytes(ptype);
+}
+
+/* The quants and the scales of block b of the row block at rbw. */
+static inline const uint8_t *block_qs(uint32_t ptype, const uint8_t *rbw, int64_t b)
+{
+    return rbw + (size_t)(b / 2) * pair_bytes(ptype) + (size_t)(b % 2) * block_qs_bytes(ptype);
+}
+
+static inline const uint8_t *block_scales(uint32_t ptype, const uint8_t *rbw, int64_t b)
+{
+    return rbw + (size_t)(b / 2) * pair_bytes(ptype) + 2 * block_qs_bytes(ptype) +
+           (size_t)(b % 2) * ROWS * sizeof(uint16_t);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Packing.
+ */
+
+uint32_t graft__avx512_r16_packed_type(uint32_t type, int64_t n_in, int64_t n_out)
+{
+    if (type != GRAFT_TYPE_Q8_0 && type != GRAFT_TYPE_Q4_0)
+        return 0;
+    if (n_in <= 0 || n_in % QK != 0 || n_out <= 0 || n_out % ROWS != 0)
+        return 0;
+    return GRAFT_TYPE_PACKED_BASE + type;
+}
+
+size_t graft__avx512_r16_packed_bytes(uint32_t ptype, int64_t n_in, int64_t n_out)
+{
+    return (size_t)(n_out / ROWS) * row_block_bytes(ptype, n_in);
+}
+
+void graft__avx512_r16_pack(uint32_t ptype, void *dst, const void *w, int64_t n_in,
+                            int64_t n_out)
+{
+    GRAFT_ASSERT(graft__avx512_r16_packed_type(ptype - GRAFT_TYPE_PACKED_BASE, n_in, n_out) == ptype);
+    uint32_t type = ptype - GRAFT_TYPE_PACKED_BASE;
+    bool q8 = type == GRAFT_TYPE_Q8_0;
+    size_t in_block = q8 ? 34 : 18;
+    size_t row_bytes = graft__type_row_bytes(type, (uint64_t)n_in);
+    size_t rbb = row_block_bytes(ptype, n_in);
+    int64_t nb = n_in / QK;
+    memset(dst, 0, graft__avx512_r16_packed_bytes(ptype, n_in, n_out));
+    for (int64_t rb = 0; rb < n_out / ROWS; rb++) {
+        uint8_t *out = (uint8_t *)dst + (size_t)rb * rbb;
+        for (int r = 0; r < ROWS; r++) {
+            const uint8_t *row = (const uint8_t *)w + (size_t)(rb * ROWS + r) * row_bytes;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *block = row + (size_t)b * in_block;
+                uint8_t *q = (uint8_t *)block_qs(ptype, out, b) + 4 * r;
+                memcpy((uint8_t *)block_scales(ptype, out, b) + 2 * r, block, 2);
+                for (int k = 0; k < (q8 ? 8 : 4); k++) {
+                    uint32_t four;
+                    memcpy(&four, block + 2 + 4 * k, 4);
+                    if (q8)
+                        four ^= 0x80808080u;
+                    memcpy(q + 64 * k, &four, 4);
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Activations: quants (n_in, padded to 64 bytes), then per block dx (f32) and bias (i32),
+ * each array padded to 64 bytes.
+ */
+
+typedef struct act_view {
+    const int8_t *q;
+    const float *dx;
+    const int32_t *bias;
+} act_view;
+
+size_t graft__avx512_r16_act_bytes(int64_t n_in)
+{
+    size_t nb = (size_t)(n_in / QK);
+    return round64((size_t)n_in) + 2 * round64(nb * 4);
+}
+
+static act_view act_at(const uint8_t *xa, int64_t n_in)
+{
+    size_t nb = (size_t)(n_in / QK);
+    act_view a = {(const int8_t *)xa, (const float *)(xa + round64((size_t)n_in)),
+                  (const int32_t *)(xa + round64((size_t)n_in) + round64(nb * 4))};
+    return a;
+}
+
+void graft__avx512_r16_act_prepare(uint32_t ptype, void *xa, const float *x, int64_t n_in)
+{
+    GRAFT_ASSERT(n_in % QK == 0);
+    int offset = ptype == Q8_0_R16 ? 128 : 8;
+    memset(xa, 0, graft__avx512_r16_act_bytes(n_in));
+    act_view a = act_at(xa, n_in);
+    for (int64_t b = 0; b < n_in / QK; b++) {
+        int8_t *q = (int8_t *)a.q + b * QK;
+        int sum = graft__avx512_quantize32(x + b * QK, q, q + 16, (float *)&a.dx[b]);
+        ((int32_t *)a.bias)[b] = -offset * sum;
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Tiles.
+ */
+
+/* W (8) = the weight vectors of one block at qs; W[k] meets activation quants 4k..4k+3. */
+static inline __attribute__((always_inline)) void load_block(uint32_t ptype,
+                                                             const uint8_t *qs, __m512i *W)
+{
+    if (ptype == Q8_0_R16) {
+        GRAFT_AVX512_UNROLL
+        for (int k = 0; k < 8; k++)
+            W[k] = _mm512_load_si512(qs + 64 * k);
+        return;
+    }
+    __m512i mask = _mm512_set1_epi8(0x0f);
+    GRAFT_AVX512_UNROLL
+    for (int k = 0; k < 4; k++) {
+        __m512i z = graft__avx512_load_kept(qs + 64 * k);
+        W[k] = _mm512_and_si512(z, mask);
+        W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), mask);
+    }
+}
+
+static inline __m512i broadcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* acc += one block of 16 rows (W, scales dw) times one token's block (quants q). */
+static inline __attribute__((always_inline)) __m512
+dot_block(__m512 acc, const __m512i *W, __m512 dw, const int8_t *q, float dx, int32_t bias)
+{
+    __m512i i0 = _mm512_set1_epi32(bias), i1 = _mm512_setzero_si512();
+    GRAFT_AVX512_UNROLL
+    for (int k = 0; k < 8; k += 2) {
+        i0 = _mm512_dpbusd_epi32(i0, W[k], broadcast4(q + 4 * k));
+        i1 = _mm512_dpbusd_epi32(i1, W[k + 1], broadcast4(q + 4 * k + 4));
+    }
+    __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), scale, acc);
+}
+
+/* One gemm call's operands. */
+typedef struct r16_call {
+    uint32_t ptype;
+    const uint8_t *w; /* the packed matrix */
+    size_t rbb;       /* row_block_bytes */
+    int64_t nb;       /* blocks per row */
+    float *y;
+    int64_t ldy;
+    act_view acts[MAX_T];
+    float *ys[MAX_T]; /* output row of each token */
+} r16_call;
+
+/* y of row blocks rbs (RB) for the call's T tokens: RB, T, prefetch are constants in each
+ * instance, acc its own array of RB * T accumulators. With prefetch, each row block's
+ * weights are prefetched AHEAD_BYTES ahead of their reads, which runs on into the row
+ * blocks that follow it. */
+static inline __attribute__((always_inline)) void r16_tile(uint32_t ptype, int RB, int T,
+                                                           int prefetch, __m512 *acc,
+                                                           const r16_call *c,
+                                                           const int64_t *rbs)
+{
+    const uint8_t *rbw[MAX_RB];
+    GRAFT_AVX512_UNROLL
+    for (int r = 0; r < RB; r++)
+        rbw[r] = c->w + (size_t)rbs[r] * c->rbb;
+    GRAFT_AVX512_UNROLL
+    for (int i = 0; i < RB * T; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t b2 = 0; b2 < c->nb; b2 += 2) {
+        GRAFT_AVX512_UNROLL
+        for (int r = 0; r < RB; r++) {
+            if (prefetch) {
+                const char *ahead = (const char *)block_qs(ptype, rbw[r], b2) + AHEAD_BYTES;
+                for (size_t l = 0; l < pair_bytes(ptype); l += 64)
+                    _mm_prefetch(ahead + l, _MM_HINT_T0);
+            }
+            for (int64_t b = b2; b < b2 + 2 && b < c->nb; b++) {
+                __m512i W[8];
+                load_block(ptype, block_qs(ptype, rbw[r], b), W);
+                __m512 dw = _mm512_cvtph_ps(
+                    _mm256_load_si256((const __m256i *)block_scales(ptype, rbw[r], b)));
+                GRAFT_AVX512_UNROLL
+                for (int t = 0; t < T; t++)
+                    acc[r * T + t] = dot_block(acc[r * T + t], W, dw, c->acts[t].q + b * QK,
+                                               c->acts[t].dx[b], c->acts[t].bias[b]);
+            }
+        }
+    }
+    GRAFT_AVX512_UNROLL
+    for (int r = 0; r < RB; r++) {
+        GRAFT_AVX512_UNROLL
+        for (int t = 0; t < T; t++)
+            _mm512_storeu_ps(c->ys[t] + rbs[r] * ROWS, acc[r * T + t]);
+    }
+}
+
+typedef void (*r16_tile_fn)(const r16_call *c, const int64_t *rbs);
+
+#define R16_TILE(name, PTYPE, RB, T, PREFETCH)                                             \
+    static void name(const r16_call *c, const int64_t *rbs)                                \
+    {                                                                                      \
+        __m512 acc[RB * T];                                                                \
+        r16_tile(PTYPE, RB, T, PREFETCH, acc, c, rbs);                                     \
+    }
+
+/* The tiles of a type: streaming ones (with prefetch) over SEGMENTS row blocks or one,
+ * and cached ones over two row blocks or one; [T - 1] for T tokens. */
+typedef struct r16_tiles {
+    r16_tile_fn stream_all[MAX_T], stream_one[MAX_T], cached_two[MAX_T], cached_one[MAX_T];
+} r16_tiles;
+
+#define R16_TILES_T(name, PTYPE, T)                                                        \
+    R16_TILE(name##_s4x##T, PTYPE, SEGMENTS, T, 1)                                         \
+    R16_TILE(name##_s1x##T, PTYPE, 1, T, 1)                                                \
+    R16_TILE(name##_c2x##T, PTYPE, 2, T, 0)                                                \
+    R16_TILE(name##_c1x##T, PTYPE, 1, T, 0)
+
+#define R16_TILES(name, PTYPE)                                                             \
+    R16_TILES_T(name, PTYPE, 1)                                                            \
+    R16_TILES_T(name, PTYPE, 2)                                                            \
+    R16_TILES_T(name, PTYPE, 3)                                                            \
+    R16_TILES_T(name, PTYPE, 4)                                                            \
+    static const r16_tiles name = {                                                        \
+        {name##_s4x1, name##_s4x2, name##_s4x3, name##_s4x4},                              \
+        {name##_s1x1, name##_s1x2, name##_s1x3, name##_s1x4},                              \
+        {name##_c2x1, name##_c2x2, name##_c2x3, name##_c2x4},                              \
+        {name##_c1x1, name##_c1x2, name##_c1x3, name##_c1x4}};
+
+R16_TILES(q8_0_tiles, Q8_0_R16)
+R16_TILES(q4_0_tiles, Q4_0_R16)
+
+/* The tokens [t0, t0 + n_t) become the call's tile tokens. */
+static void set_tokens(r16_call *c, const uint8_t *xa, size_t act_bytes, int64_t n_in,
+                       int64_t t0, int n_t)
+{
+    for (int t = 0; t < n_t; t++) {
+        c->acts[t] = act_at(xa + (size_t)(t0 + t) * act_bytes, n_in);
+        c->ys[t] = c->y + (t0 + t) * c->ldy;
+    }
+}
+
+/* The row blocks [rb0, rb1) are cut into SEGMENTS contiguous segments, and step k takes
+ * row block k of each. The first token tile of a panel streams a step's weights from
+ * memory, all segments side by side, each with a prefetch running ahead through its
+ * segment: a few concurrent sequential streams (one stream at a time reached about
+ * two thirds of the bandwidth, measured on decode). The other token tiles of the panel
+ * find the step's weights in cache and take its row blocks two at a time. */
+void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w, int64_t n_in,
+                            int64_t o0, int64_t o1, const void *xa, int64_t n_tok)
+{
+    GRAFT_ASSERT(ptype == Q8_0_R16 || ptype == Q4_0_R16);
+    GRAFT_ASSERT(n_in > 0 && n_in % QK == 0 && 0 <= o0 && o0 <= o1 && n_tok >= 0);
+    GRAFT_ASSERT(o0 % ROWS == 0 && o1 % ROWS == 0);
+    const r16_tiles *tiles = ptype == Q8_0_R16 ? &q8_0_tiles : &q4_0_tiles;
+    r16_call c = {ptype, w, row_block_bytes(ptype, n_in), n_in / QK, y, ldy, {{0}}, {0}};
+    size_t act_bytes = graft__avx512_r16_act_bytes(n_in);
+    int64_t panel = (int64_t)(PANEL_BYTES / act_bytes);
+    panel = panel < MAX_T ? MAX_T : panel / MAX_T * MAX_T;
+    int64_t rb0 = o0 / ROWS, n_rb = o1 / ROWS - rb0;
+    int64_t seg_len = n_rb / SEGMENTS, rem = n_rb % SEGMENTS, seg_start[SEGMENTS];
+    for (int j = 0; j < SEGMENTS; j++)
+        seg_start[j] = rb0 + j * seg_len + (j < rem ? j : rem);
+    int64_t steps = seg_len + (rem > 0);
+    for (int64_t tp = 0; tp < n_tok; tp += panel) {
+        int64_t tp_end = n_tok - tp < panel ? n_tok : tp + panel;
+        for (int64_t k = 0; k < steps; k++) {
+            int64_t rbs[SEGMENTS];
+            int n = 0;
+            for (int j = 0; j < SEGMENTS; j++)
+                if (k < seg_len + (j < rem))
+                    rbs[n++] = seg_start[j] + k;
+            for (int64_t t0 = tp; t0 < tp_end; t0 += MAX_T) {
+                int n_t = tp_end - t0 < MAX_T ? (int)(tp_end - t0) : MAX_T;
+                set_tokens(&c, xa, act_bytes, n_in, t0, n_t);
+                int r = 0;
+                if (t0 == tp && n == SEGMENTS) {
+                    tiles->stream_all[n_t - 1](&c, rbs);
+                    r = n;
+                }
+                for (; t0 != tp && r + 2 <= n; r += 2)
+                    tiles->cached_two[n_t - 1](&c, rbs + r);
+                for (; r < n; r++)
+                    (t0 == tp ? tiles->stream_one : tiles->cached_one)[n_t - 1](&c, rbs + r);
+            }
+        }
+    }
+}

@@ -15,10 +15,12 @@
  *     sessions / time from the first submission to the last generation done);
  *   - memory-read bandwidth: every thread streaming over its slice of a 512 MiB buffer
  *     (GB/s), and the decode roofline it implies: bandwidth / bytes read per decoded token.
- *     Those bytes are counted as graft_model_info.weight_bytes, all tensor data: exact for
- *     a model whose output matrix is its token embedding (every graft synth preset); for an
- *     untied embedding, of which a step reads one row, it overcounts, as the public API does
- *     not say which it is. KV-cache reads are not counted.
+ *     Those bytes are the weights, counted as graft_model_info.weight_bytes (all tensor
+ *     data: exact for a model whose output matrix is its token embedding, as in every graft
+ *     synth preset; for an untied embedding, of which a step reads one row, it overcounts,
+ *     as the public API does not say which it is), plus the keys and values of the context
+ *     each decoded token attends over, averaged over the decode (kv_bytes_per_token). The
+ *     weights-only roofline is reported too.
  * Prefill and decode run on a graft_context (the kernels and forward pass alone, as
  * llama_decode is measured); the aggregate runs on an engine of MAX_SEQS sessions. Before
  * the timed runs, a short untimed evaluation on the context and a generation on the engine
@@ -71,8 +73,10 @@ static const char speed_usage[] =
     "             context, then all generating 64 greedy tokens concurrently (tokens of\n"
     "             all sessions / time from the first submission to the last one done)\n"
     "  bandwidth  memory read by all threads streaming over a 512 MiB buffer; the decode\n"
-    "             roofline is bandwidth / weight bytes (all tensor data: what a decode step\n"
-    "             reads, not counting the KV cache)\n"
+    "             roofline is bandwidth / bytes a decoded token reads: the weight bytes\n"
+    "             (all tensor data) plus the F16 keys and values of its context (sliding-\n"
+    "             window layers: of their window), averaged over the decoded tokens; the\n"
+    "             weights-only roofline (bandwidth / weight bytes) is printed too\n"
     "Each figure is the median of --reps runs, after an untimed warm-up.\n"
     "\n"
     "options:\n"
@@ -88,7 +92,9 @@ static const char speed_usage[] =
     "JSON fields: engine (\"graft\"), model (the path), arch, threads, kernels,\n"
     "prompt_tokens, gen_tokens, seq_context_tokens, seq_gen_tokens, reps, weight_bytes,\n"
     "prefill_tps, decode_tps, aggregate_tps ({\"1\": tok/s, \"2\": .., \"4\": .., \"8\": ..}),\n"
-    "bandwidth_gbs (1e9 bytes/s), decode_roofline_tps.\n";
+    "bandwidth_gbs (1e9 bytes/s), kv_bytes_per_token (mean KV bytes a decoded token\n"
+    "reads), decode_roofline_tps (bandwidth / (weight_bytes + kv_bytes_per_token)),\n"
+    "decode_roofline_weights_tps (bandwidth / weight_bytes).\n";
 
 typedef struct speed_options {
     const char *model;
@@ -381,14 +387,37 @@ static void bench_free(bench_state *s)
 
 typedef struct speed_results {
     double fig[N_FIGURES]; /* medians */
-    double roofline_tps;
+    double kv_bytes;       /* mean KV bytes read per decoded token */
+    double roofline_tps;   /* bandwidth / (weight bytes + kv_bytes) */
+    double roofline_weights_tps; /* bandwidth / weight bytes */
 } speed_results;
+
+/* The KV bytes decode step t (0 <= t < n_gen) reads, averaged over the steps: step t
+ * attends over n_prompt + t + 1 positions (a sliding-window layer over at most its
+ * window), each holding n_head_kv * head_dim F16 values for K and as many for V per layer
+ * (the context's default KV type; head_dim_v = head_dim in every supported architecture). */
+static double kv_bytes_per_token(const graft_model_info *info, int32_t n_prompt, int32_t n_gen)
+{
+    double row = 2.0 * info->n_head_kv * info->head_dim * 2.0, sum = 0;
+    int32_t n_global = info->n_layer - info->n_swa_layers;
+    for (int32_t t = 0; t < n_gen; t++) {
+        double keys = (double)n_prompt + t + 1;
+        double swa_keys = info->sliding_window > 0 && keys > info->sliding_window
+                              ? info->sliding_window
+                              : keys;
+        sum += row * (n_global * keys + info->n_swa_layers * swa_keys);
+    }
+    return n_gen > 0 ? sum / n_gen : 0;
+}
 
 static void summarize(bench_state *s, const speed_options *o, speed_results *r)
 {
     for (int f = 0; f < N_FIGURES; f++)
         r->fig[f] = graft__bench_median(figure_samples(s, o, f), o->reps);
-    r->roofline_tps =
+    r->kv_bytes = kv_bytes_per_token(&s->info, o->n_prompt, o->n_gen);
+    r->roofline_tps = graft__bench_rate(r->fig[FIG_BANDWIDTH] * 1e9,
+                                        (double)s->info.weight_bytes + r->kv_bytes);
+    r->roofline_weights_tps =
         graft__bench_rate(r->fig[FIG_BANDWIDTH] * 1e9, (double)s->info.weight_bytes);
 }
 
@@ -408,8 +437,9 @@ static void print_json(const bench_state *s, const speed_options *o, const speed
            r->fig[FIG_PREFILL], r->fig[FIG_DECODE]);
     for (int i = 0; i < N_SEQ_COUNTS; i++)
         printf("%s\"%d\": %.3f", i ? ", " : "", (int)seq_counts[i], r->fig[FIG_AGGREGATE + i]);
-    printf("}, \"bandwidth_gbs\": %.3f, \"decode_roofline_tps\": %.3f}\n",
-           r->fig[FIG_BANDWIDTH], r->roofline_tps);
+    printf("}, \"bandwidth_gbs\": %.3f, \"kv_bytes_per_token\": %.0f, "
+           "\"decode_roofline_tps\": %.3f, \"decode_roofline_weights_tps\": %.3f}\n",
+           r->fig[FIG_BANDWIDTH], r->kv_bytes, r->roofline_tps, r->roofline_weights_tps);
 }
 
 /* "  decode     128 tokens after 512          1234.56 tok/s" */
@@ -431,8 +461,9 @@ static void print_table(const bench_state *s, const speed_options *o, const spee
     print_row("prefill", detail, r->fig[FIG_PREFILL], "tok/s\n");
     snprintf(detail, sizeof detail, "%d tokens after %d", (int)o->n_gen, (int)o->n_prompt);
     print_row("decode", detail, r->fig[FIG_DECODE], "tok/s");
-    printf("  (%.1f%% of the roofline)\n",
-           100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_tps));
+    printf("  (%.1f%% of the roofline, %.1f%% of weights only)\n",
+           100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_tps),
+           100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_weights_tps));
     for (int i = 0; i < N_SEQ_COUNTS; i++) {
         snprintf(detail, sizeof detail, "%d session%s, %d tokens after %d", (int)seq_counts[i],
                  seq_counts[i] > 1 ? "s" : "", SEQ_GEN, SEQ_CONTEXT);
@@ -441,7 +472,9 @@ static void print_table(const bench_state *s, const speed_options *o, const spee
     snprintf(detail, sizeof detail, "memory read, %d threads, %zu MiB",
              (int)graft_context_threads(s->single), PROBE_BYTES >> 20);
     print_row("bandwidth", detail, r->fig[FIG_BANDWIDTH], "GB/s\n");
-    print_row("roofline", "decode at bandwidth / weight bytes", r->roofline_tps, "tok/s\n");
+    print_row("roofline", "bandwidth / (weights + mean KV read)", r->roofline_tps, "tok/s");
+    printf("  (KV %.2f MiB a token)\n", r->kv_bytes / (1024.0 * 1024.0));
+    print_row("", "bandwidth / weight bytes", r->roofline_weights_tps, "tok/s\n");
 }
 
 static int bench_speed(int argc, char **argv)

@@ -148,6 +148,9 @@ static int build(graft_engine *e, const graft_engine_options *o, char **errmsg)
         return graft__errmsg(errmsg, rc, "engine: cannot start %d compute threads: %s",
                              e->opts.n_threads, graft_status_str(rc));
     e->ex.pool = e->pool;
+    rc = graft__model_pack(e->model, e->ex.path, e->pool, errmsg);
+    if (rc != GRAFT_OK)
+        return rc;
     rc = graft__kv_pool_create(hp, o->kv_f32 ? GRAFT_TYPE_F32 : GRAFT_TYPE_F16, e->opts.kv_mem,
                                e->opts.max_sessions + 1, e->opts.max_context, &e->kv, errmsg);
     if (rc != GRAFT_OK)

@@ -128,7 +128,7 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->ex = *ex;
     s->ex.attend = graft__attend_for(ex->path);
     s->ex.store_row = graft__store_row_for(ex->path);
-    s->packed = m->packed_path == ex->path;
+    s->packed = graft__model_packed_for(m, ex->path);
     s->ex.work_size = work_size(m, ex->path, s->packed, n);
     s->work_block = alloc_bytes(s->ex.work_size + 64, touch);
     s->ex.work = (void *)(((uintptr_t)s->work_block + 63) & ~(uintptr_t)63);

@@ -3,7 +3,8 @@
  *
  * A graft_model is a mapped GGUF file plus its hyperparameters (validated on load), the
  * weight tensors bound by name for its architecture, and its vocabulary. It is immutable
- * after loading.
+ * after loading, except for its packed weights, made once under a lock by the first
+ * context or engine on a path that packs (model_pack.c).
  *
  * The forward pass runs a batch of (sequence, position, token) entries. It writes each
  * entry's K and V rows through a graft__kv interface, attends over that sequence's keys
@@ -15,6 +16,8 @@
 #ifndef GRAFT_MODEL_H
 #define GRAFT_MODEL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -56,8 +59,8 @@ typedef struct graft__hparams {
 } graft__hparams;
 
 /* A weight: a row-major matrix (rows, cols) of `type`, or a vector (rows = 1). A matrix
- * the model's packing path packs (graft_model.packed_path) also has `packed`, its packed
- * form of packed_type, which forward passes on that path use instead of data. */
+ * the model is packed for also has `packed`, its packed form of packed_type, which
+ * forward passes on the packing path use instead of data (graft_model.packed_path). */
 typedef struct graft__weight {
     const void *data;
     uint32_t type;
@@ -86,10 +89,12 @@ struct graft_model {
     graft__weight rope_freqs;  /* llama3 frequency factors (rope_dims/2), or data NULL */
     graft__layer *layers;      /* n_layer */
     char *name;
-    /* The matmul path the weights are packed for (the default one when the model loaded,
-     * if it packs any of them; else NULL), and the memory of the packed weights. */
-    const struct graft__matmul_path *packed_path;
+    /* Packing (model_pack.c): the matmul path the weights are packed for (NULL until the
+     * first context or engine on a packing path), the memory of the packed weights, and
+     * the lock packers take. */
+    const struct graft__matmul_path *_Atomic packed_path;
     void *packed_memory;
+    pthread_mutex_t pack_lock;
 };
 
 /* One row of a forward batch. */
@@ -121,9 +126,13 @@ typedef struct graft__kv {
 /* Loads and validates a model (see graft_model_load). */
 int graft__model_load(const char *path, struct graft_model **out, char **errmsg);
 void graft__model_free(struct graft_model *m);
-/* Packs the matrices the default matmul path has a packed form for (model_pack.c), and
- * drops the pages of their file copies. Errors: GRAFT_ENOMEM. */
-int graft__model_pack(struct graft_model *m, char **errmsg);
+/* Packs the matrices `path` has a packed form for, on pool's threads, unless the model is
+ * packed already (for any path); drops the pages of their file copies. Safe to call from
+ * any thread, at any time (model_pack.c). Errors: GRAFT_ENOMEM. */
+int graft__model_pack(const struct graft_model *m, const struct graft__matmul_path *path,
+                      graft__pool *pool, char **errmsg);
+/* Whether the model's weights are packed for path (then forward passes on path use them). */
+bool graft__model_packed_for(const struct graft_model *m, const struct graft__matmul_path *path);
 const char *graft__arch_name(graft__arch arch);
 
 /* Runs the batch on ex's threads and matmul path (ex->work is not used: the forward pass

@@ -140,6 +140,11 @@ int graft_context_create_ex(const graft_model *model, const graft_context_option
         return graft__errmsg(errmsg, rc, "context: cannot allocate %d x %d positions: %s",
                              o.n_seq, o.n_ctx, graft_status_str(rc));
     }
+    rc = graft__model_pack(model, path, ctx->pool, errmsg);
+    if (rc != GRAFT_OK) {
+        graft_context_free(ctx);
+        return rc;
+    }
     *out = ctx;
     return GRAFT_OK;
 }

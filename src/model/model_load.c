@@ -380,6 +380,7 @@ void graft__model_free(struct graft_model *m)
     graft__free(m->layers);
     graft__free(m->name);
     graft__free(m->packed_memory);
+    pthread_mutex_destroy(&m->pack_lock);
     graft__gguf_close(m->file);
     graft__free(m);
 }
@@ -392,11 +393,10 @@ int graft__model_load(const char *path, struct graft_model **out, char **errmsg)
     struct graft_model *m = graft__calloc(1, sizeof *m);
     if (m == NULL)
         return graft__errmsg(errmsg, GRAFT_ENOMEM, "model: out of memory");
+    pthread_mutex_init(&m->pack_lock, NULL);
     int rc = graft__gguf_open(path, &m->file, errmsg);
     if (rc == GRAFT_OK)
         rc = load_from_file(m, errmsg);
-    if (rc == GRAFT_OK)
-        rc = graft__model_pack(m, errmsg);
     if (rc != GRAFT_OK) {
         graft__model_free(m);
         return rc;

@@ -1,18 +1,24 @@
 /*
- * model_pack.c: packing a model's weight matrices for the matmul path that will run them.
+ * model_pack.c: packing a model's weight matrices for the matmul path that runs them.
  *
  * Some paths compute faster from a layout of their own than from GGUF blocks (the avx512
  * path interleaves the rows of Q8_0 and Q4_0 matrices 16 at a time, matmul_r16_avx512.c).
- * The model is shared by every context and engine and immutable after loading, so the
- * packing is done once, here, for the path a context gets by default (GRAFT_KERNELS, else
- * the best the processor has): the matrices that path packs get a packed copy, and the
- * pages of their file copies are given back (a forward pass on another path, or the token
- * embedding that an untied output shares, reads them from the file again). A context on
- * another path simply computes from the GGUF blocks.
+ * The first context or engine created on such a path packs the model for it, on its own
+ * threads: the matrices the path packs get a packed copy, and the pages of their file
+ * copies are given back (a forward pass on another path, or the token embedding an output
+ * matrix shares, reads them from the file again). Loading alone packs nothing, so
+ * `graft info` or a tokenizer-only user never pays for it.
  *
- * The packed copies cost about the size of the matrices they pack; if that memory cannot
- * be had, loading fails with GRAFT_ENOMEM (rather than running slower than it should
- * without a word). GRAFT_KERNELS=avx2 or scalar at load time avoids packing.
+ * One path at most has the packed weights (the first to ask; only avx512 packs today);
+ * contexts on any other path compute from the GGUF blocks. The packing state is the one
+ * part of a model that changes after loading: pack_lock serializes packers, and
+ * packed_path is published with release order after every weight's packed fields are
+ * written, so a forward pass that reads packed_path == its path (acquire) sees them all,
+ * and one on another path never reads them.
+ *
+ * The packed copies cost about the size of the matrices they pack. If that memory cannot
+ * be had, creating the context or engine fails with GRAFT_ENOMEM (rather than running
+ * slower than it should without a word); GRAFT_KERNELS=avx2 avoids packing.
  */
 #include <string.h>
 #include <sys/mman.h>
@@ -21,18 +27,18 @@
 #include "model/model.h"
 #include "util/util.h"
 
+enum { MAX_MATRICES = 1 + 7 * GRAFT_MAX_LAYERS };
+
 /* The matrices a forward pass multiplies by, and how many. */
-static int matrices(struct graft_model *m, graft__weight **out, int cap)
+static int matrices(struct graft_model *m, graft__weight **out)
 {
     int n = 0;
     out[n++] = &m->output;
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
         graft__layer *L = &m->layers[il];
         graft__weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            GRAFT_ASSERT(n < cap);
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             out[n++] = ws[i];
-        }
     }
     return n;
 }
@@ -42,29 +48,50 @@ static size_t round64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
-int graft__model_pack(struct graft_model *m, char **errmsg)
-{
+/* The packing of one model: the matrices, each one's packed type (0: not packed) and
+ * destination. */
+typedef struct pack_job {
+    struct graft_model *m;
     const graft__matmul_path *path;
-    if (graft__kernels_select(NULL, &path, NULL) != GRAFT_OK || path->packed_type == NULL)
-        return GRAFT_OK;
-    enum { CAP = 1 + 7 * GRAFT_MAX_LAYERS };
-    graft__weight **ws = graft__malloc(CAP * sizeof *ws);
-    if (ws == NULL)
+    graft__weight *ws[MAX_MATRICES];
+    uint32_t types[MAX_MATRICES];
+    uint8_t *dst[MAX_MATRICES];
+} pack_job;
+
+static void pack_task(void *ctx, int64_t i, int thread)
+{
+    (void)thread;
+    pack_job *j = ctx;
+    graft__weight *w = j->ws[i];
+    if (j->types[i] == 0)
+        return;
+    j->path->pack(j->types[i], j->dst[i], w->data, w->cols, w->rows);
+    graft__gguf_drop_pages(j->m->file, w->data,
+                           graft__type_row_bytes(w->type, (uint64_t)w->cols) * (size_t)w->rows);
+    w->packed = j->dst[i];
+    w->packed_type = j->types[i];
+}
+
+/* Packs into fresh memory (64-byte aligned); the caller holds pack_lock. */
+static int pack_locked(struct graft_model *m, const graft__matmul_path *path, graft__pool *pool,
+                       char **errmsg)
+{
+    pack_job *j = graft__malloc(sizeof *j);
+    if (j == NULL)
         return graft__errmsg(errmsg, GRAFT_ENOMEM, "model: out of memory");
-    int n = matrices(m, ws, CAP);
+    j->m = m;
+    j->path = path;
+    int n = matrices(m, j->ws);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
-        uint32_t pt = path->packed_type(ws[i]->type, ws[i]->cols, ws[i]->rows);
-        if (pt != 0)
-            total += round64(path->packed_bytes(pt, ws[i]->cols, ws[i]->rows));
+        const graft__weight *w = j->ws[i];
+        j->types[i] = path->packed_type(w->type, w->cols, w->rows);
+        if (j->types[i] != 0)
+            total += round64(path->packed_bytes(j->types[i], w->cols, w->rows));
     }
-    if (total == 0) {
-        graft__free(ws);
-        return GRAFT_OK;
-    }
-    void *memory = graft__malloc(total + 64);
-    if (memory == NULL) {
-        graft__free(ws);
+    void *memory = total > 0 ? graft__malloc(total + 64) : NULL;
+    if (total > 0 && memory == NULL) {
+        graft__free(j);
         return graft__errmsg(errmsg, GRAFT_ENOMEM,
                              "model: out of memory for the packed weights (%zu MiB)",
                              total >> 20);
@@ -76,20 +103,34 @@ int graft__model_pack(struct graft_model *m, char **errmsg)
     if (huge_end > huge_start)
         madvise((void *)huge_start, huge_end - huge_start, MADV_HUGEPAGE);
     for (int i = 0; i < n; i++) {
-        graft__weight *w = ws[i];
-        uint32_t pt = path->packed_type(w->type, w->cols, w->rows);
-        if (pt == 0)
-            continue;
-        path->pack(pt, dst, w->data, w->cols, w->rows);
-        graft__gguf_drop_pages(m->file, w->data,
-                               graft__type_row_bytes(w->type, (uint64_t)w->cols) *
-                                   (size_t)w->rows);
-        w->packed = dst;
-        w->packed_type = pt;
-        dst += round64(path->packed_bytes(pt, w->cols, w->rows));
+        j->dst[i] = dst;
+        if (j->types[i] != 0)
+            dst += round64(path->packed_bytes(j->types[i], j->ws[i]->cols, j->ws[i]->rows));
     }
-    graft__free(ws);
-    m->packed_path = path;
+    graft__pool_run(pool, n, pack_task, j);
+    graft__free(j);
     m->packed_memory = memory;
+    atomic_store_explicit(&m->packed_path, path, memory_order_release);
     return GRAFT_OK;
+}
+
+int graft__model_pack(const struct graft_model *model, const graft__matmul_path *path,
+                      graft__pool *pool, char **errmsg)
+{
+    /* The model is allocated mutable by graft__model_load; only the packing state changes,
+     * under pack_lock. */
+    struct graft_model *m = (struct graft_model *)model;
+    if (path->packed_type == NULL)
+        return GRAFT_OK;
+    pthread_mutex_lock(&m->pack_lock);
+    int rc = GRAFT_OK;
+    if (atomic_load_explicit(&m->packed_path, memory_order_relaxed) == NULL)
+        rc = pack_locked(m, path, pool, errmsg);
+    pthread_mutex_unlock(&m->pack_lock);
+    return rc;
+}
+
+bool graft__model_packed_for(const struct graft_model *m, const graft__matmul_path *path)
+{
+    return atomic_load_explicit(&m->packed_path, memory_order_acquire) == path;
 }

@@ -33,7 +33,7 @@
  * of 1024 and of 3072 inputs, which the path cuts into several row blocks, token panels
  * and (the 32-element types) packed pieces.
  *
- * Packed weights (the path's packed_type/pack, Q8_0 and Q4_0 in 16 interleaved rows): the
+ * Packed weights (the path's packed_type/pack: Q8_0 and Q4_0 in 16 interleaved rows): the
  * same accuracy and invariance checks on 48 rows (3 row blocks) at n_in 32 to 3072 and
  * 304 rows (19 row blocks, so an odd one is left over) at 1024 and 3072, with row ranges
  * cut on multiples of 16; and no packed form for other types or ragged row counts.
@@ -356,7 +356,8 @@ static void test_packed(void **state)
         skip();
     static const int64_t n_ins[] = {32, 96, 256, 1024, 3072};
     for (size_t k = 0; k < sizeof n_ins / sizeof n_ins[0]; k++)
-        check_shape(type, n_ins[k], N_OUT_PACKED, true, true);
+        if (n_ins[k] % act_block(type) == 0)
+            check_shape(type, n_ins[k], N_OUT_PACKED, true, true);
     check_shape(type, 1024, N_OUT_BIG_PACKED, false, true);
     check_shape(type, 3072, N_OUT_BIG_PACKED, false, true);
     assert_int_equal(path->packed_type(type, 1024, N_OUT), 0);

@@ -187,7 +187,7 @@ static size_t avx512_act_bytes(uint32_t type, int64_t n_in)
 {
     GRAFT_ASSERT(n_in >= 0);
     if (type >= GRAFT_TYPE_PACKED_BASE)
-        return graft__avx512_r16_act_bytes(n_in);
+        return graft__avx512_r16_act_bytes(type, n_in);
     return checked_kernel(type)->act_bytes(n_in);
 }
 

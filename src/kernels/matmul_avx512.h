@@ -7,7 +7,7 @@
  *   matmul_q32_avx512.c     Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (blocks of 32)
  *   matmul_kquant_avx512.c  Q4_K, Q5_K, Q6_K (blocks of 256)
  *   matmul_r16_avx512.c     packed Q8_0 and Q4_0 (16 interleaved rows), with its own
- *                           tiles and driver
+ *                           driver
  *
  * Each family provides a kernel per type: how to prepare a token's activations, and tile
  * functions that compute `rows` weight rows times `toks` tokens at a time over the whole of
@@ -89,14 +89,45 @@ typedef struct graft__avx512_kernel {
 const graft__avx512_kernel *graft__avx512_kernel_q32(uint32_t type);
 const graft__avx512_kernel *graft__avx512_kernel_kquant(uint32_t type);
 
-/* Packed Q8_0 and Q4_0 weights (matmul_r16_avx512.c): the path's packed_type,
- * packed_bytes and pack (matmul_path.h; dst 64-byte aligned), and act_bytes, act_prepare
- * and gemm for the packed types. */
+/* Packed weights (matmul_r16_avx512.c): Q8_0 and Q4_0 in row blocks of GRAFT_R16_ROWS
+ * interleaved rows, one driver over the tiles each packed type provides. A tile computes every output of its row blocks (indexes
+ * rbs) for the call's tokens; stream tiles prefetch their weights GRAFT_R16_AHEAD_BYTES
+ * ahead, cached ones find them in cache. [T - 1] holds the tile for T tokens. */
+enum {
+    GRAFT_R16_ROWS = 16,
+    GRAFT_R16_SEGMENTS = 4, /* row blocks of a stream_all tile */
+    GRAFT_R16_MAX_T = 4,
+    GRAFT_R16_AHEAD_BYTES = 2048
+};
+
+typedef struct graft__r16_call {
+    const uint8_t *w;   /* the packed matrix */
+    size_t rbb;         /* bytes per row block */
+    int64_t n_in;
+    float *y;
+    int64_t ldy;
+    const uint8_t *acts[GRAFT_R16_MAX_T]; /* prepared activations of the tile's tokens */
+    float *ys[GRAFT_R16_MAX_T];           /* their output rows */
+} graft__r16_call;
+
+typedef void (*graft__r16_tile_fn)(const graft__r16_call *c, const int64_t *rbs);
+
+typedef struct graft__r16_kernel {
+    size_t (*row_block_bytes)(int64_t n_in);
+    size_t (*act_bytes)(int64_t n_in);
+    graft__r16_tile_fn stream_all[GRAFT_R16_MAX_T]; /* GRAFT_R16_SEGMENTS row blocks */
+    graft__r16_tile_fn stream_one[GRAFT_R16_MAX_T];
+    graft__r16_tile_fn cached_two[GRAFT_R16_MAX_T];
+    graft__r16_tile_fn cached_one[GRAFT_R16_MAX_T];
+} graft__r16_kernel;
+
+/* The path's packed_type, packed_bytes and pack (matmul_path.h; dst 64-byte aligned), and
+ * act_bytes, act_prepare and gemm for the packed types. */
 uint32_t graft__avx512_r16_packed_type(uint32_t type, int64_t n_in, int64_t n_out);
 size_t graft__avx512_r16_packed_bytes(uint32_t ptype, int64_t n_in, int64_t n_out);
 void graft__avx512_r16_pack(uint32_t ptype, void *dst, const void *w, int64_t n_in,
                             int64_t n_out);
-size_t graft__avx512_r16_act_bytes(int64_t n_in);
+size_t graft__avx512_r16_act_bytes(uint32_t ptype, int64_t n_in);
 void graft__avx512_r16_act_prepare(uint32_t ptype, void *xa, const float *x, int64_t n_in);
 void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w, int64_t n_in,
                             int64_t o0, int64_t o1, const void *xa, int64_t n_tok);

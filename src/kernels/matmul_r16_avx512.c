@@ -43,13 +43,13 @@
 #include "util/util.h"
 
 enum {
-    QK = 32,                  /* elements per block */
-    ROWS = 16,                /* rows per row block */
-    SEGMENTS = 4,             /* weight streams read side by side */
-    MAX_RB = SEGMENTS,        /* row blocks per tile */
-    MAX_T = 4,                /* tokens per tile */
-    PANEL_BYTES = 192 * 1024, /* prepared activations per token panel (stay in L2) */
-    AHEAD_BYTES = 2048        /* how far the prefetch of a streamed row block runs ahead */
+    QK = 32,                           /* elements per block */
+    ROWS = GRAFT_R16_ROWS,             /* rows per row block */
+    SEGMENTS = GRAFT_R16_SEGMENTS,     /* weight streams read side by side */
+    MAX_RB = SEGMENTS,                 /* row blocks per tile */
+    MAX_T = GRAFT_R16_MAX_T,           /* tokens per tile */
+    PANEL_BYTES = 192 * 1024,          /* prepared activations per token panel (in L2) */
+    AHEAD_BYTES = GRAFT_R16_AHEAD_BYTES
 };
 
 #define Q8_0_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q8_0)
@@ -93,31 +93,15 @@ static inline const uint8_t *block_scales(uint32_t ptype, const uint8_t *rbw, in
  * Packing.
  */
 
-uint32_t graft__avx512_r16_packed_type(uint32_t type, int64_t n_in, int64_t n_out)
+/* dst = w (n_out rows of Q8_0 or Q4_0) packed (see the top of the file). */
+static void q32_pack(uint32_t ptype, void *dst, const void *w, int64_t n_in, int64_t n_out)
 {
-    if (type != GRAFT_TYPE_Q8_0 && type != GRAFT_TYPE_Q4_0)
-        return 0;
-    if (n_in <= 0 || n_in % QK != 0 || n_out <= 0 || n_out % ROWS != 0)
-        return 0;
-    return GRAFT_TYPE_PACKED_BASE + type;
-}
-
-size_t graft__avx512_r16_packed_bytes(uint32_t ptype, int64_t n_in, int64_t n_out)
-{
-    return (size_t)(n_out / ROWS) * row_block_bytes(ptype, n_in);
-}
-
-void graft__avx512_r16_pack(uint32_t ptype, void *dst, const void *w, int64_t n_in,
-                            int64_t n_out)
-{
-    GRAFT_ASSERT(graft__avx512_r16_packed_type(ptype - GRAFT_TYPE_PACKED_BASE, n_in, n_out) == ptype);
     uint32_t type = ptype - GRAFT_TYPE_PACKED_BASE;
     bool q8 = type == GRAFT_TYPE_Q8_0;
     size_t in_block = q8 ? 34 : 18;
     size_t row_bytes = graft__type_row_bytes(type, (uint64_t)n_in);
     size_t rbb = row_block_bytes(ptype, n_in);
     int64_t nb = n_in / QK;
-    memset(dst, 0, graft__avx512_r16_packed_bytes(ptype, n_in, n_out));
     for (int64_t rb = 0; rb < n_out / ROWS; rb++) {
         uint8_t *out = (uint8_t *)dst + (size_t)rb * rbb;
         for (int r = 0; r < ROWS; r++) {
@@ -135,6 +119,10 @@ void graft__avx512_r16_pack(uint32_t ptype, void *dst, const void *w, int64_t n_
                 }
             }
         }
+        if (nb % 2 == 1) { /* the zeros an odd last block is paired with */
+            memset((uint8_t *)block_qs(ptype, out, nb), 0, block_qs_bytes(ptype));
+            memset((uint8_t *)block_scales(ptype, out, nb), 0, ROWS * sizeof(uint16_t));
+        }
     }
 }
 
@@ -149,7 +137,7 @@ typedef struct act_view {
     const int32_t *bias;
 } act_view;
 
-size_t graft__avx512_r16_act_bytes(int64_t n_in)
+static size_t q32_act_bytes(int64_t n_in)
 {
     size_t nb = (size_t)(n_in / QK);
     return round64((size_t)n_in) + 2 * round64(nb * 4);
@@ -163,11 +151,11 @@ static act_view act_at(const uint8_t *xa, int64_t n_in)
     return a;
 }
 
-void graft__avx512_r16_act_prepare(uint32_t ptype, void *xa, const float *x, int64_t n_in)
+static void q32_act_prepare(uint32_t ptype, void *xa, const float *x, int64_t n_in)
 {
     GRAFT_ASSERT(n_in % QK == 0);
     int offset = ptype == Q8_0_R16 ? 128 : 8;
-    memset(xa, 0, graft__avx512_r16_act_bytes(n_in));
+    memset(xa, 0, q32_act_bytes(n_in));
     act_view a = act_at(xa, n_in);
     for (int64_t b = 0; b < n_in / QK; b++) {
         int8_t *q = (int8_t *)a.q + b * QK;
@@ -220,27 +208,20 @@ dot_block(__m512 acc, const __m512i *W, __m512 dw, const int8_t *q, float dx, in
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), scale, acc);
 }
 
-/* One gemm call's operands. */
-typedef struct r16_call {
-    uint32_t ptype;
-    const uint8_t *w; /* the packed matrix */
-    size_t rbb;       /* row_block_bytes */
-    int64_t nb;       /* blocks per row */
-    float *y;
-    int64_t ldy;
-    act_view acts[MAX_T];
-    float *ys[MAX_T]; /* output row of each token */
-} r16_call;
-
 /* y of row blocks rbs (RB) for the call's T tokens: RB, T, prefetch are constants in each
  * instance, acc its own array of RB * T accumulators. With prefetch, each row block's
  * weights are prefetched AHEAD_BYTES ahead of their reads, which runs on into the row
  * blocks that follow it. */
 static inline __attribute__((always_inline)) void r16_tile(uint32_t ptype, int RB, int T,
                                                            int prefetch, __m512 *acc,
-                                                           const r16_call *c,
+                                                           const graft__r16_call *c,
                                                            const int64_t *rbs)
 {
+    int64_t nb = c->n_in / QK;
+    act_view acts[MAX_T];
+    GRAFT_AVX512_UNROLL
+    for (int t = 0; t < T; t++)
+        acts[t] = act_at(c->acts[t], c->n_in);
     const uint8_t *rbw[MAX_RB];
     GRAFT_AVX512_UNROLL
     for (int r = 0; r < RB; r++)
@@ -248,7 +229,7 @@ static inline __attribute__((always_inline)) void r16_tile(uint32_t ptype, int R
     GRAFT_AVX512_UNROLL
     for (int i = 0; i < RB * T; i++)
         acc[i] = _mm512_setzero_ps();
-    for (int64_t b2 = 0; b2 < c->nb; b2 += 2) {
+    for (int64_t b2 = 0; b2 < nb; b2 += 2) {
         GRAFT_AVX512_UNROLL
         for (int r = 0; r < RB; r++) {
             if (prefetch) {
@@ -256,15 +237,15 @@ static inline __attribute__((always_inline)) void r16_tile(uint32_t ptype, int R
                 for (size_t l = 0; l < pair_bytes(ptype); l += 64)
                     _mm_prefetch(ahead + l, _MM_HINT_T0);
             }
-            for (int64_t b = b2; b < b2 + 2 && b < c->nb; b++) {
+            for (int64_t b = b2; b < b2 + 2 && b < nb; b++) {
                 __m512i W[8];
                 load_block(ptype, block_qs(ptype, rbw[r], b), W);
                 __m512 dw = _mm512_cvtph_ps(
                     _mm256_load_si256((const __m256i *)block_scales(ptype, rbw[r], b)));
                 GRAFT_AVX512_UNROLL
                 for (int t = 0; t < T; t++)
-                    acc[r * T + t] = dot_block(acc[r * T + t], W, dw, c->acts[t].q + b * QK,
-                                               c->acts[t].dx[b], c->acts[t].bias[b]);
+                    acc[r * T + t] = dot_block(acc[r * T + t], W, dw, acts[t].q + b * QK,
+                                               acts[t].dx[b], acts[t].bias[b]);
             }
         }
     }
@@ -276,20 +257,12 @@ static inline __attribute__((always_inline)) void r16_tile(uint32_t ptype, int R
     }
 }
 
-typedef void (*r16_tile_fn)(const r16_call *c, const int64_t *rbs);
-
 #define R16_TILE(name, PTYPE, RB, T, PREFETCH)                                             \
-    static void name(const r16_call *c, const int64_t *rbs)                                \
+    static void name(const graft__r16_call *c, const int64_t *rbs)                         \
     {                                                                                      \
         __m512 acc[RB * T];                                                                \
         r16_tile(PTYPE, RB, T, PREFETCH, acc, c, rbs);                                     \
     }
-
-/* The tiles of a type: streaming ones (with prefetch) over SEGMENTS row blocks or one,
- * and cached ones over two row blocks or one; [T - 1] for T tokens. */
-typedef struct r16_tiles {
-    r16_tile_fn stream_all[MAX_T], stream_one[MAX_T], cached_two[MAX_T], cached_one[MAX_T];
-} r16_tiles;
 
 #define R16_TILES_T(name, PTYPE, T)                                                        \
     R16_TILE(name##_s4x##T, PTYPE, SEGMENTS, T, 1)                                         \
@@ -297,45 +270,61 @@ typedef struct r16_tiles {
     R16_TILE(name##_c2x##T, PTYPE, 2, T, 0)                                                \
     R16_TILE(name##_c1x##T, PTYPE, 1, T, 0)
 
-#define R16_TILES(name, PTYPE)                                                             \
+#define R16_KERNEL(name, PTYPE, ROW_BLOCK_BYTES)                                           \
     R16_TILES_T(name, PTYPE, 1)                                                            \
     R16_TILES_T(name, PTYPE, 2)                                                            \
     R16_TILES_T(name, PTYPE, 3)                                                            \
     R16_TILES_T(name, PTYPE, 4)                                                            \
-    static const r16_tiles name = {                                                        \
+    static const graft__r16_kernel name = {                                                \
+        ROW_BLOCK_BYTES,                                                                   \
+        q32_act_bytes,                                                                     \
         {name##_s4x1, name##_s4x2, name##_s4x3, name##_s4x4},                              \
         {name##_s1x1, name##_s1x2, name##_s1x3, name##_s1x4},                              \
         {name##_c2x1, name##_c2x2, name##_c2x3, name##_c2x4},                              \
         {name##_c1x1, name##_c1x2, name##_c1x3, name##_c1x4}};
 
-R16_TILES(q8_0_tiles, Q8_0_R16)
-R16_TILES(q4_0_tiles, Q4_0_R16)
-
-/* The tokens [t0, t0 + n_t) become the call's tile tokens. */
-static void set_tokens(r16_call *c, const uint8_t *xa, size_t act_bytes, int64_t n_in,
-                       int64_t t0, int n_t)
+static size_t q8_0_row_block_bytes(int64_t n_in)
 {
-    for (int t = 0; t < n_t; t++) {
-        c->acts[t] = act_at(xa + (size_t)(t0 + t) * act_bytes, n_in);
-        c->ys[t] = c->y + (t0 + t) * c->ldy;
+    return row_block_bytes(Q8_0_R16, n_in);
+}
+
+static size_t q4_0_row_block_bytes(int64_t n_in)
+{
+    return row_block_bytes(Q4_0_R16, n_in);
+}
+
+R16_KERNEL(q8_0_kernel, Q8_0_R16, q8_0_row_block_bytes)
+R16_KERNEL(q4_0_kernel, Q4_0_R16, q4_0_row_block_bytes)
+
+/* ------------------------------------------------------------------------------------
+ * The driver.
+ */
+
+static const graft__r16_kernel *kernel_of(uint32_t ptype)
+{
+    switch (ptype) {
+    case Q8_0_R16:
+        return &q8_0_kernel;
+    default:
+        GRAFT_ASSERT(ptype == Q4_0_R16);
+        return &q4_0_kernel;
     }
 }
 
 /* The row blocks [rb0, rb1) are cut into SEGMENTS contiguous segments, and step k takes
  * row block k of each. The first token tile of a panel streams a step's weights from
  * memory, all segments side by side, each with a prefetch running ahead through its
- * segment: a few concurrent sequential streams (one stream at a time reached about
- * two thirds of the bandwidth, measured on decode). The other token tiles of the panel
- * find the step's weights in cache and take its row blocks two at a time. */
+ * segment: a few concurrent sequential streams (one stream at a time was measured slower
+ * on decode). The other token tiles of the panel find the step's weights in cache and
+ * take its row blocks two at a time. */
 void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w, int64_t n_in,
                             int64_t o0, int64_t o1, const void *xa, int64_t n_tok)
 {
-    GRAFT_ASSERT(ptype == Q8_0_R16 || ptype == Q4_0_R16);
-    GRAFT_ASSERT(n_in > 0 && n_in % QK == 0 && 0 <= o0 && o0 <= o1 && n_tok >= 0);
+    GRAFT_ASSERT(n_in > 0 && 0 <= o0 && o0 <= o1 && n_tok >= 0);
     GRAFT_ASSERT(o0 % ROWS == 0 && o1 % ROWS == 0);
-    const r16_tiles *tiles = ptype == Q8_0_R16 ? &q8_0_tiles : &q4_0_tiles;
-    r16_call c = {ptype, w, row_block_bytes(ptype, n_in), n_in / QK, y, ldy, {{0}}, {0}};
-    size_t act_bytes = graft__avx512_r16_act_bytes(n_in);
+    const graft__r16_kernel *k = kernel_of(ptype);
+    graft__r16_call c = {w, k->row_block_bytes(n_in), n_in, y, ldy, {0}, {0}};
+    size_t act_bytes = k->act_bytes(n_in);
     int64_t panel = (int64_t)(PANEL_BYTES / act_bytes);
     panel = panel < MAX_T ? MAX_T : panel / MAX_T * MAX_T;
     int64_t rb0 = o0 / ROWS, n_rb = o1 / ROWS - rb0;
@@ -345,25 +334,64 @@ void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w
     int64_t steps = seg_len + (rem > 0);
     for (int64_t tp = 0; tp < n_tok; tp += panel) {
         int64_t tp_end = n_tok - tp < panel ? n_tok : tp + panel;
-        for (int64_t k = 0; k < steps; k++) {
+        for (int64_t step = 0; step < steps; step++) {
             int64_t rbs[SEGMENTS];
             int n = 0;
             for (int j = 0; j < SEGMENTS; j++)
-                if (k < seg_len + (j < rem))
-                    rbs[n++] = seg_start[j] + k;
+                if (step < seg_len + (j < rem))
+                    rbs[n++] = seg_start[j] + step;
             for (int64_t t0 = tp; t0 < tp_end; t0 += MAX_T) {
                 int n_t = tp_end - t0 < MAX_T ? (int)(tp_end - t0) : MAX_T;
-                set_tokens(&c, xa, act_bytes, n_in, t0, n_t);
+                for (int t = 0; t < n_t; t++) {
+                    c.acts[t] = (const uint8_t *)xa + (size_t)(t0 + t) * act_bytes;
+                    c.ys[t] = y + (t0 + t) * ldy;
+                }
                 int r = 0;
                 if (t0 == tp && n == SEGMENTS) {
-                    tiles->stream_all[n_t - 1](&c, rbs);
+                    k->stream_all[n_t - 1](&c, rbs);
                     r = n;
                 }
                 for (; t0 != tp && r + 2 <= n; r += 2)
-                    tiles->cached_two[n_t - 1](&c, rbs + r);
+                    k->cached_two[n_t - 1](&c, rbs + r);
                 for (; r < n; r++)
-                    (t0 == tp ? tiles->stream_one : tiles->cached_one)[n_t - 1](&c, rbs + r);
+                    (t0 == tp ? k->stream_one : k->cached_one)[n_t - 1](&c, rbs + r);
             }
         }
     }
+}
+
+/* ------------------------------------------------------------------------------------
+ * The path's entries for packed types.
+ */
+
+uint32_t graft__avx512_r16_packed_type(uint32_t type, int64_t n_in, int64_t n_out)
+{
+    if (type != GRAFT_TYPE_Q8_0 && type != GRAFT_TYPE_Q4_0)
+        return 0;
+    if (n_in <= 0 || n_in % QK != 0 || n_out <= 0 || n_out % ROWS != 0)
+        return 0;
+    return GRAFT_TYPE_PACKED_BASE + type;
+}
+
+size_t graft__avx512_r16_packed_bytes(uint32_t ptype, int64_t n_in, int64_t n_out)
+{
+    return (size_t)(n_out / ROWS) * kernel_of(ptype)->row_block_bytes(n_in);
+}
+
+void graft__avx512_r16_pack(uint32_t ptype, void *dst, const void *w, int64_t n_in,
+                            int64_t n_out)
+{
+    GRAFT_ASSERT(graft__avx512_r16_packed_type(ptype - GRAFT_TYPE_PACKED_BASE, n_in, n_out) ==
+                 ptype);
+    q32_pack(ptype, dst, w, n_in, n_out);
+}
+
+size_t graft__avx512_r16_act_bytes(uint32_t ptype, int64_t n_in)
+{
+    return kernel_of(ptype)->act_bytes(n_in);
+}
+
+void graft__avx512_r16_act_prepare(uint32_t ptype, void *xa, const float *x, int64_t n_in)
+{
+    q32_act_prepare(ptype, xa, x, n_in);
 }

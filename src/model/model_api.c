@@ -20,7 +20,13 @@ struct graft_context {
     int32_t n_ctx, n_seq;
     int32_t *pos;              /* n_seq: tokens held per sequence */
     graft__batch_entry *batch; /* n_ctx entries for graft_context_eval */
+    graft__scratch *scratch;   /* forward buffers of batches up to SCRATCH_TOKENS, or NULL */
 };
+
+/* Batches of up to this many tokens (decode steps, small chunks) run in buffers the
+ * context keeps; bigger ones allocate theirs for the call, which their many tokens
+ * amortize, so a long prompt does not leave a big scratch behind. */
+#define SCRATCH_TOKENS 64
 
 int graft_model_load(const char *path, graft_model **out, char **errmsg)
 {
@@ -162,6 +168,7 @@ void graft_context_free(graft_context *ctx)
     if (ctx == NULL)
         return;
     graft__kv_simple_free(ctx->kv);
+    graft__scratch_free(ctx->scratch);
     graft__pool_free(ctx->pool);
     graft__free(ctx->pos);
     graft__free(ctx->batch);
@@ -173,7 +180,15 @@ static int run_forward(graft_context *ctx, const graft__batch_entry *entries, in
 {
     graft__exec ex = {.pool = ctx->pool, .path = ctx->path};
     graft__kv kv = graft__kv_simple_iface(ctx->kv);
-    return graft__forward(ctx->model, &ex, &kv, entries, n, logits, NULL);
+    if (n > SCRATCH_TOKENS)
+        return graft__forward(ctx->model, &ex, &kv, entries, n, logits, NULL);
+    if (ctx->scratch == NULL) {
+        int rc = graft__scratch_create(ctx->model, &ex, SCRATCH_TOKENS, ctx->n_ctx - 1,
+                                       &ctx->scratch);
+        if (rc != GRAFT_OK)
+            return rc;
+    }
+    return graft__forward_in(ctx->model, ctx->scratch, &kv, entries, n, logits, NULL);
 }
 
 int graft_context_eval(graft_context *ctx, const int32_t *tokens, size_t n, float *logits)

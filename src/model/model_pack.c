@@ -5,8 +5,8 @@
  * path interleaves the rows of Q8_0 and Q4_0 matrices 16 at a time, matmul_r16_avx512.c).
  * The first context or engine created on such a path packs the model for it, on its own
  * threads: the matrices the path packs get a packed copy, and the pages of their file
- * copies are given back (a forward pass on another path, or the token embedding an output
- * matrix shares, reads them from the file again). Loading alone packs nothing, so
+ * copies are given back (a forward pass on another path reads them from the file again),
+ * except the token embedding's when the output matrix is the embedding. Loading alone packs nothing, so
  * `graft info` or a tokenizer-only user never pays for it.
  *
  * One path at most has the packed weights (the first to ask; only avx512 packs today);
@@ -66,8 +66,13 @@ static void pack_task(void *ctx, int64_t i, int thread)
     if (j->types[i] == 0)
         return;
     j->path->pack(j->types[i], j->dst[i], w->data, w->cols, w->rows);
-    graft__gguf_drop_pages(j->m->file, w->data,
-                           graft__type_row_bytes(w->type, (uint64_t)w->cols) * (size_t)w->rows);
+    /* An output matrix that is the token embedding stays mapped in: every prompt reads
+     * rows of it, scattered, and reading them back from the file would only move its pages
+     * in and out (and make RSS grow with the prompts seen). */
+    if (w->data != j->m->tok_embd.data)
+        graft__gguf_drop_pages(j->m->file, w->data,
+                               graft__type_row_bytes(w->type, (uint64_t)w->cols) *
+                                   (size_t)w->rows);
     w->packed = j->dst[i];
     w->packed_type = j->types[i];
 }

@@ -1,6 +1,7 @@
 /*
  * test_threadpool.c: the persistent worker pool runs every task exactly once per job, for any
- * thread count, job after job, and shuts down cleanly (also run under TSan).
+ * thread count, job after job (also back to back, with no gap for a late worker to fall
+ * into), and shuts down cleanly (also run under TSan).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,6 +58,50 @@ static void test_every_task_once(void **state)
     }
 }
 
+/* Job after job with nothing between them, the task count changing each time: a worker that
+ * has just finished the last task of a job must not claim a task of the next one from the
+ * old job's claim word (which, read with the new job's task count, would run a task past
+ * the old job's end and count it towards the new job, letting the caller return before the
+ * new job is done). Tasks record misbehaviour in flags rather than asserting off the main
+ * thread. */
+typedef struct quick_job {
+    int64_t n_tasks;
+    atomic_int runs[4];
+} quick_job;
+
+static atomic_int out_of_range, unfinished;
+
+static void quick_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    quick_job *j = ctx;
+    if (task < 0 || task >= j->n_tasks)
+        atomic_store(&out_of_range, 1);
+    else
+        atomic_fetch_add(&j->runs[task], 1);
+}
+
+static void test_back_to_back_jobs(void **state)
+{
+    (void)state;
+    graft__pool *pool = NULL;
+    assert_int_equal(graft__pool_create(2, &pool), GRAFT_OK);
+    static quick_job jobs[2];
+    for (int round = 0; round < 200000; round++) {
+        quick_job *j = &jobs[round % 2];
+        j->n_tasks = 2 + round % 3;
+        for (int t = 0; t < 4; t++)
+            atomic_store(&j->runs[t], 0);
+        graft__pool_run(pool, j->n_tasks, quick_task, j);
+        for (int64_t t = 0; t < j->n_tasks; t++)
+            if (atomic_load(&j->runs[t]) != 1)
+                atomic_store(&unfinished, 1);
+    }
+    graft__pool_free(pool);
+    assert_int_equal(atomic_load(&out_of_range), 0);
+    assert_int_equal(atomic_load(&unfinished), 0);
+}
+
 static void test_limits(void **state)
 {
     (void)state;
@@ -95,6 +140,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_task_once),
+        cmocka_unit_test(test_back_to_back_jobs),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_allocation_failures),
     };

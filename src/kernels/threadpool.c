@@ -19,6 +19,17 @@
  * process held a core). The job number wraps after 2^32 jobs; a claim could only be
  * confused across a wrap by a worker stalled between two loads for all of them.
  *
+ * Publishing. While the caller writes a job's fields the word reads (job, NOT_PUBLISHED).
+ * Without that step a worker that had just run the last task of the previous job could
+ * load the old word (all its tasks claimed), then the new job's larger task count, and
+ * claim one more task with the old word before the new one was stored: it would run a
+ * task past the old job's end, or a task of the new job twice, and count it towards the
+ * new job's `done`, letting the caller return while a real task still ran (seen as
+ * rare wrong logits in decode; test_threadpool's back-to-back jobs catch it). Now a
+ * worker that sees any field of the new job (acquire fence, paired with the caller's
+ * release fence after the NOT_PUBLISHED store) finds the word already moved on, and its
+ * exchange fails.
+ *
  * Memory order. The caller writes the job's fields (relaxed atomics), then publishes the
  * job with a store of `claim`; a worker that loads `claim` (acquire) and sees the job sees
  * its fields. A later job's fields are only written after `done` shows every task of this
@@ -33,6 +44,10 @@
 #include "kernels/kernels.h"
 
 enum { SPIN_ROUNDS = 20000 };
+
+/* The task field of the claim word while the caller writes a job's fields: above any task
+ * count (at most INT32_MAX), so nothing can be claimed. */
+#define NOT_PUBLISHED UINT32_MAX
 
 struct graft__pool {
     int n_threads; /* participants, the caller included */
@@ -78,6 +93,9 @@ static void run_tasks(graft__pool *p, uint64_t claim, int thread)
         uint32_t task = (uint32_t)claim;
         if ((long long)task >= n_tasks)
             return;
+        /* Pairs with the caller's release fence: fields of a later job imply the claim word
+         * has already left this job, so the exchange below fails. */
+        atomic_thread_fence(memory_order_acquire);
         if (atomic_compare_exchange_weak_explicit(&p->claim, &claim, claim + 1,
                                                   memory_order_acq_rel,
                                                   memory_order_acquire)) {
@@ -88,19 +106,26 @@ static void run_tasks(graft__pool *p, uint64_t claim, int thread)
     }
 }
 
-/* Waits until `claim` names a job other than `seen` or the pool stops; returns `claim`. */
+/* Whether `claim` names a published job other than `seen`. */
+static bool is_new_job(uint64_t claim, uint32_t seen)
+{
+    return job_of(claim) != seen && (uint32_t)claim != NOT_PUBLISHED;
+}
+
+/* Waits until `claim` names a published job other than `seen` or the pool stops; returns
+ * `claim`. */
 static uint64_t wait_for_job(graft__pool *p, uint32_t seen)
 {
     uint64_t claim;
     for (int i = 0; i < SPIN_ROUNDS; i++) {
         claim = atomic_load_explicit(&p->claim, memory_order_acquire);
-        if (job_of(claim) != seen || atomic_load_explicit(&p->stop, memory_order_acquire))
+        if (is_new_job(claim, seen) || atomic_load_explicit(&p->stop, memory_order_acquire))
             return claim;
         cpu_relax();
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
-    while (job_of(claim = atomic_load(&p->claim)) == seen &&
+    while (!is_new_job(claim = atomic_load(&p->claim), seen) &&
            !atomic_load_explicit(&p->stop, memory_order_acquire))
         pthread_cond_wait(&p->wake, &p->mu);
     atomic_fetch_sub(&p->sleepers, 1);
@@ -190,6 +215,8 @@ void graft__pool_run(graft__pool *p, int64_t n_tasks, graft__task_fn fn, void *c
     }
     GRAFT_ASSERT(n_tasks <= INT32_MAX);
     p->job++;
+    atomic_store_explicit(&p->claim, (uint64_t)p->job << 32 | NOT_PUBLISHED, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);

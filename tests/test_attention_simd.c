@@ -17,7 +17,10 @@
  * or within its group, and computing n keys gives the same bits however many times it is
  * repeated (no state carried between calls). The several-heads form (graft__attend_heads*,
  * which the forward pass uses for runs of tokens) gives each head, whatever the key counts
- * of the heads beside it, the bits the single form gives it alone.
+ * of the heads beside it, the bits the single form gives it alone. The split form of the
+ * avx512 path (graft__attend_split_avx512: a keys half and a values half, on one thread in
+ * turn and on two threads at once) gives each head of rows holding several KV heads the
+ * bits graft__attend_heads_avx512 gives it over its own KV head's slice of the rows.
  * Tests are skipped when the processor lacks the instructions of a kernel.
  */
 #include <setjmp.h>
@@ -27,6 +30,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +177,108 @@ static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
     }
 }
 
+typedef struct split_call {
+    graft__attend_link *link;
+    float *const *out;
+    const float *const *q;
+    const int32_t *col;
+    int32_t n_heads, dim;
+    int64_t n_keys;
+    const void *const *keys, *const *values;
+    uint32_t kv_type;
+} split_call;
+
+static void *run_values(void *arg)
+{
+    const split_call *c = arg;
+    graft__attend_split_avx512.values(c->link, c->out, c->col, c->n_heads, c->n_keys, c->values,
+                                      c->kv_type, c->dim);
+    return NULL;
+}
+
+/* Both halves, one after the other on this thread or the values half on a thread of its
+ * own started first (so that it waits for chunks). */
+static void run_split(const split_call *c, bool two_threads)
+{
+    atomic_store(&c->link->ready, 0);
+    pthread_t values;
+    if (two_threads)
+        assert_int_equal(pthread_create(&values, NULL, run_values, (void *)c), 0);
+    graft__attend_split_avx512.keys(c->link, c->q, c->col, c->n_heads, c->n_keys, c->keys,
+                                    c->kv_type, c->dim, 0.1f);
+    if (two_threads)
+        assert_int_equal(pthread_join(values, NULL), 0);
+    else
+        run_values((void *)c);
+}
+
+/* Rows of kv_heads KV heads of `dim` elements side by side; head h reads KV head h / group.
+ * want: graft__attend_heads_avx512 of each head alone over its slice of the rows. */
+static void check_split_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t kv_heads,
+                              int32_t group)
+{
+    static float got[GRAFT_ATTN_MAX_HEADS * MAX_DIM], want[MAX_DIM];
+    static const void *k_slice[MAX_KEYS], *v_slice[MAX_KEYS];
+    const int32_t n_heads = kv_heads * group;
+    const size_t elem = kv_type == GRAFT_TYPE_F32 ? 4 : 2;
+    float *outs[GRAFT_ATTN_MAX_HEADS];
+    const float *qs[GRAFT_ATTN_MAX_HEADS];
+    int32_t col[GRAFT_ATTN_MAX_HEADS];
+    for (int32_t h = 0; h < n_heads; h++) {
+        outs[h] = got + (int64_t)h * dim;
+        qs[h] = p->q + (int64_t)(h % (MAX_Q * MAX_DIM / dim)) * dim;
+        col[h] = h / group * dim;
+    }
+    graft__attend_link link = {0};
+    link.buf = malloc((graft__attend_link_floats(n_heads, MAX_KEYS) + 1) * sizeof(float));
+    assert_non_null(link.buf);
+    for (size_t ki = 0; ki < sizeof key_counts / sizeof *key_counts; ki++) {
+        split_call c = {&link, outs, qs, col, n_heads, dim, key_counts[ki], p->keys, p->values,
+                        kv_type};
+        for (int threads = 1; threads <= 2; threads++) {
+            memset(got, 0xff, sizeof got);
+            run_split(&c, threads == 2);
+            for (int32_t h = 0; h < n_heads; h++) {
+                for (int64_t j = 0; j < c.n_keys; j++) {
+                    k_slice[j] = (const uint8_t *)p->keys[j] + (size_t)col[h] * elem;
+                    v_slice[j] = (const uint8_t *)p->values[j] + (size_t)col[h] * elem;
+                }
+                float *one[1] = {want};
+                graft__attend_heads_avx512(one, &qs[h], &c.n_keys, 1, k_slice, v_slice, kv_type,
+                                           dim, 0.1f);
+                if (memcmp(want, outs[h], (size_t)dim * sizeof(float)) != 0)
+                    fail_msg("type %u dim %d, %d KV heads of %d, %lld keys, %d thread(s): head "
+                             "%d differs from the one-call kernel",
+                             kv_type, dim, kv_heads, group, (long long)c.n_keys, threads, h);
+            }
+        }
+    }
+    free(link.buf);
+}
+
+static void test_split_avx512(void **state)
+{
+    (void)state;
+    if (!graft__cpu_has_avx512())
+        skip();
+    const uint32_t kv_types[] = {GRAFT_TYPE_F16, GRAFT_TYPE_F32};
+    const int32_t dims[] = {64, 128, 256, 48, 80, 512};
+    static const int32_t shapes[][2] = {{2, 1}, {3, 2}, {8, 2}, {2, 4}, {4, 8}}; /* KV, group */
+    for (size_t ti = 0; ti < 2; ti++) {
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+                int32_t dim = dims[di], kv_heads = shapes[si][0], group = shapes[si][1];
+                problem *p = malloc(sizeof *p);
+                assert_non_null(p);
+                make_problem(p, kv_types[ti], kv_heads * dim);
+                check_split_shape(p, kv_types[ti], dim, kv_heads, group);
+                free(p->store);
+                free(p);
+            }
+        }
+    }
+}
+
 static void test_heads_reference(void **state)
 {
     (void)state;
@@ -219,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_heads_reference),
         cmocka_unit_test(test_heads_avx2),
         cmocka_unit_test(test_heads_avx512),
+        cmocka_unit_test(test_split_avx512),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

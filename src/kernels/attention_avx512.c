@@ -1,10 +1,13 @@
 /*
- * attention_avx512.c: graft__attend (kernels.h) with AVX-512, for the avx512 kernel path.
+ * attention_avx512.c: graft__attend (kernels.h) with AVX-512, for the avx512 kernel path, in
+ * two forms: the one-call form (graft__attend_heads_avx512), and the split form
+ * (graft__attend_split_avx512), where one token's heads attend in a keys half and a values
+ * half that run at the same time on two threads.
  *
  * Same algorithm and chunking as the scalar reference (attention.c): online softmax over
  * chunks of GRAFT_ATTN_CHUNK keys counted from the first key, running max and sum
  * rescaled per chunk. Each key and value row is read once per chunk pass and used by every
- * query head of the GQA group. Per chunk:
+ * query head that reads the same part of it (a GQA group). Per chunk:
  *
  *   scores  For 16 keys at a time, each head's dot product with each key is a 16-lane
  *           vector of partial sums (F16 rows widened with vcvtph2ps in registers); the 16
@@ -13,17 +16,32 @@
  *           then (L0+L1)+(L2+L3) across them) wherever it sits among the 16.
  *   softmax The chunk maximum, exp(s - max) with a vectorised exp (exp_ps below, within
  *           2 ulp of expf) and the running sum, 16 keys per vector.
- *   values  Each head's output accumulator stays in registers across the chunk's keys
- *           (as many heads at a time as fit in 16 vectors), adding p_j v_j per key.
+ *   values  Each head's output accumulator stays in registers across a run of the chunk's
+ *           keys (as many heads at a time as fit in 16 vectors), adding p_j v_j per key.
  *
  * Which keys share a group of 16 and a chunk depends only on their index from the first
  * key, so a head's result depends only on its query and the keys (DESIGN.md invariant 1),
  * not on n_q or the batch. The head sizes 64, 128 and 256 get instances whose loops the
  * compiler unrolls into registers; other multiples of 16 run the same code with run-time
- * loops; the rest use the scalar reference.
+ * loops; the rest use the scalar reference (and have no split form).
+ *
+ * The split form. Over a long context, attention is bound by reading the K and V rows,
+ * and a row holds every KV head of its position. The one-call form, run as a task per KV
+ * head, reads that head's few cache lines out of every row; this memory system serves
+ * such strided reads at about half the rate of one thread streaming whole rows. So the
+ * keys half reads all the K rows in order, computing the scores of every head (head h
+ * finds its slice at column col[h]), and the values half all the V rows, row by row, each
+ * head's accumulators kept in its output row (in L1) rather than in registers, so that
+ * every row is read whole and front to back. Per chunk the keys half writes the scores
+ * into the link, then publishes the chunk (release); the values half waits for it
+ * (acquire), runs the online softmax (on the values side, because the scores are the
+ * heavier half), rescales its outputs and adds the chunk's values. Both halves call the functions the one-call form calls, on the same
+ * numbers in the same order, so a head's output is the same bits in either form; only
+ * how the work is shared between threads differs.
  */
 #include <immintrin.h>
 #include <math.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -32,8 +50,9 @@
 
 enum {
     LANES = 16,
-    ACC_VECTORS = 16,  /* output accumulators kept in registers at once */
-    PREFETCH_AHEAD = 8 /* rows requested ahead of the one being read */
+    ACC_VECTORS = 16,    /* output accumulators kept in registers at once */
+    PREFETCH_AHEAD = 8,  /* rows requested ahead of the one being read (one-call form) */
+    SPINS_PER_YIELD = 64 /* pauses between yields while the values half waits */
 };
 
 /* exp(x) for x <= 0 (and -inf): x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its degree-6
@@ -68,6 +87,20 @@ static inline __attribute__((always_inline)) __m512 load_vec(const void *row, in
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)row + v));
 }
 
+/* Bytes of one head's slice of a row. */
+static inline int32_t slice_bytes(uint32_t kv_type, int32_t nvec)
+{
+    return nvec * LANES * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
+}
+
+/* Bytes of a row from its start to the end of the last head's slice (the split form's
+ * heads read slices at offsets off). */
+static inline int32_t span_bytes(const size_t *off, int32_t n_heads, uint32_t kv_type,
+                                 int32_t nvec)
+{
+    return n_heads == 0 ? 0 : (int32_t)off[n_heads - 1] + slice_bytes(kv_type, nvec);
+}
+
 /* Asks for the cache lines of row `ahead` of the list (rows are scattered in the KV store,
  * so the hardware prefetcher does not find them). */
 static inline void prefetch_row(const void *const *rows, int64_t ahead, int64_t n_rows,
@@ -100,38 +133,44 @@ static inline __m512 sum_lanes16(const __m512 *v)
 }
 
 /* scores[h][j] = scale * q[h] . k_j for the n[h] keys head h has in the chunk at c0 (n[h] <=
- * GRAFT_ATTN_CHUNK); n_max is the largest n[h]. A head's entries from n[h] up to the next
- * multiple of 16 are left as computed from zero partials. */
+ * GRAFT_ATTN_CHUNK), k_j being keys[c0 + j] + off[h] bytes; n_max is the largest n[h]. A
+ * head's entries from n[h] up to the next multiple of 16 are left as computed from zero
+ * partials. With `prefetch`, asks for the rows ahead (the one-call form's scattered rows). */
 static inline __attribute__((always_inline)) void
 chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int *n,
-             int n_max, int32_t n_heads, const void *const *keys, int64_t c0,
-             int64_t n_keys, uint32_t kv_type, int32_t nvec, float scale)
+             int n_max, int32_t n_heads, const void *const *keys, const size_t *off,
+             int64_t c0, int64_t n_keys, uint32_t kv_type, int32_t nvec, float scale,
+             int32_t prefetch_bytes)
 {
-    const int32_t row_bytes = nvec * LANES * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int j0 = 0; j0 < n_max; j0 += LANES) {
         __m512 part[GRAFT_ATTN_MAX_HEADS][LANES]; // (heads, 16 keys) partial dot products
         int m = n_max - j0 < LANES ? n_max - j0 : LANES;
         for (int jj = 0; jj < m; jj++) {
-            const void *k = keys[c0 + j0 + jj];
-            prefetch_row(keys, c0 + j0 + jj + PREFETCH_AHEAD, n_keys, row_bytes);
-            __m512 kr[ACC_VECTORS]; // the key row, when it fits in registers
-            const bool in_regs = nvec <= ACC_VECTORS;
-            if (in_regs)
-                for (int32_t v = 0; v < nvec; v++)
-                    kr[v] = load_vec(k, v, kv_type);
-            for (int32_t h = 0; h < n_heads; h++) {
-                if (j0 + jj >= n[h]) {
-                    part[h][jj] = _mm512_setzero_ps();
-                    continue;
+            const char *row = keys[c0 + j0 + jj];
+            prefetch_row(keys, c0 + j0 + jj + PREFETCH_AHEAD, n_keys, prefetch_bytes);
+            for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
+                for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
+                    ;
+                const void *k = row + off[h0];
+                __m512 kr[ACC_VECTORS]; // the key slice, when it fits in registers
+                const bool in_regs = nvec <= ACC_VECTORS;
+                if (in_regs)
+                    for (int32_t v = 0; v < nvec; v++)
+                        kr[v] = load_vec(k, v, kv_type);
+                for (int32_t h = h0; h < h1; h++) {
+                    if (j0 + jj >= n[h]) {
+                        part[h][jj] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    const float *qh = q[h];
+                    __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qh),
+                                               in_regs ? kr[0] : load_vec(k, 0, kv_type));
+                    for (int32_t v = 1; v < nvec; v++)
+                        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + v * LANES),
+                                              in_regs ? kr[v] : load_vec(k, v, kv_type), acc);
+                    part[h][jj] = acc;
                 }
-                const float *qh = q[h];
-                __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qh),
-                                           in_regs ? kr[0] : load_vec(k, 0, kv_type));
-                for (int32_t v = 1; v < nvec; v++)
-                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + v * LANES),
-                                          in_regs ? kr[v] : load_vec(k, v, kv_type), acc);
-                part[h][jj] = acc;
             }
         }
         for (int32_t h = 0; h < n_heads; h++) {
@@ -144,26 +183,64 @@ chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int
     }
 }
 
-/* out[h] (holding the running accumulators) += sum_j p[h][j] v_j over head h's n[h] keys
- * of the chunk at c0, for heads [h0, h0 + nh) and vectors [v0, v0 + nv) of each row,
- * nh * nv <= ACC_VECTORS. */
+static inline void scale_row(float *x, int32_t nvec, float factor)
+{
+    __m512 f = _mm512_set1_ps(factor);
+    for (int32_t v = 0; v < nvec; v++)
+        _mm512_storeu_ps(x + v * LANES, _mm512_mul_ps(_mm512_loadu_ps(x + v * LANES), f));
+}
+
+/* One head's chunk: its n scores s become the weights p = exp(s - M), M its running
+ * maximum updated with the chunk's; adds them to its running sum. Returns the factor the
+ * head's output must first be scaled by (exp(M_old - M), 0 at the first chunk), or 1 when
+ * M did not change. */
+static inline float chunk_softmax(float *s, int n, float *running_max, float *running_sum)
+{
+    float rescale = 1.0f;
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += LANES) {
+        __mmask16 live = (__mmask16)(n - j >= LANES ? 0xffff : (1u << (n - j)) - 1);
+        vmax = _mm512_mask_max_ps(vmax, live, vmax, _mm512_loadu_ps(s + j));
+    }
+    float chunk_max = _mm512_reduce_max_ps(vmax);
+    if (chunk_max > *running_max) {
+        rescale = _mm512_cvtss_f32(exp_ps(_mm512_set1_ps(*running_max - chunk_max)));
+        *running_sum *= rescale;
+        *running_max = chunk_max;
+    }
+    __m512 vm = _mm512_set1_ps(*running_max), vsum = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += LANES) {
+        __mmask16 live = (__mmask16)(n - j >= LANES ? 0xffff : (1u << (n - j)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(live, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm)));
+        _mm512_storeu_ps(s + j, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    *running_sum += _mm512_reduce_add_ps(vsum);
+    return rescale;
+}
+
+/* out[h] (holding the running accumulators) += sum_j p[h][j] v_j over keys [j0, j1) of the
+ * chunk at c0 that head h has (j < n[h]), v_j being values[c0 + j] + off bytes, for heads
+ * [h0, h0 + nh) and vectors [v0, v0 + nv) of each row, nh * nv <= ACC_VECTORS. With
+ * `prefetch`, asks for the rows ahead. */
 static inline __attribute__((always_inline)) void
 chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int32_t h0,
-             int32_t nh, int32_t v0, int32_t nv, const void *const *values, int64_t c0,
-             int64_t n_keys, uint32_t kv_type, int32_t nvec)
+             int32_t nh, int32_t v0, int32_t nv, const void *const *values, size_t off,
+             int64_t c0, int j0, int j1, int64_t n_keys, uint32_t kv_type,
+             int32_t prefetch_bytes)
 {
-    const int32_t row_bytes = nvec * LANES * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
     int n_max = 0;
     for (int32_t h = 0; h < nh; h++)
         n_max = n[h0 + h] > n_max ? n[h0 + h] : n_max;
+    j1 = j1 < n_max ? j1 : n_max;
     __m512 acc[ACC_VECTORS];
     for (int32_t h = 0; h < nh; h++)
         for (int32_t v = 0; v < nv; v++)
             acc[h * nv + v] = _mm512_loadu_ps(out[h0 + h] + (v0 + v) * LANES);
-    for (int j = 0; j < n_max; j++) {
-        const void *row = values[c0 + j];
+    for (int j = j0; j < j1; j++) {
+        const void *row = (const char *)values[c0 + j] + off;
         if (h0 == 0 && v0 == 0)
-            prefetch_row(values, c0 + j + PREFETCH_AHEAD, n_keys, row_bytes);
+            prefetch_row(values, c0 + j + PREFETCH_AHEAD, n_keys, prefetch_bytes);
         for (int32_t v = 0; v < nv; v++) {
             __m512 x = load_vec(row, v0 + v, kv_type);
             for (int32_t h = 0; h < nh; h++)
@@ -177,14 +254,32 @@ chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int3
             _mm512_storeu_ps(out[h0 + h] + (v0 + v) * LANES, acc[h * nv + v]);
 }
 
-static inline void scale_row(float *x, int32_t nvec, float factor)
+/* chunk_values over keys [j0, j1) for every head, in blocks of heads that read the same
+ * part of the rows (off) and fit the accumulators. */
+static inline __attribute__((always_inline)) void
+chunk_values_all(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n,
+                 int32_t n_heads, const void *const *values, const size_t *off, int64_t c0,
+                 int j0, int j1, int64_t n_keys, uint32_t kv_type, int32_t nvec,
+                 int32_t prefetch_bytes)
 {
-    __m512 f = _mm512_set1_ps(factor);
-    for (int32_t v = 0; v < nvec; v++)
-        _mm512_storeu_ps(x + v * LANES, _mm512_mul_ps(_mm512_loadu_ps(x + v * LANES), f));
+    const int32_t heads_at_once = nvec <= ACC_VECTORS ? ACC_VECTORS / nvec : 1;
+    for (int32_t h0 = 0, nh; h0 < n_heads; h0 += nh) {
+        for (nh = 1; nh < heads_at_once && h0 + nh < n_heads && off[h0 + nh] == off[h0]; nh++)
+            ;
+        for (int32_t v0 = 0; v0 < nvec; v0 += ACC_VECTORS) {
+            int32_t nv = nvec - v0 < ACC_VECTORS ? nvec - v0 : ACC_VECTORS;
+            /* A whole block with constant sizes keeps its accumulators in registers. */
+            if (nh == heads_at_once && nv == nvec)
+                chunk_values(out, p, n, h0, heads_at_once, 0, nvec, values, off[h0], c0, j0, j1,
+                             n_keys, kv_type, prefetch_bytes);
+            else
+                chunk_values(out, p, n, h0, nh, v0, nv, values, off[h0], c0, j0, j1, n_keys,
+                             kv_type, prefetch_bytes);
+        }
+    }
 }
 
-/* The whole computation for one (kv_type, nvec): constants in the instances below. Head h
+/* The one-call form for one (kv_type, nvec): constants in the instances below. Head h
  * attends with query q[h] over keys [0, n_keys[h]) into out[h]. */
 static inline __attribute__((always_inline)) void
 attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int32_t n_heads,
@@ -193,6 +288,7 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
 {
     float scores[GRAFT_ATTN_MAX_HEADS][GRAFT_ATTN_CHUNK]; // (heads, chunk keys); then p
     float running_max[GRAFT_ATTN_MAX_HEADS], running_sum[GRAFT_ATTN_MAX_HEADS];
+    const size_t off[GRAFT_ATTN_MAX_HEADS] = {0}; // every head reads the rows as listed
     int n[GRAFT_ATTN_MAX_HEADS]; // keys of each head in the current chunk
     int64_t most = 0;
     for (int32_t h = 0; h < n_heads; h++) {
@@ -201,7 +297,6 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
         running_sum[h] = 0.0f;
         most = n_keys[h] > most ? n_keys[h] : most;
     }
-    const int32_t heads_at_once = nvec <= ACC_VECTORS ? ACC_VECTORS / nvec : 1;
     for (int64_t c0 = 0; c0 < most; c0 += GRAFT_ATTN_CHUNK) {
         int n_max = 0;
         for (int32_t h = 0; h < n_heads; h++) {
@@ -209,46 +304,124 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
             n[h] = left <= 0 ? 0 : left < GRAFT_ATTN_CHUNK ? (int)left : GRAFT_ATTN_CHUNK;
             n_max = n[h] > n_max ? n[h] : n_max;
         }
-        chunk_scores(scores, q, n, n_max, n_heads, keys, c0, most, kv_type, nvec, scale);
+        chunk_scores(scores, q, n, n_max, n_heads, keys, off, c0, most, kv_type, nvec, scale,
+                     slice_bytes(kv_type, nvec));
         for (int32_t h = 0; h < n_heads; h++) {
             if (n[h] == 0)
                 continue;
-            __m512 vmax = _mm512_set1_ps(-INFINITY);
-            for (int j = 0; j < n[h]; j += LANES) {
-                __mmask16 live = (__mmask16)(n[h] - j >= LANES ? 0xffff : (1u << (n[h] - j)) - 1);
-                vmax = _mm512_mask_max_ps(vmax, live, vmax, _mm512_loadu_ps(scores[h] + j));
-            }
-            float chunk_max = _mm512_reduce_max_ps(vmax);
-            if (chunk_max > running_max[h]) {
-                float rescale = _mm512_cvtss_f32(
-                    exp_ps(_mm512_set1_ps(running_max[h] - chunk_max))); /* 0 at first */
-                running_sum[h] *= rescale;
+            float rescale = chunk_softmax(scores[h], n[h], &running_max[h], &running_sum[h]);
+            if (rescale != 1.0f)
                 scale_row(out[h], nvec, rescale);
-                running_max[h] = chunk_max;
-            }
-            __m512 vm = _mm512_set1_ps(running_max[h]), vsum = _mm512_setzero_ps();
-            for (int j = 0; j < n[h]; j += LANES) {
-                __mmask16 live = (__mmask16)(n[h] - j >= LANES ? 0xffff : (1u << (n[h] - j)) - 1);
-                __m512 e = _mm512_maskz_mov_ps(
-                    live, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(scores[h] + j), vm)));
-                _mm512_storeu_ps(scores[h] + j, e);
-                vsum = _mm512_add_ps(vsum, e);
-            }
-            running_sum[h] += _mm512_reduce_add_ps(vsum);
         }
-        for (int32_t h0 = 0; h0 < n_heads; h0 += heads_at_once) {
-            int32_t nh = n_heads - h0 < heads_at_once ? n_heads - h0 : heads_at_once;
+        chunk_values_all(out, scores, n, n_heads, values, off, c0, 0, GRAFT_ATTN_CHUNK, most,
+                         kv_type, nvec, slice_bytes(kv_type, nvec));
+    }
+    for (int32_t h = 0; h < n_heads; h++)
+        if (running_sum[h] > 0.0f)
+            scale_row(out[h], nvec, 1.0f / running_sum[h]);
+}
+
+/* Chunk c's scores in the link (the layout in kernels.h). */
+static float (*link_scores(const graft__attend_link *link, int64_t c,
+                            int32_t n_heads))[GRAFT_ATTN_CHUNK]
+{
+    return (float (*)[GRAFT_ATTN_CHUNK])(link->buf + c * n_heads * GRAFT_ATTN_CHUNK);
+}
+
+/* The keys half for one (kv_type, nvec): each chunk's scores, published to the link. */
+static inline __attribute__((always_inline)) void
+keys_body(graft__attend_link *link, const float *const *q, const int32_t *col,
+          int32_t n_heads, int64_t n_keys, const void *const *keys, uint32_t kv_type,
+          int32_t nvec, float scale)
+{
+    size_t off[GRAFT_ATTN_MAX_HEADS]; // bytes from a row's start to each head's slice
+    int n[GRAFT_ATTN_MAX_HEADS];
+    for (int32_t h = 0; h < n_heads; h++)
+        off[h] = (size_t)col[h] * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
+    for (int64_t c0 = 0, c = 0; c0 < n_keys; c0 += GRAFT_ATTN_CHUNK, c++) {
+        const int count = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;
+        for (int32_t h = 0; h < n_heads; h++)
+            n[h] = count;
+        chunk_scores(link_scores(link, c, n_heads), q, n, count, n_heads, keys, off, c0, n_keys,
+                     kv_type, nvec, scale, span_bytes(off, n_heads, kv_type, nvec));
+        atomic_store_explicit(&link->ready, (int)c + 1, memory_order_release);
+    }
+}
+
+/* Until the keys half has published chunk c. The keys half never waits, so it is running
+ * (or done) on another thread whenever this spins; yielding now and then lets it have the
+ * processor when there are more threads than cores. */
+static void wait_for_chunk(graft__attend_link *link, int64_t c)
+{
+    for (unsigned spins = 1; atomic_load_explicit(&link->ready, memory_order_acquire) <= c;
+         spins++) {
+        if (spins % SPINS_PER_YIELD == 0)
+            sched_yield();
+        else
+            _mm_pause();
+    }
+}
+
+/* out[h] += p[h][j] v_j for keys [0, count) of the chunk at c0 and every head, key by key:
+ * each row is read whole, front to back, once (v_j's slice for a run of heads that share
+ * it goes through registers; the heads' accumulators stay in out, in L1). Each head adds
+ * its keys in the same order with the same operations as chunk_values, so the same bits. */
+static inline __attribute__((always_inline)) void
+values_by_key(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], int count, int32_t n_heads,
+              const void *const *values, const size_t *off, int64_t c0, int64_t n_keys,
+              uint32_t kv_type, int32_t nvec, int32_t prefetch_bytes)
+{
+    for (int j = 0; j < count; j++) {
+        const char *row = values[c0 + j];
+        prefetch_row(values, c0 + j + PREFETCH_AHEAD, n_keys, prefetch_bytes);
+        for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
+            for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
+                ;
+            const void *v = row + off[h0];
             for (int32_t v0 = 0; v0 < nvec; v0 += ACC_VECTORS) {
-                int32_t nv = nvec - v0 < ACC_VECTORS ? nvec - v0 : ACC_VECTORS;
-                /* A whole block with constant sizes keeps its accumulators in registers. */
-                if (nh == heads_at_once && nv == nvec)
-                    chunk_values(out, scores, n, h0, heads_at_once, 0, nvec, values, c0, most,
-                                 kv_type, nvec);
-                else
-                    chunk_values(out, scores, n, h0, nh, v0, nv, values, c0, most, kv_type,
-                                 nvec);
+                const int32_t nv = nvec - v0 < ACC_VECTORS ? nvec - v0 : ACC_VECTORS;
+                __m512 x[ACC_VECTORS];
+                for (int32_t i = 0; i < nv; i++)
+                    x[i] = load_vec(v, v0 + i, kv_type);
+                for (int32_t h = h0; h < h1; h++) {
+                    const __m512 pj = _mm512_set1_ps(p[h][j]);
+                    float *o = out[h] + v0 * LANES;
+                    for (int32_t i = 0; i < nv; i++)
+                        _mm512_storeu_ps(o + i * LANES, _mm512_fmadd_ps(pj, x[i],
+                                                                        _mm512_loadu_ps(o + i * LANES)));
+                }
             }
         }
+    }
+}
+
+/* The values half for one (kv_type, nvec): per chunk, once the keys half has published
+ * its scores, each head's online softmax (which rescales the head's output when its
+ * maximum grows), then the chunk's values (values_by_key); at the end, the division by
+ * each head's sum. */
+static inline __attribute__((always_inline)) void
+values_body(graft__attend_link *link, float *const *out, const int32_t *col, int32_t n_heads,
+            int64_t n_keys, const void *const *values, uint32_t kv_type, int32_t nvec)
+{
+    float running_max[GRAFT_ATTN_MAX_HEADS], running_sum[GRAFT_ATTN_MAX_HEADS];
+    size_t off[GRAFT_ATTN_MAX_HEADS];
+    for (int32_t h = 0; h < n_heads; h++) {
+        memset(out[h], 0, (size_t)nvec * LANES * sizeof(float));
+        running_max[h] = -INFINITY;
+        running_sum[h] = 0.0f;
+        off[h] = (size_t)col[h] * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
+    }
+    for (int64_t c0 = 0, c = 0; c0 < n_keys; c0 += GRAFT_ATTN_CHUNK, c++) {
+        const int count = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;
+        wait_for_chunk(link, c);
+        float(*p)[GRAFT_ATTN_CHUNK] = link_scores(link, c, n_heads);
+        for (int32_t h = 0; h < n_heads; h++) {
+            float rescale = chunk_softmax(p[h], count, &running_max[h], &running_sum[h]);
+            if (rescale != 1.0f)
+                scale_row(out[h], nvec, rescale);
+        }
+        values_by_key(out, p, count, n_heads, values, off, c0, n_keys, kv_type, nvec,
+                      span_bytes(off, n_heads, kv_type, nvec));
     }
     for (int32_t h = 0; h < n_heads; h++)
         if (running_sum[h] > 0.0f)
@@ -261,6 +434,18 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
                      float scale)                                                          \
     {                                                                                      \
         attend_body(out, q, n_keys, n_heads, keys, values, KV_TYPE, NVEC, scale);         \
+    }                                                                                      \
+    static void name##_keys(graft__attend_link *link, const float *const *q,               \
+                            const int32_t *col, int32_t n_heads, int64_t n_keys,           \
+                            const void *const *keys, float scale)                          \
+    {                                                                                      \
+        keys_body(link, q, col, n_heads, n_keys, keys, KV_TYPE, NVEC, scale);              \
+    }                                                                                      \
+    static void name##_values(graft__attend_link *link, float *const *out,                 \
+                              const int32_t *col, int32_t n_heads, int64_t n_keys,         \
+                              const void *const *values)                                   \
+    {                                                                                      \
+        values_body(link, out, col, n_heads, n_keys, values, KV_TYPE, NVEC);               \
     }
 ATTEND_INSTANCE(attend_f16_64, GRAFT_TYPE_F16, 4)
 ATTEND_INSTANCE(attend_f16_128, GRAFT_TYPE_F16, 8)
@@ -269,13 +454,19 @@ ATTEND_INSTANCE(attend_f32_64, GRAFT_TYPE_F32, 4)
 ATTEND_INSTANCE(attend_f32_128, GRAFT_TYPE_F32, 8)
 ATTEND_INSTANCE(attend_f32_256, GRAFT_TYPE_F32, 16)
 
+/* Whether the vectorised kernels take this head size (else the scalar reference does). */
+static bool vectorised(int32_t head_dim)
+{
+    return head_dim % LANES == 0 && head_dim <= GRAFT_ATTN_MAX_HEAD_DIM;
+}
+
 void graft__attend_heads_avx512(float *const *out, const float *const *q,
                                 const int64_t *n_keys, int32_t n_heads,
                                 const void *const *keys, const void *const *values,
                                 uint32_t kv_type, int32_t head_dim, float scale)
 {
     GRAFT_ASSERT(n_heads >= 0 && n_heads <= GRAFT_ATTN_MAX_HEADS);
-    if (head_dim % LANES != 0 || head_dim > GRAFT_ATTN_MAX_HEAD_DIM) {
+    if (!vectorised(head_dim)) {
         for (int32_t h = 0; h < n_heads; h++)
             graft__attend(out[h], q[h], 1, keys, values, kv_type, n_keys[h], head_dim, scale);
         return;
@@ -295,6 +486,56 @@ void graft__attend_heads_avx512(float *const *out, const float *const *q,
         attend_body(out, q, n_keys, n_heads, keys, values, kv_type, head_dim / LANES, scale);
     }
 }
+
+static void split_keys(graft__attend_link *link, const float *const *q, const int32_t *col,
+                       int32_t n_heads, int64_t n_keys, const void *const *keys,
+                       uint32_t kv_type, int32_t head_dim, float scale)
+{
+    GRAFT_ASSERT(n_heads >= 0 && n_heads <= GRAFT_ATTN_MAX_HEADS && vectorised(head_dim));
+    bool f16 = kv_type == GRAFT_TYPE_F16;
+    switch (head_dim) {
+    case 64:
+        (f16 ? attend_f16_64_keys : attend_f32_64_keys)(link, q, col, n_heads, n_keys, keys,
+                                                        scale);
+        return;
+    case 128:
+        (f16 ? attend_f16_128_keys : attend_f32_128_keys)(link, q, col, n_heads, n_keys, keys,
+                                                          scale);
+        return;
+    case 256:
+        (f16 ? attend_f16_256_keys : attend_f32_256_keys)(link, q, col, n_heads, n_keys, keys,
+                                                          scale);
+        return;
+    default:
+        keys_body(link, q, col, n_heads, n_keys, keys, kv_type, head_dim / LANES, scale);
+    }
+}
+
+static void split_values(graft__attend_link *link, float *const *out, const int32_t *col,
+                         int32_t n_heads, int64_t n_keys, const void *const *values,
+                         uint32_t kv_type, int32_t head_dim)
+{
+    GRAFT_ASSERT(n_heads >= 0 && n_heads <= GRAFT_ATTN_MAX_HEADS && vectorised(head_dim));
+    bool f16 = kv_type == GRAFT_TYPE_F16;
+    switch (head_dim) {
+    case 64:
+        (f16 ? attend_f16_64_values : attend_f32_64_values)(link, out, col, n_heads, n_keys,
+                                                            values);
+        return;
+    case 128:
+        (f16 ? attend_f16_128_values : attend_f32_128_values)(link, out, col, n_heads, n_keys,
+                                                              values);
+        return;
+    case 256:
+        (f16 ? attend_f16_256_values : attend_f32_256_values)(link, out, col, n_heads, n_keys,
+                                                              values);
+        return;
+    default:
+        values_body(link, out, col, n_heads, n_keys, values, kv_type, head_dim / LANES);
+    }
+}
+
+const graft__attend_split graft__attend_split_avx512 = {split_keys, split_values};
 
 void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *const *keys,
                           const void *const *values, uint32_t kv_type, int64_t n_keys,

@@ -5,9 +5,11 @@
  * with FMA and F16C, else scalar), unless GRAFT_KERNELS=scalar|avx2|avx512 forces one;
  * forcing a path the processor lacks is refused with a message rather than crashing.
  *
- * graft__matmul_run prepares each token's activations (one task per token), then computes
- * the outputs in row chunks (one task per chunk). Chunks split rows only, never the sum
- * over inputs, so the result is the same bits for any thread count.
+ * graft__matmul_many prepares each token's activations (one task per token and weight type),
+ * then computes the outputs of all its matrices in row chunks (one task per chunk), so that
+ * matrices reading the same input (q, k and v; gate and up) cost one wait for the threads,
+ * not one each. Chunks split rows only, never the sum over inputs, so the result is the
+ * same bits for any thread count and however matrices are grouped.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,36 +65,81 @@ graft__store_row_fn graft__store_row_for(const graft__matmul_path *path)
     return graft__store_row;
 }
 
-size_t graft__matmul_work_size(const graft__matmul_path *path, uint32_t type, int64_t n_in,
-                               int64_t n_tok)
+/* The prepared activations of a call: one slot per distinct weight type among its
+ * matrices, in the order the types first appear; slot[i] is matrix i's. */
+typedef struct act_slots {
+    int n;                          /* distinct types */
+    uint32_t type[GRAFT_MATMUL_MAX_MATRICES];
+    size_t bytes[GRAFT_MATMUL_MAX_MATRICES];  /* one token's, per distinct type */
+    size_t offset[GRAFT_MATMUL_MAX_MATRICES]; /* of each distinct type's tokens in work */
+    int slot[GRAFT_MATMUL_MAX_MATRICES];      /* per matrix */
+} act_slots;
+
+/* Plans the slots; returns the work bytes they take for n_tok tokens. */
+static size_t plan_slots(act_slots *a, const graft__matmul_path *path,
+                         const graft__matmul_one *m, int n, int64_t n_in, int64_t n_tok)
 {
-    return path->act_bytes(type, n_in) * (size_t)n_tok;
+    GRAFT_ASSERT(n >= 1 && n <= GRAFT_MATMUL_MAX_MATRICES);
+    size_t total = 0;
+    a->n = 0;
+    for (int i = 0; i < n; i++) {
+        int s = 0;
+        while (s < a->n && a->type[s] != m[i].type)
+            s++;
+        if (s == a->n) {
+            a->type[s] = m[i].type;
+            a->bytes[s] = path->act_bytes(m[i].type, n_in);
+            a->offset[s] = total;
+            total += a->bytes[s] * (size_t)n_tok;
+            a->n++;
+        }
+        a->slot[i] = s;
+    }
+    return total;
+}
+
+size_t graft__matmul_work_size(const graft__matmul_path *path, const graft__matmul_one *m,
+                               int n, int64_t n_in, int64_t n_tok)
+{
+    act_slots a;
+    return plan_slots(&a, path, m, n, n_in, n_tok);
 }
 
 typedef struct matmul_job {
     const graft__matmul_path *path;
-    float *y;
-    const void *w;
-    uint32_t type;
-    int64_t n_in, n_out, n_tok, chunk;
+    const graft__matmul_one *m;
+    int n;
+    int64_t n_in, n_tok;
     const float *x;
-    uint8_t *xa;
-    size_t xa_bytes;
+    uint8_t *work;
+    act_slots act;
+    int64_t chunk[GRAFT_MATMUL_MAX_MATRICES];       /* rows per task of each matrix */
+    int64_t first_task[GRAFT_MATMUL_MAX_MATRICES + 1]; /* matrix i's tasks start here */
 } matmul_job;
 
-static void prepare_task(void *ctx, int64_t t, int thread)
+/* Task (slot, token): that token's activations in that slot's format. */
+static void prepare_task(void *ctx, int64_t task, int thread)
 {
     (void)thread;
     matmul_job *j = ctx;
-    j->path->act_prepare(j->type, j->xa + (size_t)t * j->xa_bytes, j->x + t * j->n_in, j->n_in);
+    int s = (int)(task / j->n_tok);
+    int64_t t = task % j->n_tok;
+    j->path->act_prepare(j->act.type[s], j->work + j->act.offset[s] + (size_t)t * j->act.bytes[s],
+                         j->x + t * j->n_in, j->n_in);
 }
 
-static void gemm_task(void *ctx, int64_t c, int thread)
+static void gemm_task(void *ctx, int64_t task, int thread)
 {
     (void)thread;
     matmul_job *j = ctx;
-    int64_t o0 = c * j->chunk, o1 = o0 + j->chunk < j->n_out ? o0 + j->chunk : j->n_out;
-    j->path->gemm(j->type, j->y, j->n_out, j->w, j->n_in, o0, o1, j->xa, j->n_tok);
+    int i = 0;
+    while (task >= j->first_task[i + 1])
+        i++;
+    const graft__matmul_one *m = &j->m[i];
+    int64_t o0 = (task - j->first_task[i]) * j->chunk[i];
+    int64_t o1 = o0 + j->chunk[i] < m->n_out ? o0 + j->chunk[i] : m->n_out;
+    j->path->gemm(m->type, m->y, m->n_out, m->w, j->n_in, o0, o1,
+                  j->work + j->act.offset[j->act.slot[i]], j->n_tok);
 }
 
 /* Rows per task: two tasks per thread, each a multiple of 64 rows so tiles stay whole.
@@ -108,13 +155,25 @@ static int64_t rows_per_task(int64_t n_out, int threads)
     return chunk < 64 ? 64 : chunk;
 }
 
+void graft__matmul_many(const graft__exec *ex, const graft__matmul_one *m, int n, int64_t n_in,
+                        const float *x, int64_t n_tok)
+{
+    matmul_job j = {.path = ex->path, .m = m, .n = n, .n_in = n_in, .n_tok = n_tok, .x = x,
+                    .work = ex->work};
+    size_t bytes = plan_slots(&j.act, ex->path, m, n, n_in, n_tok);
+    GRAFT_ASSERT(bytes <= ex->work_size);
+    graft__pool_run(ex->pool, j.act.n * n_tok, prepare_task, &j);
+    j.first_task[0] = 0;
+    for (int i = 0; i < n; i++) {
+        j.chunk[i] = rows_per_task(m[i].n_out, graft__pool_size(ex->pool));
+        j.first_task[i + 1] = j.first_task[i] + (m[i].n_out + j.chunk[i] - 1) / j.chunk[i];
+    }
+    graft__pool_run(ex->pool, j.first_task[n], gemm_task, &j);
+}
+
 void graft__matmul_run(const graft__exec *ex, float *y, const void *w, uint32_t type,
                        int64_t n_in, int64_t n_out, const float *x, int64_t n_tok)
 {
-    matmul_job j = {ex->path, y, w, type, n_in, n_out, n_tok, 0, x, ex->work,
-                    ex->path->act_bytes(type, n_in)};
-    GRAFT_ASSERT(j.xa_bytes * (size_t)n_tok <= ex->work_size);
-    graft__pool_run(ex->pool, n_tok, prepare_task, &j);
-    j.chunk = rows_per_task(n_out, graft__pool_size(ex->pool));
-    graft__pool_run(ex->pool, (n_out + j.chunk - 1) / j.chunk, gemm_task, &j);
+    graft__matmul_one one = {y, w, type, n_out};
+    graft__matmul_many(ex, &one, 1, n_in, x, n_tok);
 }

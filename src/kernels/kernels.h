@@ -13,6 +13,7 @@
 #ifndef GRAFT_KERNELS_H
 #define GRAFT_KERNELS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -118,6 +119,40 @@ void graft__attend_heads_by_runs(graft__attend_fn attend, float *const *out,
                                  const void *const *values, uint32_t kv_type,
                                  int32_t head_dim, float scale);
 
+/* The split form: the heads of one token (all with n_keys keys) attend in two halves that
+ * run at the same time on two threads, so that each half reads one array of rows from
+ * start to end. `keys` and `values` list whole rows (every KV head of a position); head h
+ * reads elements [col[h], col[h] + head_dim) of each. The keys half computes each chunk's
+ * scores and hands them to the values half through a link; the values half waits for each
+ * chunk, runs the online softmax on its scores and adds its V rows into out. Head h gets
+ * the same bits the path's graft__attend_heads kernel gives it with the rows keys[j] and
+ * values[j] offset by col[h] elements.
+ * The link: buf holds graft__attend_link_floats(n_heads, n_keys) floats, the (chunks,
+ * n_heads, GRAFT_ATTN_CHUNK) scores; ready counts the chunks written (release order) and
+ * must be 0 when the keys half starts. The values half may start before, after or while
+ * the keys half runs, on another thread, but the keys half must never wait for it: run
+ * both on one thread only in the order keys, values. */
+typedef struct graft__attend_link {
+    float *buf;
+    atomic_int ready;
+} graft__attend_link;
+typedef struct graft__attend_split {
+    void (*keys)(graft__attend_link *link, const float *const *q, const int32_t *col,
+                 int32_t n_heads, int64_t n_keys, const void *const *keys, uint32_t kv_type,
+                 int32_t head_dim, float scale);
+    void (*values)(graft__attend_link *link, float *const *out, const int32_t *col,
+                   int32_t n_heads, int64_t n_keys, const void *const *values,
+                   uint32_t kv_type, int32_t head_dim);
+} graft__attend_split;
+size_t graft__attend_link_floats(int32_t n_heads, int64_t n_keys);
+struct graft__matmul_path;
+/* The split form of a path's attention for this head size, or NULL where it has none
+ * (only the avx512 path has one, for head sizes its one-call kernel vectorises). */
+const graft__attend_split *graft__attend_split_for(const struct graft__matmul_path *path,
+                                                   int32_t head_dim);
+/* The avx512 path's (attention_avx512.c). */
+extern const graft__attend_split graft__attend_split_avx512;
+
 /* dst (n elements of type F16 or F32) = src (n floats). The F16C version (convert_avx2.c)
  * gives the same bits (NaN payloads aside); graft__store_row_for picks one for a path. */
 typedef void (*graft__store_row_fn)(uint32_t type, void *dst, const float *src, int64_t n);
@@ -170,11 +205,25 @@ typedef struct graft__exec {
 graft__attend_heads_fn graft__attend_for(const graft__matmul_path *path);
 graft__store_row_fn graft__store_row_for(const graft__matmul_path *path);
 
-/* Bytes of work buffer graft__matmul_run needs for n_tok tokens of n_in inputs. */
-size_t graft__matmul_work_size(const graft__matmul_path *path, uint32_t type, int64_t n_in,
-                               int64_t n_tok);
-/* y (n_tok, n_out) = x (n_tok, n_in) w^T on the exec's threads and path; the same bits for
- * any number of threads and any n_tok. */
+/* One matrix of a graft__matmul_many call: y (n_tok, n_out) = x w^T. */
+enum { GRAFT_MATMUL_MAX_MATRICES = 4 };
+typedef struct graft__matmul_one {
+    float *y;
+    const void *w;
+    uint32_t type;
+    int64_t n_out;
+} graft__matmul_one;
+
+/* Bytes of work buffer graft__matmul_many needs for these n (<= GRAFT_MATMUL_MAX_MATRICES)
+ * matrices over n_tok tokens of n_in inputs. */
+size_t graft__matmul_work_size(const graft__matmul_path *path, const graft__matmul_one *m,
+                               int n, int64_t n_in, int64_t n_tok);
+/* Every matrix of m over the same x (n_tok, n_in), in one job on the exec's threads and
+ * path; each y gets the same bits for any number of threads, any n_tok and any grouping
+ * of matrices. */
+void graft__matmul_many(const graft__exec *ex, const graft__matmul_one *m, int n, int64_t n_in,
+                        const float *x, int64_t n_tok);
+/* graft__matmul_many of the one matrix w (n_out, n_in). */
 void graft__matmul_run(const graft__exec *ex, float *y, const void *w, uint32_t type,
                        int64_t n_in, int64_t n_out, const float *x, int64_t n_tok);
 

@@ -3,9 +3,12 @@
  * blocks with reference counts and free lists, stats and the consistency check.
  *
  * Everything is allocated here, once, at create (DESIGN.md invariant 4): after it, blocks
- * are only taken from and given back to free lists. Sequences and their block tables are
- * kv_seq.c; reserve, copy-on-write and row lookup for the forward pass are kv_reserve.c.
- * The structures and the layout are described in kv_impl.h.
+ * are only taken from and given back to free lists. The slice arena asks for huge pages
+ * (graft__advise_huge_pages): every attention pass sweeps a sequence's rows, often reading
+ * only a few cache lines of each, so with 4 KiB pages the TLB would miss on nearly every
+ * row. Sequences and their block tables are kv_seq.c; reserve, copy-on-write and row
+ * lookup for the forward pass are kv_reserve.c. The structures and the layout are
+ * described in kv_impl.h.
  */
 #include <string.h>
 
@@ -113,6 +116,7 @@ static int alloc_memory(graft__kv_pool *p)
     p->seqs = graft__calloc((size_t)p->max_seqs, sizeof *p->seqs);
     if (p->arena == NULL || p->free_slices == NULL || p->seqs == NULL)
         return GRAFT_ENOMEM;
+    graft__advise_huge_pages(p->arena, (size_t)p->slices_total * p->slice_bytes);
     p->n_free_slices = p->slices_total;
     fill_stack(p->free_slices, p->slices_total);
     for (int g = 0; g < p->n_groups; g++)

@@ -34,9 +34,12 @@ struct graft__scratch {
     float *o;     /* (n, n_embd) block output */
     float *gate;  /* (n, n_ff) */
     float *up;    /* (n, n_ff) */
-    const void **keys;    /* (threads, max_pos + 1) key pointers of one head */
-    const void **values;  /* (threads, max_pos + 1) value pointers of one head */
+    const void **keys;    /* (threads, max_pos + 1) key pointers of one head (or whole rows) */
+    const void **values;  /* (threads, max_pos + 1) value pointers of one head (or whole rows) */
     int32_t *tiles;       /* (n + 1) starts of the attention tiles (attend_all) */
+    const graft__attend_split *split; /* the split attention of a lone entry, or NULL */
+    graft__attend_link link;          /* its link, buf of graft__attend_link_floats(n_head,
+                                         max_pos + 1) floats */
     int64_t ptr_stride;   /* max_pos + 1 */
     void *work_block;     /* allocation behind ex.work */
     graft__exec ex;       /* threads, path and aligned activation buffer */
@@ -58,6 +61,7 @@ static void scratch_free(scratch *s)
     graft__free(s->keys);
     graft__free(s->values);
     graft__free(s->tiles);
+    graft__free(s->link.buf);
     graft__free(s->work_block);
 }
 
@@ -79,29 +83,71 @@ static float *alloc_rows(int32_t n, int64_t width, bool touch)
     return alloc_bytes(bytes, touch);
 }
 
-/* The prepared activations of n tokens for weight w, packed or not. */
-static size_t matmul_work_size(const graft__matmul_path *path, const graft__weight *w,
-                               bool packed, int32_t n)
+/* Weight w as a matrix of a graft__matmul_many call writing y: its packed copy where the
+ * forward pass uses packed weights and w has one. */
+static graft__matmul_one matrix_of(const graft__weight *w, bool packed, float *y)
 {
-    uint32_t type = packed && w->packed != NULL ? w->packed_type : w->type;
-    return graft__matmul_work_size(path, type, w->cols, n);
+    if (packed && w->packed != NULL)
+        return (graft__matmul_one){y, w->packed, w->packed_type, w->rows};
+    return (graft__matmul_one){y, w->data, w->type, w->rows};
 }
 
-/* The largest prepared-activation buffer any matmul of this batch needs. */
+/* The weights of a layer multiplied in one job (matmul_layer): those reading one input. */
+enum { GROUP_QKV, GROUP_OUT, GROUP_GATE_UP, GROUP_DOWN, GROUPS_PER_LAYER };
+static int layer_group(const graft__layer *L, int g, const graft__weight **w)
+{
+    switch (g) {
+    case GROUP_QKV:
+        w[0] = &L->wq, w[1] = &L->wk, w[2] = &L->wv;
+        return 3;
+    case GROUP_OUT:
+        w[0] = &L->wo;
+        return 1;
+    case GROUP_GATE_UP:
+        w[0] = &L->w_gate, w[1] = &L->w_up;
+        return 2;
+    default:
+        w[0] = &L->w_down;
+        return 1;
+    }
+}
+
+static size_t group_work_size(const graft__matmul_path *path, const graft__weight *const *w,
+                              int count, bool packed, int32_t n)
+{
+    graft__matmul_one m[GRAFT_MATMUL_MAX_MATRICES];
+    for (int i = 0; i < count; i++)
+        m[i] = matrix_of(w[i], packed, NULL);
+    return graft__matmul_work_size(path, m, count, w[0]->cols, n);
+}
+
+/* The largest prepared-activation buffer any matmul job of this batch needs. */
 static size_t work_size(const struct graft_model *m, const graft__matmul_path *path,
                         bool packed, int32_t n)
 {
-    size_t most = matmul_work_size(path, &m->output, packed, n);
+    const graft__weight *out[1] = {&m->output};
+    size_t most = group_work_size(path, out, 1, packed, n);
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
-        const graft__layer *L = &m->layers[il];
-        const graft__weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                     &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            size_t bytes = matmul_work_size(path, ws[i], packed, n);
+        for (int g = 0; g < GROUPS_PER_LAYER; g++) {
+            const graft__weight *w[GRAFT_MATMUL_MAX_MATRICES];
+            int count = layer_group(&m->layers[il], g, w);
+            size_t bytes = group_work_size(path, w, count, packed, n);
             most = bytes > most ? bytes : most;
         }
     }
     return most;
+}
+
+/* The split attention for a batch of one entry (attend_split_task), or NULL: where the path
+ * has none for this head size, or the pool has more than two threads. Measured on two
+ * cores: the split's two threads, each reading one whole array of rows, beat tasks per KV
+ * head there; a wider pool keeps the tasks, which give every thread work. */
+static const graft__attend_split *split_for(const graft__hparams *hp, const graft__exec *ex)
+{
+    if (hp->n_head > GRAFT_ATTN_MAX_HEADS || hp->head_dim_v != hp->head_dim ||
+        graft__pool_size(ex->pool) > 2)
+        return NULL;
+    return graft__attend_split_for(ex->path, hp->head_dim);
 }
 
 static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__exec *ex,
@@ -125,6 +171,10 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->keys = alloc_bytes(n_ptr * sizeof *s->keys, touch);
     s->values = alloc_bytes(n_ptr * sizeof *s->values, touch);
     s->tiles = alloc_bytes(((size_t)n + 1) * sizeof *s->tiles, touch);
+    s->split = split_for(hp, ex);
+    if (s->split != NULL)
+        s->link.buf = alloc_rows(1, (int64_t)graft__attend_link_floats(hp->n_head, s->ptr_stride),
+                                 touch);
     s->ex = *ex;
     s->ex.attend = graft__attend_for(ex->path);
     s->ex.store_row = graft__store_row_for(ex->path);
@@ -133,7 +183,8 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->work_block = alloc_bytes(s->ex.work_size + 64, touch);
     s->ex.work = (void *)(((uintptr_t)s->work_block + 63) & ~(uintptr_t)63);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->gate || !s->up ||
-        !s->keys || !s->values || !s->tiles || !s->work_block) {
+        !s->keys || !s->values || !s->tiles || !s->work_block ||
+        (s->split != NULL && s->link.buf == NULL)) {
         scratch_free(s);
         return GRAFT_ENOMEM;
     }
@@ -172,12 +223,26 @@ static void norm_rows(float *out, const float *x, const graft__weight *w, int32_
         graft__rmsnorm(out + t * width, x + t * width, w->data, width, eps);
 }
 
-static void matmul(const scratch *s, float *y, const graft__weight *w, const float *x, int32_t n)
+/* y[i] (n, rows of w[i]) = x (n, cols) w[i]^T for count weights reading the same x, in
+ * one job of the thread pool. */
+static void matmul_group(const scratch *s, const graft__weight *const *w, float *const *y,
+                         int count, const float *x, int32_t n)
 {
-    if (s->packed && w->packed != NULL)
-        graft__matmul_run(&s->ex, y, w->packed, w->packed_type, w->cols, w->rows, x, n);
-    else
-        graft__matmul_run(&s->ex, y, w->data, w->type, w->cols, w->rows, x, n);
+    graft__matmul_one m[GRAFT_MATMUL_MAX_MATRICES];
+    for (int i = 0; i < count; i++) {
+        GRAFT_ASSERT(w[i]->cols == w[0]->cols);
+        m[i] = matrix_of(w[i], s->packed, y[i]);
+    }
+    graft__matmul_many(&s->ex, m, count, w[0]->cols, x, n);
+}
+
+/* The outputs y of layer L's weight group g (layer_group) from x. */
+static void matmul_layer(const scratch *s, const graft__layer *L, int g, float *const *y,
+                         const float *x, int32_t n)
+{
+    const graft__weight *w[GRAFT_MATMUL_MAX_MATRICES];
+    int count = layer_group(L, g, w);
+    matmul_group(s, w, y, count, x, n);
 }
 
 static void add_bias(float *y, const graft__weight *b, int32_t n)
@@ -326,12 +391,48 @@ static int32_t plan_tiles(const attend_job *j, int32_t n)
     return n_tiles;
 }
 
-/* att (n, n_head * head_dim_v): each entry's heads attend over [lo, pos] of its sequence. */
+/* Task 0 (the keys half) or 1 (the values half) of the split attention of entry 0, alone in
+ * its batch: all its query heads over [lo, pos], head hq reading its KV head's columns of
+ * each whole row. graft__pool_run hands tasks out in index order, so the keys half is
+ * running (or done) before the values half waits for it, and one thread runs them in turn. */
+static void attend_split_task(void *ctx, int64_t task, int thread)
+{
+    const attend_job *j = ctx;
+    const graft__hparams *hp = j->hp;
+    const int32_t group = hp->n_head / hp->n_head_kv, seq = j->e[0].seq;
+    const int32_t lo = first_key(j, 0), n_keys = j->e[0].pos - lo + 1;
+    const void **rows = (task == 0 ? j->s->keys : j->s->values) + thread * j->s->ptr_stride;
+    for (int32_t i = 0; i < n_keys; i++)
+        rows[i] = task == 0 ? j->kv->k_row(j->kv->self, j->il, seq, lo + i)
+                            : j->kv->v_row(j->kv->self, j->il, seq, lo + i);
+    float *outs[GRAFT_ATTN_MAX_HEADS];
+    const float *qs[GRAFT_ATTN_MAX_HEADS];
+    int32_t col[GRAFT_ATTN_MAX_HEADS];
+    for (int32_t hq = 0; hq < hp->n_head; hq++) {
+        outs[hq] = j->att + (int64_t)hq * hp->head_dim_v;
+        qs[hq] = j->q + (int64_t)hq * hp->head_dim;
+        col[hq] = hq / group * hp->head_dim;
+    }
+    if (task == 0)
+        j->s->split->keys(&j->s->link, qs, col, hp->n_head, n_keys, rows, j->kv->type,
+                          hp->head_dim, hp->attn_scale);
+    else
+        j->s->split->values(&j->s->link, outs, col, hp->n_head, n_keys, rows, j->kv->type,
+                            hp->head_dim);
+}
+
+/* att (n, n_head * head_dim_v): each entry's heads attend over [lo, pos] of its sequence.
+ * A lone entry (a decode step) takes the split attention where there is one. */
 static void attend_all(const graft__hparams *hp, graft__kv *kv, int32_t il,
                        const graft__batch_entry *e, int32_t n, const float *q, float *att,
                        scratch *s)
 {
     attend_job j = {hp, kv, il, e, q, att, s};
+    if (n == 1 && s->split != NULL) {
+        atomic_store_explicit(&s->link.ready, 0, memory_order_relaxed);
+        graft__pool_run(s->ex.pool, 2, attend_split_task, &j);
+        return;
+    }
     int32_t n_tiles = plan_tiles(&j, n);
     graft__pool_run(s->ex.pool, (int64_t)n_tiles * hp->n_head_kv, attend_task, &j);
 }
@@ -348,16 +449,14 @@ static void attention_block(const struct graft_model *m, graft__kv *kv, int32_t 
     const graft__hparams *hp = &m->hp;
     const graft__layer *L = &m->layers[il];
     norm_rows(s->h, s->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
-    matmul(s, s->q, &L->wq, s->h, n);
-    matmul(s, s->k, &L->wk, s->h, n);
-    matmul(s, s->v, &L->wv, s->h, n);
+    matmul_layer(s, L, GROUP_QKV, (float *const[]){s->q, s->k, s->v}, s->h, n);
     add_bias(s->q, &L->bq, n);
     add_bias(s->k, &L->bk, n);
     add_bias(s->v, &L->bv, n);
     position_qk(m, L, il, e, n, s->q, s->k);
     store_kv(hp, kv, il, e, n, s->k, s->v, s);
     attend_all(hp, kv, il, e, n, s->q, s->att, s);
-    matmul(s, s->o, &L->wo, s->att, n);
+    matmul_layer(s, L, GROUP_OUT, &s->o, s->att, n);
     if (L->post_attn_norm.data != NULL)
         norm_rows(s->o, s->o, &L->post_attn_norm, n, hp->n_embd, hp->rms_eps);
     add_rows(s->x, s->o, (int64_t)n * hp->n_embd);
@@ -368,13 +467,12 @@ static void ffn_block(const struct graft_model *m, int32_t il, int32_t n, scratc
     const graft__hparams *hp = &m->hp;
     const graft__layer *L = &m->layers[il];
     norm_rows(s->h, s->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
-    matmul(s, s->gate, &L->w_gate, s->h, n);
-    matmul(s, s->up, &L->w_up, s->h, n);
+    matmul_layer(s, L, GROUP_GATE_UP, (float *const[]){s->gate, s->up}, s->h, n);
     if (hp->arch == GRAFT_ARCH_GEMMA3)
         graft__geglu(s->gate, s->up, (int64_t)n * hp->n_ff);
     else
         graft__swiglu(s->gate, s->up, (int64_t)n * hp->n_ff);
-    matmul(s, s->o, &L->w_down, s->gate, n);
+    matmul_layer(s, L, GROUP_DOWN, &s->o, s->gate, n);
     if (L->post_ffn_norm.data != NULL)
         norm_rows(s->o, s->o, &L->post_ffn_norm, n, hp->n_embd, hp->rms_eps);
     add_rows(s->x, s->o, (int64_t)n * hp->n_embd);
@@ -395,7 +493,8 @@ static void output_logits(const struct graft_model *m, const graft__batch_entry 
     }
     if (rows == 0)
         return;
-    matmul(s, logits, &m->output, s->h, rows);
+    const graft__weight *out = &m->output;
+    matmul_group(s, &out, &logits, 1, s->h, rows);
     if (hp->final_softcap > 0.0f)
         graft__softcap(logits, (int64_t)rows * hp->n_vocab, hp->final_softcap);
 }

@@ -6,7 +6,9 @@
  * engine's paged, reference-counted pool implements the same interface.
  *
  * Layout: k[layer][seq][pos][n_head_kv * head_dim], v likewise with head_dim_v; elements
- * of the store's type (F16 or F32).
+ * of the store's type (F16 or F32). Both slabs ask for huge pages: every attention pass
+ * sweeps the sequence's rows, often reading only a few cache lines of each, so with 4 KiB
+ * pages the TLB would miss on nearly every row.
  */
 #include <string.h>
 
@@ -47,6 +49,8 @@ int graft__kv_simple_create(const graft__hparams *hp, int32_t n_seq, int32_t n_c
         graft__kv_simple_free(s);
         return fits ? GRAFT_ENOMEM : GRAFT_ECAPACITY;
     }
+    graft__advise_huge_pages(s->k, k_bytes);
+    graft__advise_huge_pages(s->v, v_bytes);
     *out = s;
     return GRAFT_OK;
 }

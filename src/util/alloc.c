@@ -5,10 +5,12 @@
  * n = 0, 1, 2, ... until it succeeds without a refused allocation, asserting each time that
  * the operation reports GRAFT_ENOMEM cleanly and leaks nothing (graft__alloc_live()).
  * The counters are atomics so a test may inject while the engine thread allocates.
+ * graft__advise_huge_pages is here too: a hint about memory this seam handed out.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "util/util.h"
@@ -86,6 +88,15 @@ void graft__free(void *ptr)
         return;
     atomic_fetch_sub(&live, 1);
     free(ptr);
+}
+
+void graft__advise_huge_pages(void *p, size_t size)
+{
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t first = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    uintptr_t end = ((uintptr_t)p + size) & ~(huge - 1);
+    if (end > first)
+        (void)madvise((void *)first, end - first, MADV_HUGEPAGE);
 }
 
 void graft_free(void *ptr)

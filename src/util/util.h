@@ -5,6 +5,7 @@
  *   tests can inject failures (as SQLite's test_malloc.c does): graft__alloc_fail_after(n)
  *   makes the allocation after the next n succeed fail (and, when `persistent`, every one
  *   after it too). The counters are atomic; injection is meant for single-test processes.
+ *   graft__advise_huge_pages asks for huge pages under a large array read in long sweeps.
  * - Error messages: graft__errmsg() formats a heap message into a caller's `char **errmsg`.
  * - Two tiers of assert: GRAFT_ASSERT is always on (shapes, bounds); GRAFT_DEBUG_ASSERT is
  *   compiled only without NDEBUG (O(n) consistency checks).
@@ -24,6 +25,14 @@ void *graft__calloc(size_t count, size_t size);
 void *graft__realloc(void *ptr, size_t size);
 void graft__free(void *ptr);
 char *graft__strndup(const char *s, size_t n);
+
+/* Asks the kernel to back the whole 2 MiB pages inside [p, p + size) (an allocation from
+ * graft__malloc, best before it is first written) with transparent huge pages (madvise
+ * MADV_HUGEPAGE). For the KV store, which attention sweeps every step, often reading only a
+ * few cache lines of each row: with 4 KiB pages the TLB would miss on nearly every row.
+ * Only a hint: where the kernel declines or lacks THP nothing changes, and the memory is
+ * still freed with graft__free. */
+void graft__advise_huge_pages(void *p, size_t size);
 
 /* Overflow-checked size arithmetic: false when the result does not fit. */
 bool graft__mul_size(size_t a, size_t b, size_t *out);

@@ -170,10 +170,3 @@ void graft__matmul_many(const graft__exec *ex, const graft__matmul_one *m, int n
     }
     graft__pool_run(ex->pool, j.first_task[n], gemm_task, &j);
 }
-
-void graft__matmul_run(const graft__exec *ex, float *y, const void *w, uint32_t type,
-                       int64_t n_in, int64_t n_out, const float *x, int64_t n_tok)
-{
-    graft__matmul_one one = {y, w, type, n_out};
-    graft__matmul_many(ex, &one, 1, n_in, x, n_tok);
-}

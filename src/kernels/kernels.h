@@ -223,8 +223,5 @@ size_t graft__matmul_work_size(const graft__matmul_path *path, const graft__matm
  * of matrices. */
 void graft__matmul_many(const graft__exec *ex, const graft__matmul_one *m, int n, int64_t n_in,
                         const float *x, int64_t n_tok);
-/* graft__matmul_many of the one matrix w (n_out, n_in). */
-void graft__matmul_run(const graft__exec *ex, float *y, const void *w, uint32_t type,
-                       int64_t n_in, int64_t n_out, const float *x, int64_t n_tok);
 
 #endif /* GRAFT_KERNELS_H */

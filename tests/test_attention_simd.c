@@ -142,6 +142,16 @@ static void check_kernel(graft__attend_fn attend)
 
 /* Up to GRAFT_ATTN_MAX_HEADS heads of 2-head groups, token i of the run having key count
  * counts[i] (ragged, in and out of order, across chunk and 16-key boundaries). */
+/* Head h of n writes dim floats at got + h * dim and reads one of the problem's queries. */
+static void aim_heads(float **outs, const float **qs, int32_t n, float *got, const problem *p,
+                      int32_t dim)
+{
+    for (int32_t h = 0; h < n; h++) {
+        outs[h] = got + (int64_t)h * dim;
+        qs[h] = p->q + (int64_t)(h % (MAX_Q * MAX_DIM / dim)) * dim;
+    }
+}
+
 static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
 {
     static const int64_t counts[] = {300, 1, 64, 65, 17, 130, 0, 16, 63, 299, 2, 128, 129, 15,
@@ -158,11 +168,9 @@ static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
             float *outs[GRAFT_ATTN_MAX_HEADS];
             const float *qs[GRAFT_ATTN_MAX_HEADS];
             int64_t n_keys[GRAFT_ATTN_MAX_HEADS];
-            for (int32_t h = 0; h < GRAFT_ATTN_MAX_HEADS; h++) {
-                outs[h] = got + (int64_t)h * dim;
-                qs[h] = p->q + (int64_t)(h % (MAX_Q * MAX_DIM / dim)) * dim;
+            aim_heads(outs, qs, GRAFT_ATTN_MAX_HEADS, got, p, dim);
+            for (int32_t h = 0; h < GRAFT_ATTN_MAX_HEADS; h++)
                 n_keys[h] = counts[(h / 2) % (sizeof counts / sizeof *counts)];
-            }
             for (int32_t n_heads = 1; n_heads <= GRAFT_ATTN_MAX_HEADS; n_heads += 7) {
                 heads(outs, qs, n_keys, n_heads, p->keys, p->values, kv_types[ti], dim, 0.1f);
                 for (int32_t h = 0; h < n_heads; h++) {
@@ -224,13 +232,11 @@ static void check_split_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t
     float *outs[GRAFT_ATTN_MAX_HEADS];
     const float *qs[GRAFT_ATTN_MAX_HEADS];
     int32_t col[GRAFT_ATTN_MAX_HEADS];
-    for (int32_t h = 0; h < n_heads; h++) {
-        outs[h] = got + (int64_t)h * dim;
-        qs[h] = p->q + (int64_t)(h % (MAX_Q * MAX_DIM / dim)) * dim;
+    aim_heads(outs, qs, n_heads, got, p, dim);
+    for (int32_t h = 0; h < n_heads; h++)
         col[h] = h / group * dim;
-    }
     graft__attend_link link = {0};
-    link.buf = malloc((graft__attend_link_floats(n_heads, MAX_KEYS) + 1) * sizeof(float));
+    link.buf = malloc(graft__attend_link_floats(n_heads, MAX_KEYS) * sizeof(float));
     assert_non_null(link.buf);
     for (size_t ki = 0; ki < sizeof key_counts / sizeof *key_counts; ki++) {
         split_call c = {&link, outs, qs, col, n_heads, dim, key_counts[ki], p->keys, p->values,

@@ -16,8 +16,8 @@
  *           then (L0+L1)+(L2+L3) across them) wherever it sits among the 16.
  *   softmax The chunk maximum, exp(s - max) with a vectorised exp (exp_ps below, within
  *           2 ulp of expf) and the running sum, 16 keys per vector.
- *   values  Each head's output accumulator stays in registers across a run of the chunk's
- *           keys (as many heads at a time as fit in 16 vectors), adding p_j v_j per key.
+ *   values  Each head's output accumulator stays in registers across the chunk's keys
+ *           (as many heads at a time as fit in 16 vectors), adding p_j v_j per key.
  *
  * Which keys share a group of 16 and a chunk depends only on their index from the first
  * key, so a head's result depends only on its query and the keys (DESIGN.md invariant 1),
@@ -35,9 +35,10 @@
  * every row is read whole and front to back. Per chunk the keys half writes the scores
  * into the link, then publishes the chunk (release); the values half waits for it
  * (acquire), runs the online softmax (on the values side, because the scores are the
- * heavier half), rescales its outputs and adds the chunk's values. Both halves call the functions the one-call form calls, on the same
- * numbers in the same order, so a head's output is the same bits in either form; only
- * how the work is shared between threads differs.
+ * heavier half), rescales its outputs and adds the chunk's values. Both halves call the
+ * functions the one-call form calls, on the same numbers in the same order, so a head's
+ * output is the same bits in either form; only how the work is shared between threads
+ * differs.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -87,10 +88,16 @@ static inline __attribute__((always_inline)) __m512 load_vec(const void *row, in
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)row + v));
 }
 
+/* Bytes of one element of a K or V row. */
+static inline int32_t elem_bytes(uint32_t kv_type)
+{
+    return kv_type == GRAFT_TYPE_F32 ? 4 : 2;
+}
+
 /* Bytes of one head's slice of a row. */
 static inline int32_t slice_bytes(uint32_t kv_type, int32_t nvec)
 {
-    return nvec * LANES * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
+    return nvec * LANES * elem_bytes(kv_type);
 }
 
 /* Bytes of a row from its start to the end of the last head's slice (the split form's
@@ -135,7 +142,7 @@ static inline __m512 sum_lanes16(const __m512 *v)
 /* scores[h][j] = scale * q[h] . k_j for the n[h] keys head h has in the chunk at c0 (n[h] <=
  * GRAFT_ATTN_CHUNK), k_j being keys[c0 + j] + off[h] bytes; n_max is the largest n[h]. A
  * head's entries from n[h] up to the next multiple of 16 are left as computed from zero
- * partials. With `prefetch`, asks for the rows ahead (the one-call form's scattered rows). */
+ * partials. Asks for the first prefetch_bytes of the rows ahead. */
 static inline __attribute__((always_inline)) void
 chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int *n,
              int n_max, int32_t n_heads, const void *const *keys, const size_t *off,
@@ -219,28 +226,25 @@ static inline float chunk_softmax(float *s, int n, float *running_max, float *ru
     return rescale;
 }
 
-/* out[h] (holding the running accumulators) += sum_j p[h][j] v_j over keys [j0, j1) of the
- * chunk at c0 that head h has (j < n[h]), v_j being values[c0 + j] + off bytes, for heads
- * [h0, h0 + nh) and vectors [v0, v0 + nv) of each row, nh * nv <= ACC_VECTORS. With
- * `prefetch`, asks for the rows ahead. */
+/* out[h] (holding the running accumulators) += sum_j p[h][j] v_j over head h's n[h] keys
+ * of the chunk at c0, for heads [h0, h0 + nh) and vectors [v0, v0 + nv) of each row,
+ * nh * nv <= ACC_VECTORS. */
 static inline __attribute__((always_inline)) void
 chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int32_t h0,
-             int32_t nh, int32_t v0, int32_t nv, const void *const *values, size_t off,
-             int64_t c0, int j0, int j1, int64_t n_keys, uint32_t kv_type,
-             int32_t prefetch_bytes)
+             int32_t nh, int32_t v0, int32_t nv, const void *const *values, int64_t c0,
+             int64_t n_keys, uint32_t kv_type, int32_t nvec)
 {
     int n_max = 0;
     for (int32_t h = 0; h < nh; h++)
         n_max = n[h0 + h] > n_max ? n[h0 + h] : n_max;
-    j1 = j1 < n_max ? j1 : n_max;
     __m512 acc[ACC_VECTORS];
     for (int32_t h = 0; h < nh; h++)
         for (int32_t v = 0; v < nv; v++)
             acc[h * nv + v] = _mm512_loadu_ps(out[h0 + h] + (v0 + v) * LANES);
-    for (int j = j0; j < j1; j++) {
-        const void *row = (const char *)values[c0 + j] + off;
+    for (int j = 0; j < n_max; j++) {
+        const void *row = values[c0 + j];
         if (h0 == 0 && v0 == 0)
-            prefetch_row(values, c0 + j + PREFETCH_AHEAD, n_keys, prefetch_bytes);
+            prefetch_row(values, c0 + j + PREFETCH_AHEAD, n_keys, slice_bytes(kv_type, nvec));
         for (int32_t v = 0; v < nv; v++) {
             __m512 x = load_vec(row, v0 + v, kv_type);
             for (int32_t h = 0; h < nh; h++)
@@ -252,31 +256,6 @@ chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int3
     for (int32_t h = 0; h < nh; h++)
         for (int32_t v = 0; v < nv; v++)
             _mm512_storeu_ps(out[h0 + h] + (v0 + v) * LANES, acc[h * nv + v]);
-}
-
-/* chunk_values over keys [j0, j1) for every head, in blocks of heads that read the same
- * part of the rows (off) and fit the accumulators. */
-static inline __attribute__((always_inline)) void
-chunk_values_all(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n,
-                 int32_t n_heads, const void *const *values, const size_t *off, int64_t c0,
-                 int j0, int j1, int64_t n_keys, uint32_t kv_type, int32_t nvec,
-                 int32_t prefetch_bytes)
-{
-    const int32_t heads_at_once = nvec <= ACC_VECTORS ? ACC_VECTORS / nvec : 1;
-    for (int32_t h0 = 0, nh; h0 < n_heads; h0 += nh) {
-        for (nh = 1; nh < heads_at_once && h0 + nh < n_heads && off[h0 + nh] == off[h0]; nh++)
-            ;
-        for (int32_t v0 = 0; v0 < nvec; v0 += ACC_VECTORS) {
-            int32_t nv = nvec - v0 < ACC_VECTORS ? nvec - v0 : ACC_VECTORS;
-            /* A whole block with constant sizes keeps its accumulators in registers. */
-            if (nh == heads_at_once && nv == nvec)
-                chunk_values(out, p, n, h0, heads_at_once, 0, nvec, values, off[h0], c0, j0, j1,
-                             n_keys, kv_type, prefetch_bytes);
-            else
-                chunk_values(out, p, n, h0, nh, v0, nv, values, off[h0], c0, j0, j1, n_keys,
-                             kv_type, prefetch_bytes);
-        }
-    }
 }
 
 /* The one-call form for one (kv_type, nvec): constants in the instances below. Head h
@@ -297,6 +276,7 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
         running_sum[h] = 0.0f;
         most = n_keys[h] > most ? n_keys[h] : most;
     }
+    const int32_t heads_at_once = nvec <= ACC_VECTORS ? ACC_VECTORS / nvec : 1;
     for (int64_t c0 = 0; c0 < most; c0 += GRAFT_ATTN_CHUNK) {
         int n_max = 0;
         for (int32_t h = 0; h < n_heads; h++) {
@@ -313,8 +293,19 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
             if (rescale != 1.0f)
                 scale_row(out[h], nvec, rescale);
         }
-        chunk_values_all(out, scores, n, n_heads, values, off, c0, 0, GRAFT_ATTN_CHUNK, most,
-                         kv_type, nvec, slice_bytes(kv_type, nvec));
+        for (int32_t h0 = 0; h0 < n_heads; h0 += heads_at_once) {
+            int32_t nh = n_heads - h0 < heads_at_once ? n_heads - h0 : heads_at_once;
+            for (int32_t v0 = 0; v0 < nvec; v0 += ACC_VECTORS) {
+                int32_t nv = nvec - v0 < ACC_VECTORS ? nvec - v0 : ACC_VECTORS;
+                /* A whole block with constant sizes keeps its accumulators in registers. */
+                if (nh == heads_at_once && nv == nvec)
+                    chunk_values(out, scores, n, h0, heads_at_once, 0, nvec, values, c0, most,
+                                 kv_type, nvec);
+                else
+                    chunk_values(out, scores, n, h0, nh, v0, nv, values, c0, most, kv_type,
+                                 nvec);
+            }
+        }
     }
     for (int32_t h = 0; h < n_heads; h++)
         if (running_sum[h] > 0.0f)
@@ -337,7 +328,7 @@ keys_body(graft__attend_link *link, const float *const *q, const int32_t *col,
     size_t off[GRAFT_ATTN_MAX_HEADS]; // bytes from a row's start to each head's slice
     int n[GRAFT_ATTN_MAX_HEADS];
     for (int32_t h = 0; h < n_heads; h++)
-        off[h] = (size_t)col[h] * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
+        off[h] = (size_t)col[h] * (size_t)elem_bytes(kv_type);
     for (int64_t c0 = 0, c = 0; c0 < n_keys; c0 += GRAFT_ATTN_CHUNK, c++) {
         const int count = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;
         for (int32_t h = 0; h < n_heads; h++)
@@ -409,7 +400,7 @@ values_body(graft__attend_link *link, float *const *out, const int32_t *col, int
         memset(out[h], 0, (size_t)nvec * LANES * sizeof(float));
         running_max[h] = -INFINITY;
         running_sum[h] = 0.0f;
-        off[h] = (size_t)col[h] * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
+        off[h] = (size_t)col[h] * (size_t)elem_bytes(kv_type);
     }
     for (int64_t c0 = 0, c = 0; c0 < n_keys; c0 += GRAFT_ATTN_CHUNK, c++) {
         const int count = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;

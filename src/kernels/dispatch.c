@@ -108,7 +108,6 @@ size_t graft__matmul_work_size(const graft__matmul_path *path, const graft__matm
 typedef struct matmul_job {
     const graft__matmul_path *path;
     const graft__matmul_one *m;
-    int n;
     int64_t n_in, n_tok;
     const float *x;
     uint8_t *work;
@@ -158,7 +157,7 @@ static int64_t rows_per_task(int64_t n_out, int threads)
 void graft__matmul_many(const graft__exec *ex, const graft__matmul_one *m, int n, int64_t n_in,
                         const float *x, int64_t n_tok)
 {
-    matmul_job j = {.path = ex->path, .m = m, .n = n, .n_in = n_in, .n_tok = n_tok, .x = x,
+    matmul_job j = {.path = ex->path, .m = m, .n_in = n_in, .n_tok = n_tok, .x = x,
                     .work = ex->work};
     size_t bytes = plan_slots(&j.act, ex->path, m, n, n_in, n_tok);
     GRAFT_ASSERT(bytes <= ex->work_size);

@@ -930,6 +930,17 @@ static void test_rmsnorm(void **state)
         assert_float_bits_equal(o4[i], 1.0f);
 }
 
+/* graft__rope at position pos, its angles computed first. */
+static void rope_at(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dims, int32_t pos,
+                    float base, float freq_scale, const float *freq_factors,
+                    graft__rope_layout layout)
+{
+    float angle[8];
+    assert_true(rot_dims <= 8);
+    graft__rope_angles(angle, rot_dims, pos, base, freq_scale, freq_factors);
+    graft__rope(x, n_heads, head_dim, rot_dims, angle, layout);
+}
+
 /* Two heads of 4: (1, 2, 3, 4) and (-1, 0.5, 2, -3), position 3, base 100: the pairs turn
  * by 3 * 100^0 = 3 and 3 * 100^(-1/2) = 0.3 radians. */
 static void test_rope(void **state)
@@ -940,7 +951,7 @@ static void test_rope(void **state)
     const double a = 3.0, b = 0.3;
 
     memcpy(x, in, sizeof x);
-    graft__rope(x, 2, 4, 4, 3, 100.0f, 1.0f, NULL, GRAFT_ROPE_ADJACENT);
+    rope_at(x, 2, 4, 4, 3, 100.0f, 1.0f, NULL, GRAFT_ROPE_ADJACENT);
     for (int h = 0; h < 2; h++) {
         const float *v = in + 4 * h;
         const double want[4] = {v[0] * cos(a) - v[1] * sin(a), v[0] * sin(a) + v[1] * cos(a),
@@ -950,7 +961,7 @@ static void test_rope(void **state)
     }
 
     memcpy(x, in, sizeof x);
-    graft__rope(x, 2, 4, 4, 3, 100.0f, 1.0f, NULL, GRAFT_ROPE_HALVES);
+    rope_at(x, 2, 4, 4, 3, 100.0f, 1.0f, NULL, GRAFT_ROPE_HALVES);
     for (int h = 0; h < 2; h++) {
         const float *v = in + 4 * h;
         const double want[4] = {v[0] * cos(a) - v[2] * sin(a), v[1] * cos(b) - v[3] * sin(b),
@@ -971,7 +982,7 @@ static void test_rope_partial_scaled(void **state)
     for (int layout = 0; layout < 2; layout++) {
         float x[8];
         memcpy(x, in, sizeof x);
-        graft__rope(x, 2, 4, 2, 3, 10000.0f, 0.5f, factors, (graft__rope_layout)layout);
+        rope_at(x, 2, 4, 2, 3, 10000.0f, 0.5f, factors, (graft__rope_layout)layout);
         for (int h = 0; h < 2; h++) {
             const float *v = in + 4 * h;
             assert_near(x[4 * h + 0], v[0] * cos(a) - v[1] * sin(a), 4e-6);
@@ -981,7 +992,7 @@ static void test_rope_partial_scaled(void **state)
         }
     }
     float x[4] = {1, 2, 3, 4}; /* position 0 turns nothing */
-    graft__rope(x, 1, 4, 4, 0, 10000.0f, 1.0f, NULL, GRAFT_ROPE_ADJACENT);
+    rope_at(x, 1, 4, 4, 0, 10000.0f, 1.0f, NULL, GRAFT_ROPE_ADJACENT);
     for (int i = 0; i < 4; i++)
         assert_float_bits_equal(x[i], (float)(i + 1));
 }

@@ -50,12 +50,17 @@ typedef enum graft__rope_layout {
     GRAFT_ROPE_HALVES    /* rotate pairs (x[i], x[i + d/2]): qwen2/3, gemma3 ("NEOX") */
 } graft__rope_layout;
 
-/* Rotates the first rot_dims of each of n_heads heads (head_dim apart) in x by position
- * pos: pair i turns by pos * freq_scale * base^(-2i/rot_dims) / freq_factors[i]
- * (freq_factors NULL means all 1). */
-void graft__rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dims, int32_t pos,
-                 float base, float freq_scale, const float *freq_factors,
-                 graft__rope_layout layout);
+/* The rotation of position pos for rot_dims rotated dimensions: angle (rot_dims / 2) holds
+ * the cosines, then the sines, of each pair's angle pos * freq_scale * base^(-2i/rot_dims)
+ * / freq_factors[i] (freq_factors NULL means all 1), computed in double and rounded. They
+ * depend only on the position and the model, so a forward pass computes them once per
+ * entry for all its layers. */
+void graft__rope_angles(float *angle, int32_t rot_dims, int32_t pos, float base,
+                        float freq_scale, const float *freq_factors);
+/* Rotates the first rot_dims of each of n_heads heads (head_dim apart) in x by the
+ * rotation `angle` of graft__rope_angles. */
+void graft__rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dims,
+                 const float *angle, graft__rope_layout layout);
 
 /* x (n) = softmax(x), max-subtracted, summed in order. */
 void graft__softmax(float *x, int64_t n);

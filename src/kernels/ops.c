@@ -23,20 +23,18 @@ void graft__rmsnorm(float *out, const float *x, const float *weight, int64_t n, 
         out[i] = x[i] * inv_rms * weight[i];
 }
 
-enum { ROPE_MAX_PAIRS = 512 }; /* rot_dims up to 1024 */
-
-/* The cosine and sine of each pair's angle at `pos` (computed in double, then rounded). */
-static void rope_angles(float *cos_t, float *sin_t, int32_t n_pairs, int32_t rot_dims,
-                        int32_t pos, float base, float freq_scale,
-                        const float *freq_factors) // cos_t, sin_t (n_pairs)
+void graft__rope_angles(float *angle, int32_t rot_dims, int32_t pos, float base,
+                        float freq_scale, const float *freq_factors)
 {
+    GRAFT_ASSERT(rot_dims >= 0 && rot_dims % 2 == 0);
+    const int32_t n_pairs = rot_dims / 2;
     for (int32_t i = 0; i < n_pairs; i++) {
         double inv_freq = pow((double)base, -2.0 * (double)i / (double)rot_dims);
         double theta = (double)pos * (double)freq_scale * inv_freq;
         if (freq_factors != NULL)
             theta /= (double)freq_factors[i];
-        cos_t[i] = (float)cos(theta);
-        sin_t[i] = (float)sin(theta);
+        angle[i] = (float)cos(theta);
+        angle[n_pairs + i] = (float)sin(theta);
     }
 }
 
@@ -48,15 +46,12 @@ static void rotate_pair(float *x, int32_t a, int32_t b, float c, float s)
     x[b] = x0 * s + x1 * c;
 }
 
-void graft__rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dims, int32_t pos,
-                 float base, float freq_scale, const float *freq_factors,
-                 graft__rope_layout layout)
+void graft__rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dims,
+                 const float *angle, graft__rope_layout layout)
 {
     GRAFT_ASSERT(rot_dims >= 0 && rot_dims % 2 == 0 && rot_dims <= head_dim);
-    int32_t n_pairs = rot_dims / 2;
-    GRAFT_ASSERT(n_pairs <= ROPE_MAX_PAIRS);
-    float cos_t[ROPE_MAX_PAIRS], sin_t[ROPE_MAX_PAIRS]; // (n_pairs)
-    rope_angles(cos_t, sin_t, n_pairs, rot_dims, pos, base, freq_scale, freq_factors);
+    const int32_t n_pairs = rot_dims / 2;
+    const float *cos_t = angle, *sin_t = angle + n_pairs;
     for (int32_t h = 0; h < n_heads; h++) {
         float *head = x + (int64_t)h * head_dim; // (head_dim)
         for (int32_t i = 0; i < n_pairs; i++) {

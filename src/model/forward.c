@@ -37,6 +37,8 @@ struct graft__scratch {
     const void **keys;    /* (threads, max_pos + 1) key pointers of one head (or whole rows) */
     const void **values;  /* (threads, max_pos + 1) value pointers of one head (or whole rows) */
     int32_t *tiles;       /* (n + 1) starts of the attention tiles (attend_all) */
+    float *rope;          /* (2, n, rope_dims) each entry's rotation (graft__rope_angles) for
+                             the full-attention layers, then for the sliding-window ones */
     const graft__attend_split *split; /* the split attention of a lone entry, or NULL */
     graft__attend_link link;          /* its link, buf of graft__attend_link_floats(n_head,
                                          max_pos + 1) floats */
@@ -61,6 +63,7 @@ static void scratch_free(scratch *s)
     graft__free(s->keys);
     graft__free(s->values);
     graft__free(s->tiles);
+    graft__free(s->rope);
     graft__free(s->link.buf);
     graft__free(s->work_block);
 }
@@ -171,6 +174,7 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->keys = alloc_bytes(n_ptr * sizeof *s->keys, touch);
     s->values = alloc_bytes(n_ptr * sizeof *s->values, touch);
     s->tiles = alloc_bytes(((size_t)n + 1) * sizeof *s->tiles, touch);
+    s->rope = alloc_rows(2 * n, hp->rope_dims, touch);
     s->split = split_for(hp, ex);
     if (s->split != NULL)
         s->link.buf = alloc_rows(1, (int64_t)graft__attend_link_floats(hp->n_head, s->ptr_stride),
@@ -183,7 +187,7 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->work_block = alloc_bytes(s->ex.work_size + 64, touch);
     s->ex.work = (void *)(((uintptr_t)s->work_block + 63) & ~(uintptr_t)63);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->gate || !s->up ||
-        !s->keys || !s->values || !s->tiles || !s->work_block ||
+        !s->keys || !s->values || !s->tiles || !s->rope || !s->work_block ||
         (s->split != NULL && s->link.buf == NULL)) {
         scratch_free(s);
         return GRAFT_ENOMEM;
@@ -270,15 +274,30 @@ static void embed(const struct graft_model *m, const graft__batch_entry *e, int3
 }
 
 /* q, k of each entry: per-head norm (qwen3, gemma3), then rotary position embedding. */
+/* s->rope: each entry's rotation for both kinds of layer (the sliding-window one only if
+ * the model has such layers), computed once for all the layers of the pass. */
+static void rope_angles_all(const struct graft_model *m, const graft__batch_entry *e,
+                            int32_t n, scratch *s)
+{
+    const graft__hparams *hp = &m->hp;
+    bool any_swa = false;
+    for (int32_t il = 0; il < hp->n_layer; il++)
+        any_swa = any_swa || hp->layer_is_swa[il];
+    for (int32_t t = 0; t < n; t++) {
+        graft__rope_angles(s->rope + (int64_t)t * hp->rope_dims, hp->rope_dims, e[t].pos,
+                           hp->rope_base, hp->rope_freq_scale, m->rope_freqs.data);
+        if (any_swa)
+            graft__rope_angles(s->rope + (int64_t)(n + t) * hp->rope_dims, hp->rope_dims,
+                               e[t].pos, hp->rope_base_swa, 1.0f, m->rope_freqs.data);
+    }
+}
+
 static void position_qk(const struct graft_model *m, const graft__layer *L, int32_t il,
-                        const graft__batch_entry *e, int32_t n, float *q, float *k)
+                        int32_t n, float *q, float *k, const scratch *s)
 {
     const graft__hparams *hp = &m->hp;
     const int64_t qw = (int64_t)hp->n_head * hp->head_dim, kw = (int64_t)hp->n_head_kv * hp->head_dim;
-    const bool swa = hp->layer_is_swa[il];
-    const float base = swa ? hp->rope_base_swa : hp->rope_base;
-    const float scale = swa ? 1.0f : hp->rope_freq_scale;
-    const float *factors = m->rope_freqs.data;
+    const float *rope = s->rope + (hp->layer_is_swa[il] ? (int64_t)n * hp->rope_dims : 0);
     for (int32_t t = 0; t < n; t++) {
         float *qt = q + t * qw, *kt = k + t * kw;
         if (L->q_norm.data != NULL) {
@@ -289,10 +308,9 @@ static void position_qk(const struct graft_model *m, const graft__layer *L, int3
                 graft__rmsnorm(kt + hd * hp->head_dim, kt + hd * hp->head_dim, L->k_norm.data,
                                hp->head_dim, hp->rms_eps);
         }
-        graft__rope(qt, hp->n_head, hp->head_dim, hp->rope_dims, e[t].pos, base, scale, factors,
-                    hp->rope_layout);
-        graft__rope(kt, hp->n_head_kv, hp->head_dim, hp->rope_dims, e[t].pos, base, scale, factors,
-                    hp->rope_layout);
+        const float *angle = rope + (int64_t)t * hp->rope_dims;
+        graft__rope(qt, hp->n_head, hp->head_dim, hp->rope_dims, angle, hp->rope_layout);
+        graft__rope(kt, hp->n_head_kv, hp->head_dim, hp->rope_dims, angle, hp->rope_layout);
     }
 }
 
@@ -453,7 +471,7 @@ static void attention_block(const struct graft_model *m, graft__kv *kv, int32_t 
     add_bias(s->q, &L->bq, n);
     add_bias(s->k, &L->bk, n);
     add_bias(s->v, &L->bv, n);
-    position_qk(m, L, il, e, n, s->q, s->k);
+    position_qk(m, L, il, n, s->q, s->k, s);
     store_kv(hp, kv, il, e, n, s->k, s->v, s);
     attend_all(hp, kv, il, e, n, s->q, s->att, s);
     matmul_layer(s, L, GROUP_OUT, &s->o, s->att, n);
@@ -522,6 +540,7 @@ static void run_layers(const struct graft_model *m, graft__kv *kv, const graft__
                        int32_t n, scratch *s, float *logits)
 {
     embed(m, e, n, s->x);
+    rope_angles_all(m, e, n, s);
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
         attention_block(m, kv, il, e, n, s);
         ffn_block(m, il, n, s);

@@ -53,6 +53,7 @@ enum {
     LANES = 16,
     ACC_VECTORS = 16,    /* output accumulators kept in registers at once */
     PREFETCH_AHEAD = 8,  /* rows requested ahead of the one being read (one-call form) */
+    SCORE_HEADS = 8,     /* heads whose partial sums chunk_scores keeps at once */
     SPINS_PER_YIELD = 64 /* pauses between yields while the values half waits */
 };
 
@@ -139,10 +140,56 @@ static inline __m512 sum_lanes16(const __m512 *v)
                          _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+/* part[h][jj + k] (h < NH, k < NK) = the 16-lane partial dot product of query q[h] with
+ * the key slice rows[k]: q_0 k_0, then fused multiply-adds of vectors 1 .. nvec - 1 in
+ * order. The NH x NK chains are interleaved, so that the processor overlaps their
+ * latencies, and each vector of q[h] and of a key is loaded once for them all. */
+static inline __attribute__((always_inline)) void
+dot_block(__m512 (*part)[LANES], int jj, const float *const *q, int NH, int NK,
+          const void *const *rows, uint32_t kv_type, int32_t nvec)
+{
+    __m512 acc[4][2];
+    for (int h = 0; h < NH; h++)
+        for (int k = 0; k < NK; k++)
+            acc[h][k] = _mm512_mul_ps(_mm512_loadu_ps(q[h]), load_vec(rows[k], 0, kv_type));
+    for (int32_t v = 1; v < nvec; v++) {
+        __m512 key[2];
+        for (int k = 0; k < NK; k++)
+            key[k] = load_vec(rows[k], v, kv_type);
+        for (int h = 0; h < NH; h++) {
+            __m512 qv = _mm512_loadu_ps(q[h] + v * LANES);
+            for (int k = 0; k < NK; k++)
+                acc[h][k] = _mm512_fmadd_ps(qv, key[k], acc[h][k]);
+        }
+    }
+    for (int h = 0; h < NH; h++)
+        for (int k = 0; k < NK; k++)
+            part[h][jj + k] = acc[h][k];
+}
+
+/* dot_block for the nh heads q[0 .. nh) (which read the same slice) and NK keys, four
+ * heads at a time. */
+static inline __attribute__((always_inline)) void
+dot_heads(__m512 (*part)[LANES], int jj, const float *const *q, int32_t nh, int NK,
+          const void *const *rows, uint32_t kv_type, int32_t nvec)
+{
+    int32_t h = 0;
+    for (; h + 4 <= nh; h += 4)
+        dot_block(part + h, jj, q + h, 4, NK, rows, kv_type, nvec);
+    if (h + 2 <= nh) {
+        dot_block(part + h, jj, q + h, 2, NK, rows, kv_type, nvec);
+        h += 2;
+    }
+    if (h < nh)
+        dot_block(part + h, jj, q + h, 1, NK, rows, kv_type, nvec);
+}
+
 /* scores[h][j] = scale * q[h] . k_j for the n[h] keys head h has in the chunk at c0 (n[h] <=
  * GRAFT_ATTN_CHUNK), k_j being keys[c0 + j] + off[h] bytes; n_max is the largest n[h]. A
  * head's entries from n[h] up to the next multiple of 16 are left as computed from zero
- * partials. Asks for the first prefetch_bytes of the rows ahead. */
+ * partials. Per 16 keys, the heads that read one slice go SCORE_HEADS at a time (so their
+ * partial sums stay in L1), over the keys two by two (dot_heads). Asks for the first
+ * prefetch_bytes of the next 16 rows. */
 static inline __attribute__((always_inline)) void
 chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int *n,
              int n_max, int32_t n_heads, const void *const *keys, const size_t *off,
@@ -151,41 +198,34 @@ chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int
 {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int j0 = 0; j0 < n_max; j0 += LANES) {
-        __m512 part[GRAFT_ATTN_MAX_HEADS][LANES]; // (heads, 16 keys) partial dot products
         int m = n_max - j0 < LANES ? n_max - j0 : LANES;
-        for (int jj = 0; jj < m; jj++) {
-            const char *row = keys[c0 + j0 + jj];
-            prefetch_row(keys, c0 + j0 + jj + PREFETCH_AHEAD, n_keys, prefetch_bytes);
-            for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
-                for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
-                    ;
-                const void *k = row + off[h0];
-                __m512 kr[ACC_VECTORS]; // the key slice, when it fits in registers
-                const bool in_regs = nvec <= ACC_VECTORS;
-                if (in_regs)
-                    for (int32_t v = 0; v < nvec; v++)
-                        kr[v] = load_vec(k, v, kv_type);
-                for (int32_t h = h0; h < h1; h++) {
-                    if (j0 + jj >= n[h]) {
-                        part[h][jj] = _mm512_setzero_ps();
+        for (int jj = 0; jj < m; jj++)
+            prefetch_row(keys, c0 + j0 + jj + LANES, n_keys, prefetch_bytes);
+        for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
+            for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
+                ;
+            for (int32_t hb = h0; hb < h1; hb += SCORE_HEADS) {
+                const int32_t nh = h1 - hb < SCORE_HEADS ? h1 - hb : SCORE_HEADS;
+                __m512 part[SCORE_HEADS][LANES]; // (heads, 16 keys) partial dot products
+                for (int jj = 0; jj < m;) {
+                    const int nk = m - jj >= 2 ? 2 : 1;
+                    const void *slice[2] = {(const char *)keys[c0 + j0 + jj] + off[h0],
+                                            (const char *)keys[c0 + j0 + jj + nk - 1] + off[h0]};
+                    if (nk == 2)
+                        dot_heads(part, jj, q + hb, nh, 2, slice, kv_type, nvec);
+                    else
+                        dot_heads(part, jj, q + hb, nh, 1, slice, kv_type, nvec);
+                    jj += nk;
+                }
+                for (int32_t i = 0; i < nh; i++) {
+                    const int32_t h = hb + i;
+                    if (j0 >= n[h])
                         continue;
-                    }
-                    const float *qh = q[h];
-                    __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qh),
-                                               in_regs ? kr[0] : load_vec(k, 0, kv_type));
-                    for (int32_t v = 1; v < nvec; v++)
-                        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + v * LANES),
-                                              in_regs ? kr[v] : load_vec(k, v, kv_type), acc);
-                    part[h][jj] = acc;
+                    for (int jj = n[h] - j0 < m ? n[h] - j0 : m; jj < LANES; jj++)
+                        part[i][jj] = _mm512_setzero_ps();
+                    _mm512_storeu_ps(scores[h] + j0, _mm512_mul_ps(sum_lanes16(part[i]), vscale));
                 }
             }
-        }
-        for (int32_t h = 0; h < n_heads; h++) {
-            if (j0 >= n[h])
-                continue;
-            for (int jj = m; jj < LANES; jj++)
-                part[h][jj] = _mm512_setzero_ps();
-            _mm512_storeu_ps(scores[h] + j0, _mm512_mul_ps(sum_lanes16(part[h]), vscale));
         }
     }
 }

@@ -147,8 +147,8 @@ for label, key, sub in figures:
     ratio = f"{g / l:.2f}" if l else "n/a"
     print(f"| {label} | {cell(g)} | {cell(l)} | {ratio} |")
 
-def pct(rows, key):
-    return 100 * med(rows, "decode_tps") / med(rows, key)
+def pct(rows, key):  # each run's decode against the roofline measured around it
+    return 100 * statistics.median(r["decode_tps"] / r[key] for r in rows)
 
 for what, key in (("weight + KV bytes", "decode_roofline_tps"),
                   ("weight bytes only", "decode_roofline_weights_tps")):

@@ -12,8 +12,11 @@
  *     previous logits;
  *   - aggregate decode: 1, 2, 4 and 8 sequences (a context with n_seq_max 8), each first
  *     given a 64-token context, then 64 llama_decode calls holding one token per sequence;
- *   - memory-read bandwidth: all threads streaming over a 512 MiB buffer, and the decode
- *     roofline bandwidth / llama_model_size() (all tensor bytes, as graft counts them).
+ *   - memory-read bandwidth: all threads streaming over a 512 MiB buffer, sampled just
+ *     before and just after each prefill and decode run (the best of 3 reads each time,
+ *     the larger of the two being the run's sample),
+ *     and the decode roofline bandwidth / llama_model_size() (all tensor bytes, as graft
+ *     counts them).
  * n_threads and n_threads_batch are both --threads; everything else is llama.cpp's
  * default (F16 KV cache, flash attention "auto", which resolves to on for the CPU backend,
  * per-sequence KV streams). Each figure is the median of --reps runs, after an untimed
@@ -45,6 +48,7 @@
 #define WARMUP_TOKENS 8
 #define PROBE_BYTES ((size_t)512 << 20)
 #define PROBE_PASSES 2
+#define PROBE_TRIES 3
 
 static const int seq_counts[] = {1, 2, 4, 8};
 #define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
@@ -231,29 +235,52 @@ static int run_slices(probe_slice *slices, int n, int fill)
     return started == n ? 0 : -1;
 }
 
-static int probe_bandwidth(int n_threads, int reps, double *gbs)
+/* The probe's buffer, filled and read once (the first read after the fill ran at a quarter
+ * to a half of the rate of the next ones inside a loaded process), kept for the samples. */
+typedef struct probe {
+    uint64_t *buf;
+    probe_slice *slices;
+    int n_threads;
+    size_t per; /* words of each thread's slice */
+} probe;
+
+static int probe_create(probe *p, int n_threads)
 {
-    uint64_t *buf = malloc(PROBE_BYTES);
-    probe_slice *slices = calloc((size_t)n_threads, sizeof *slices);
-    int rc = buf && slices ? 0 : -1;
-    size_t words = PROBE_BYTES / sizeof *buf, per = words / (size_t)n_threads / 8 * 8;
+    p->buf = malloc(PROBE_BYTES);
+    p->slices = calloc((size_t)n_threads, sizeof *p->slices);
+    p->n_threads = n_threads;
+    p->per = PROBE_BYTES / sizeof *p->buf / (size_t)n_threads / 8 * 8;
+    int rc = p->buf && p->slices ? 0 : -1;
     for (int t = 0; rc == 0 && t < n_threads; t++)
-        slices[t] = (probe_slice){.words = buf + (size_t)t * per, .n_words = per};
+        p->slices[t] = (probe_slice){.words = p->buf + (size_t)t * p->per, .n_words = p->per};
     if (rc == 0)
-        rc = run_slices(slices, n_threads, 1);
-    /* An untimed read first: the first pass after the fill ran at a quarter to a half of
-     * the rate of the next ones inside a loaded graft process (with --reps 1 it was the
-     * only sample). */
+        rc = run_slices(p->slices, n_threads, 1);
     if (rc == 0)
-        rc = run_slices(slices, n_threads, 0);
-    for (int r = 0; rc == 0 && r < reps; r++) {
+        rc = run_slices(p->slices, n_threads, 0);
+    return rc;
+}
+
+static void probe_free(probe *p)
+{
+    free(p->slices);
+    free(p->buf);
+}
+
+/* One sample of the read bandwidth (GB/s), all threads streaming over their slices: the
+ * best of PROBE_TRIES reads, as a read can start while a thread that just finished
+ * computing still holds a core (a pool worker spins a while before it sleeps) and run
+ * at half the rate. */
+static int probe_sample(probe *p, double *gbs)
+{
+    int rc = 0;
+    *gbs = 0;
+    for (int i = 0; rc == 0 && i < PROBE_TRIES; i++) {
         double t0 = now_s();
-        rc = run_slices(slices, n_threads, 0);
-        double bytes = (double)per * sizeof *buf * (double)n_threads * PROBE_PASSES;
-        gbs[r] = rate(bytes, now_s() - t0) * 1e-9;
+        rc = run_slices(p->slices, p->n_threads, 0);
+        double bytes = (double)p->per * sizeof *p->buf * (double)p->n_threads * PROBE_PASSES;
+        double sample = rate(bytes, now_s() - t0) * 1e-9;
+        *gbs = sample > *gbs ? sample : *gbs;
     }
-    free(slices);
-    free(buf);
     return rc;
 }
 
@@ -365,12 +392,23 @@ static int warm_up(state *s, struct llama_context *ctx, int n)
     return rc;
 }
 
-static int measure_prefill_decode(state *s, const options *o, int rep)
+static int probe_failed(void)
+{
+    fprintf(stderr, "llama_speed: bandwidth probe: cannot start its threads\n");
+    return -1;
+}
+
+/* Prefill and decode; the rep's bandwidth sample is the larger of one taken just before and
+ * one just after (as graft's). */
+static int measure_prefill_decode(state *s, const options *o, probe *p, int rep)
 {
     reset_seq(s->single, 0);
     s->batch.n_tokens = 0;
     for (int i = 0; i < o->n_prompt; i++)
         batch_add(&s->batch, random_token(s), i, 0, i + 1 == o->n_prompt);
+    double before, after;
+    if (probe_sample(p, &before) != 0)
+        return probe_failed();
     double t0 = now_s();
     int rc = decode(s->single, s->batch);
     double t1 = now_s();
@@ -381,8 +419,11 @@ static int measure_prefill_decode(state *s, const options *o, int rep)
         rc = decode(s->single, s->batch);
     }
     double t2 = now_s();
+    if (probe_sample(p, &after) != 0)
+        return probe_failed();
     figure_samples(s, o, FIG_PREFILL)[rep] = rate(o->n_prompt, t1 - t0);
     figure_samples(s, o, FIG_DECODE)[rep] = rate(o->n_gen, t2 - t1);
+    figure_samples(s, o, FIG_BANDWIDTH)[rep] = before > after ? before : after;
     return rc;
 }
 
@@ -420,20 +461,22 @@ static int measure_aggregate(state *s, int n_seqs, double *tps)
 
 static int measure_all(state *s, const options *o)
 {
-    int rc = warm_up(s, s->single, WARMUP_TOKENS);
+    probe p = {0};
+    int rc = probe_create(&p, o->threads);
+    if (rc != 0)
+        fprintf(stderr, "llama_speed: bandwidth probe: cannot allocate %zu MiB or start "
+                        "its threads\n", PROBE_BYTES >> 20);
+    if (rc == 0)
+        rc = warm_up(s, s->single, WARMUP_TOKENS);
     if (rc == 0)
         rc = warm_up(s, s->multi, WARMUP_TOKENS);
     for (int rep = 0; rc == 0 && rep < o->reps; rep++) {
-        rc = measure_prefill_decode(s, o, rep);
+        rc = measure_prefill_decode(s, o, &p, rep);
         for (int i = 0; rc == 0 && i < N_SEQ_COUNTS; i++)
             rc = measure_aggregate(s, seq_counts[i],
                                    &figure_samples(s, o, FIG_AGGREGATE + i)[rep]);
     }
-    if (rc == 0 && probe_bandwidth(o->threads, o->reps, figure_samples(s, o, FIG_BANDWIDTH))) {
-        fprintf(stderr, "llama_speed: bandwidth probe: cannot allocate %zu MiB or start "
-                        "its threads\n", PROBE_BYTES >> 20);
-        rc = -1;
-    }
+    probe_free(&p);
     return rc;
 }
 

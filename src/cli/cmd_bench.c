@@ -14,7 +14,11 @@
  *     graft_session_generate calls that the engine's scheduler batches (tokens of all
  *     sessions / time from the first submission to the last generation done);
  *   - memory-read bandwidth: every thread streaming over its slice of a 512 MiB buffer
- *     (GB/s), and the decode roofline it implies: bandwidth / bytes read per decoded token.
+ *     (GB/s), sampled just before and just after each prefill and decode run, each sample
+ *     the best of 3 reads, the larger of the two being the run's (this machine's bandwidth
+ *     drifts by half from minute to minute, so the roofline is taken in the state the
+ *     decode ran in, and at its best then), and the decode roofline it implies:
+ *     bandwidth / bytes read per decoded token.
  *     Those bytes are the weights, counted as graft_model_info.weight_bytes (all tensor
  *     data: exact for a model whose output matrix is its token embedding, as in every graft
  *     synth preset; for an untied embedding, of which a step reads one row, it overcounts,
@@ -40,7 +44,8 @@
 #define SPEED "bench speed"            /* the command, in messages */
 #define WARMUP_TOKENS 8                /* untimed tokens that map the weights in */
 #define PROBE_BYTES ((size_t)512 << 20) /* bandwidth buffer, well beyond the caches */
-#define PROBE_PASSES 2                 /* reads of the whole buffer per bandwidth sample */
+#define PROBE_PASSES 2                 /* reads of the whole buffer per timed read */
+#define PROBE_TRIES 3                  /* timed reads per bandwidth sample, the best kept */
 
 static const int32_t seq_counts[] = {1, 2, 4, 8};
 #define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
@@ -72,11 +77,14 @@ static const char speed_usage[] =
     "  aggregate  through the engine: 1, 2, 4 and 8 sessions, each given a 64-token\n"
     "             context, then all generating 64 greedy tokens concurrently (tokens of\n"
     "             all sessions / time from the first submission to the last one done)\n"
-    "  bandwidth  memory read by all threads streaming over a 512 MiB buffer; the decode\n"
-    "             roofline is bandwidth / bytes a decoded token reads: the weight bytes\n"
-    "             (all tensor data) plus the F16 keys and values of its context (sliding-\n"
-    "             window layers: of their window), averaged over the decoded tokens; the\n"
-    "             weights-only roofline (bandwidth / weight bytes) is printed too\n"
+    "  bandwidth  memory read by all threads streaming over a 512 MiB buffer, sampled\n"
+    "             just before and just after each prefill and decode run (the best of 3\n"
+    "             reads each time, the larger of the two kept);\n"
+    "             the decode roofline is bandwidth / bytes a decoded token reads: the\n"
+    "             weight bytes (all tensor data) plus the F16 keys and values of its\n"
+    "             context (sliding-window layers: of their window), averaged over the\n"
+    "             decoded tokens; the weights-only roofline (bandwidth / weight bytes) is\n"
+    "             printed too\n"
     "Each figure is the median of --reps runs, after an untimed warm-up.\n"
     "\n"
     "options:\n"
@@ -102,34 +110,6 @@ typedef struct speed_options {
     int32_t threads, n_prompt, n_gen, reps;
     int json;
 } speed_options;
-
-typedef struct bench_state {
-    graft_model *model;
-    graft_model_info info;
-    graft_context *single; /* one sequence of n_prompt + n_gen positions */
-    graft_engine *engine;  /* MAX_SEQS sessions of SEQ_CONTEXT + SEQ_GEN positions */
-    int32_t *tokens;       /* (n_prompt) */
-    float *logits;         /* (n_vocab) */
-    double *samples;       /* (N_FIGURES, reps) */
-    graft__bench_rng rng;
-} bench_state;
-
-/* ---- argmax ------------------------------------------------------------------------------ */
-
-/* The index of the largest of n logits, the lowest on ties. */
-static int32_t argmax(const float *logits, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    return best;
-}
-
-static double *figure_samples(bench_state *s, const speed_options *o, int figure)
-{
-    return s->samples + (size_t)figure * (size_t)o->reps;
-}
 
 /* ---- the memory-read bandwidth probe -------------------------------------------------- */
 
@@ -179,41 +159,103 @@ static int run_slices(probe_slice *slices, int n, int fill)
     return started == n ? GRAFT_OK : GRAFT_ENOMEM;
 }
 
-/* Samples the read bandwidth (GB/s) reps times with n_threads threads. */
-static int probe_bandwidth(int n_threads, int reps, double *gbs)
+/* The probe's buffer, filled and read once (the first read after the fill ran at a quarter
+ * to a half of the rate of the next ones inside a loaded process), kept for the samples. */
+typedef struct probe {
+    uint64_t *buf;
+    probe_slice *slices;
+    int n_threads;
+    size_t per; /* words of each thread's slice */
+} probe;
+
+static int probe_create(probe *p, int n_threads)
 {
-    uint64_t *buf = malloc(PROBE_BYTES);
-    probe_slice *slices = calloc((size_t)n_threads, sizeof *slices);
-    int rc = buf && slices ? GRAFT_OK : GRAFT_ENOMEM;
-    size_t words = PROBE_BYTES / sizeof *buf, per = words / (size_t)n_threads / 8 * 8;
+    p->buf = malloc(PROBE_BYTES);
+    p->slices = calloc((size_t)n_threads, sizeof *p->slices);
+    p->n_threads = n_threads;
+    p->per = PROBE_BYTES / sizeof *p->buf / (size_t)n_threads / 8 * 8;
+    int rc = p->buf && p->slices ? GRAFT_OK : GRAFT_ENOMEM;
     for (int t = 0; rc == GRAFT_OK && t < n_threads; t++)
-        slices[t] = (probe_slice){.words = buf + (size_t)t * per, .n_words = per};
+        p->slices[t] = (probe_slice){.words = p->buf + (size_t)t * p->per, .n_words = p->per};
     if (rc == GRAFT_OK)
-        rc = run_slices(slices, n_threads, 1);
-    /* An untimed read first: the first pass after the fill ran at a quarter to a half of
-     * the rate of the next ones inside a loaded graft process (with --reps 1 it was the
-     * only sample). */
+        rc = run_slices(p->slices, n_threads, 1);
     if (rc == GRAFT_OK)
-        rc = run_slices(slices, n_threads, 0);
-    for (int r = 0; rc == GRAFT_OK && r < reps; r++) {
-        double t0 = graft__bench_now_s();
-        rc = run_slices(slices, n_threads, 0);
-        double bytes = (double)per * sizeof *buf * (double)n_threads * PROBE_PASSES;
-        gbs[r] = graft__bench_rate(bytes, graft__bench_now_s() - t0) * 1e-9;
-    }
-    free(slices);
-    free(buf);
+        rc = run_slices(p->slices, n_threads, 0);
     return rc;
+}
+
+static void probe_free(probe *p)
+{
+    free(p->slices);
+    free(p->buf);
+}
+
+/* One sample of the read bandwidth (GB/s), all threads streaming over their slices: the
+ * best of PROBE_TRIES reads, as a read can start while a thread that just finished
+ * computing still holds a core (a pool worker spins a while before it sleeps) and run
+ * at half the rate. */
+static int probe_sample(probe *p, double *gbs)
+{
+    int rc = GRAFT_OK;
+    *gbs = 0;
+    for (int i = 0; rc == GRAFT_OK && i < PROBE_TRIES; i++) {
+        double t0 = graft__bench_now_s();
+        rc = run_slices(p->slices, p->n_threads, 0);
+        double bytes = (double)p->per * sizeof *p->buf * (double)p->n_threads * PROBE_PASSES;
+        double sample = graft__bench_rate(bytes, graft__bench_now_s() - t0) * 1e-9;
+        *gbs = sample > *gbs ? sample : *gbs;
+    }
+    return rc;
+}
+
+typedef struct bench_state {
+    graft_model *model;
+    graft_model_info info;
+    graft_context *single; /* one sequence of n_prompt + n_gen positions */
+    graft_engine *engine;  /* MAX_SEQS sessions of SEQ_CONTEXT + SEQ_GEN positions */
+    int32_t *tokens;       /* (n_prompt) */
+    float *logits;         /* (n_vocab) */
+    double *samples;       /* (N_FIGURES, reps) */
+    graft__bench_rng rng;
+    probe probe;           /* the bandwidth probe, one thread per compute thread */
+} bench_state;
+
+/* ---- argmax ------------------------------------------------------------------------------ */
+
+/* The index of the largest of n logits, the lowest on ties. */
+static int32_t argmax(const float *logits, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
+
+static double *figure_samples(bench_state *s, const speed_options *o, int figure)
+{
+    return s->samples + (size_t)figure * (size_t)o->reps;
 }
 
 /* ---- the model measurements ------------------------------------------------------------- */
 
-/* Prefill of n_prompt tokens, then n_gen single-token decodes, on sequence 0. */
+static int probe_failed(void)
+{
+    graft__cli_error(SPEED, "bandwidth probe: cannot start its threads");
+    return GRAFT_CLI_FAILED;
+}
+
+/* Prefill of n_prompt tokens, then n_gen single-token decodes, on sequence 0; the bandwidth
+ * sample of the rep is the larger of one taken just before and one just after, so the
+ * roofline is measured in the memory system's state of the decode it is set against. */
 static int measure_prefill_decode(bench_state *s, const speed_options *o, int rep)
 {
     int32_t n_vocab = s->info.n_vocab;
     graft_context_seq_reset(s->single, 0);
     graft__bench_random_tokens(&s->rng, s->tokens, (size_t)o->n_prompt);
+    double before, after;
+    if (probe_sample(&s->probe, &before) != GRAFT_OK)
+        return probe_failed();
     double t0 = graft__bench_now_s();
     int rc = graft_context_eval(s->single, s->tokens, (size_t)o->n_prompt, s->logits);
     double t1 = graft__bench_now_s();
@@ -222,8 +264,11 @@ static int measure_prefill_decode(bench_state *s, const speed_options *o, int re
         rc = graft_context_eval(s->single, &next, 1, s->logits);
     }
     double t2 = graft__bench_now_s();
+    if (probe_sample(&s->probe, &after) != GRAFT_OK)
+        return probe_failed();
     figure_samples(s, o, FIG_PREFILL)[rep] = graft__bench_rate(o->n_prompt, t1 - t0);
     figure_samples(s, o, FIG_DECODE)[rep] = graft__bench_rate(o->n_gen, t2 - t1);
+    figure_samples(s, o, FIG_BANDWIDTH)[rep] = before > after ? before : after;
     if (rc != GRAFT_OK) {
         graft__cli_error(SPEED, "evaluation failed: %s", graft_status_str(rc));
         return GRAFT_CLI_FAILED;
@@ -298,16 +343,7 @@ static int measure_all(bench_state *s, const speed_options *o)
             rc = measure_aggregate(s, seq_counts[i],
                                    &figure_samples(s, o, FIG_AGGREGATE + i)[rep]);
     }
-    if (rc != GRAFT_CLI_OK)
-        return rc;
-    rc = probe_bandwidth(graft_context_threads(s->single), o->reps,
-                         figure_samples(s, o, FIG_BANDWIDTH));
-    if (rc != GRAFT_OK) {
-        graft__cli_error(SPEED, "bandwidth probe: cannot allocate %zu MiB or start its "
-                         "threads", PROBE_BYTES >> 20);
-        return GRAFT_CLI_FAILED;
-    }
-    return GRAFT_CLI_OK;
+    return rc;
 }
 
 /* ---- set-up ----------------------------------------------------------------------------- */
@@ -375,6 +411,11 @@ static int bench_setup(bench_state *s, const speed_options *o)
         graft__cli_error(SPEED, "out of memory");
         return GRAFT_CLI_FAILED;
     }
+    if (probe_create(&s->probe, graft_context_threads(s->single)) != GRAFT_OK) {
+        graft__cli_error(SPEED, "bandwidth probe: cannot allocate %zu MiB or start its "
+                         "threads", PROBE_BYTES >> 20);
+        return GRAFT_CLI_FAILED;
+    }
     return GRAFT_CLI_OK;
 }
 
@@ -386,6 +427,7 @@ static void bench_free(bench_state *s)
     free(s->tokens);
     free(s->logits);
     free(s->samples);
+    probe_free(&s->probe);
 }
 
 /* ---- reporting -------------------------------------------------------------------------- */

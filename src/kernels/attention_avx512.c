@@ -184,47 +184,86 @@ dot_heads(__m512 (*part)[LANES], int jj, const float *const *q, int32_t nh, int 
         dot_block(part + h, jj, q + h, 1, NK, rows, kv_type, nvec);
 }
 
+/* scores[h_first + i][j0 ..] = scale * the lane sums of part[i] (i < nh), for the heads
+ * that have keys in the 16 at j0 (m of them in the chunk); a head's partials from its
+ * n[h]th key on are replaced by zeros first. */
+static inline __attribute__((always_inline)) void
+store_scores(float (*scores)[GRAFT_ATTN_CHUNK], __m512 (*part)[LANES], int32_t h_first,
+             int32_t nh, const int *n, int j0, int m, __m512 vscale)
+{
+    for (int32_t i = 0; i < nh; i++) {
+        const int32_t h = h_first + i;
+        if (j0 >= n[h])
+            continue;
+        for (int jj = n[h] - j0 < m ? n[h] - j0 : m; jj < LANES; jj++)
+            part[i][jj] = _mm512_setzero_ps();
+        _mm512_storeu_ps(scores[h] + j0, _mm512_mul_ps(sum_lanes16(part[i]), vscale));
+    }
+}
+
+/* The slices at off bytes of keys[c0 + j0 + jj] and of the next key (or the same key when
+ * nk is 1). */
+static inline void key_slices(const void **slice, const void *const *keys, int64_t c0, int j0,
+                              int jj, int nk, size_t off)
+{
+    slice[0] = (const char *)keys[c0 + j0 + jj] + off;
+    slice[1] = (const char *)keys[c0 + j0 + jj + nk - 1] + off;
+}
+
 /* scores[h][j] = scale * q[h] . k_j for the n[h] keys head h has in the chunk at c0 (n[h] <=
  * GRAFT_ATTN_CHUNK), k_j being keys[c0 + j] + off[h] bytes; n_max is the largest n[h]. A
  * head's entries from n[h] up to the next multiple of 16 are left as computed from zero
- * partials. Per 16 keys, the heads that read one slice go SCORE_HEADS at a time (so their
- * partial sums stay in L1), over the keys two by two (dot_heads). Asks for the first
- * prefetch_bytes of the next 16 rows. */
+ * partials. Per 16 keys, two by two (dot_heads), in one of two orders:
+ *   whole_rows  each pair of keys once, all heads (the split form's keys half, whose heads
+ *               read different slices: each row is read whole, front to back);
+ *   otherwise   SCORE_HEADS heads of a slice at a time over the 16 keys, so that their
+ *               partial sums stay in L1 (the one-call form: up to 32 heads read one slice).
+ * Asks for the first prefetch_bytes of the next 16 rows. */
 static inline __attribute__((always_inline)) void
 chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int *n,
              int n_max, int32_t n_heads, const void *const *keys, const size_t *off,
              int64_t c0, int64_t n_keys, uint32_t kv_type, int32_t nvec, float scale,
-             int32_t prefetch_bytes)
+             int32_t prefetch_bytes, bool whole_rows)
 {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int j0 = 0; j0 < n_max; j0 += LANES) {
-        int m = n_max - j0 < LANES ? n_max - j0 : LANES;
+        const int m = n_max - j0 < LANES ? n_max - j0 : LANES;
         for (int jj = 0; jj < m; jj++)
             prefetch_row(keys, c0 + j0 + jj + LANES, n_keys, prefetch_bytes);
+        if (whole_rows) {
+            __m512 part[GRAFT_ATTN_MAX_HEADS][LANES]; // (heads, 16 keys) partial dot products
+            for (int jj = 0, nk; jj < m; jj += nk) {
+                nk = m - jj >= 2 ? 2 : 1;
+                for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
+                    for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
+                        ;
+                    const void *slice[2];
+                    key_slices(slice, keys, c0, j0, jj, nk, off[h0]);
+                    if (nk == 2)
+                        dot_heads(part + h0, jj, q + h0, h1 - h0, 2, slice, kv_type, nvec);
+                    else
+                        dot_heads(part + h0, jj, q + h0, h1 - h0, 1, slice, kv_type, nvec);
+                }
+            }
+            store_scores(scores, part, 0, n_heads, n, j0, m, vscale);
+            continue;
+        }
         for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
             for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
                 ;
             for (int32_t hb = h0; hb < h1; hb += SCORE_HEADS) {
                 const int32_t nh = h1 - hb < SCORE_HEADS ? h1 - hb : SCORE_HEADS;
-                __m512 part[SCORE_HEADS][LANES]; // (heads, 16 keys) partial dot products
-                for (int jj = 0; jj < m;) {
-                    const int nk = m - jj >= 2 ? 2 : 1;
-                    const void *slice[2] = {(const char *)keys[c0 + j0 + jj] + off[h0],
-                                            (const char *)keys[c0 + j0 + jj + nk - 1] + off[h0]};
+                __m512 part[SCORE_HEADS][LANES];
+                for (int jj = 0, nk; jj < m; jj += nk) {
+                    nk = m - jj >= 2 ? 2 : 1;
+                    const void *slice[2];
+                    key_slices(slice, keys, c0, j0, jj, nk, off[h0]);
                     if (nk == 2)
                         dot_heads(part, jj, q + hb, nh, 2, slice, kv_type, nvec);
                     else
                         dot_heads(part, jj, q + hb, nh, 1, slice, kv_type, nvec);
-                    jj += nk;
                 }
-                for (int32_t i = 0; i < nh; i++) {
-                    const int32_t h = hb + i;
-                    if (j0 >= n[h])
-                        continue;
-                    for (int jj = n[h] - j0 < m ? n[h] - j0 : m; jj < LANES; jj++)
-                        part[i][jj] = _mm512_setzero_ps();
-                    _mm512_storeu_ps(scores[h] + j0, _mm512_mul_ps(sum_lanes16(part[i]), vscale));
-                }
+                store_scores(scores, part, hb, nh, n, j0, m, vscale);
             }
         }
     }
@@ -325,7 +364,7 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
             n_max = n[h] > n_max ? n[h] : n_max;
         }
         chunk_scores(scores, q, n, n_max, n_heads, keys, off, c0, most, kv_type, nvec, scale,
-                     slice_bytes(kv_type, nvec));
+                     slice_bytes(kv_type, nvec), false);
         for (int32_t h = 0; h < n_heads; h++) {
             if (n[h] == 0)
                 continue;
@@ -374,7 +413,7 @@ keys_body(graft__attend_link *link, const float *const *q, const int32_t *col,
         for (int32_t h = 0; h < n_heads; h++)
             n[h] = count;
         chunk_scores(link_scores(link, c, n_heads), q, n, count, n_heads, keys, off, c0, n_keys,
-                     kv_type, nvec, scale, span_bytes(off, n_heads, kv_type, nvec));
+                     kv_type, nvec, scale, span_bytes(off, n_heads, kv_type, nvec), true);
         atomic_store_explicit(&link->ready, (int)c + 1, memory_order_release);
     }
 }

@@ -54,6 +54,7 @@ enum {
     ACC_VECTORS = 16,    /* output accumulators kept in registers at once */
     PREFETCH_AHEAD = 8,  /* rows requested ahead of the one being read (one-call form) */
     SCORE_HEADS = 8,     /* heads whose partial sums chunk_scores keeps at once */
+    SCORE_KEYS = 8,      /* keys whose dot products dot_block computes at once */
     SPINS_PER_YIELD = 64 /* pauses between yields while the values half waits */
 };
 
@@ -140,20 +141,21 @@ static inline __m512 sum_lanes16(const __m512 *v)
                          _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* part[h][jj + k] (h < NH, k < NK) = the 16-lane partial dot product of query q[h] with
- * the key slice rows[k]: q_0 k_0, then fused multiply-adds of vectors 1 .. nvec - 1 in
- * order. The NH x NK chains are interleaved, so that the processor overlaps their
- * latencies, and each vector of q[h] and of a key is loaded once for them all. */
+/* part[h][jj + k] (h < NH <= 2, k < NK <= SCORE_KEYS) = the 16-lane partial dot product
+ * of query q[h] with the key slice rows[k]: q_0 k_0, then fused multiply-adds of vectors
+ * 1 .. nvec - 1 in order. The NH x NK chains are interleaved, so that the processor
+ * overlaps their latencies, and each vector of a query or a key is loaded once for all
+ * of them. */
 static inline __attribute__((always_inline)) void
 dot_block(__m512 (*part)[LANES], int jj, const float *const *q, int NH, int NK,
           const void *const *rows, uint32_t kv_type, int32_t nvec)
 {
-    __m512 acc[4][2];
+    __m512 acc[2][SCORE_KEYS];
     for (int h = 0; h < NH; h++)
         for (int k = 0; k < NK; k++)
             acc[h][k] = _mm512_mul_ps(_mm512_loadu_ps(q[h]), load_vec(rows[k], 0, kv_type));
     for (int32_t v = 1; v < nvec; v++) {
-        __m512 key[2];
+        __m512 key[SCORE_KEYS];
         for (int k = 0; k < NK; k++)
             key[k] = load_vec(rows[k], v, kv_type);
         for (int h = 0; h < NH; h++) {
@@ -167,21 +169,40 @@ dot_block(__m512 (*part)[LANES], int jj, const float *const *q, int NH, int NK,
             part[h][jj + k] = acc[h][k];
 }
 
-/* dot_block for the nh heads q[0 .. nh) (which read the same slice) and NK keys, four
+/* dot_block for the nh heads q[0 .. nh) (which read the same slice) and NK keys, two
  * heads at a time. */
 static inline __attribute__((always_inline)) void
 dot_heads(__m512 (*part)[LANES], int jj, const float *const *q, int32_t nh, int NK,
           const void *const *rows, uint32_t kv_type, int32_t nvec)
 {
     int32_t h = 0;
-    for (; h + 4 <= nh; h += 4)
-        dot_block(part + h, jj, q + h, 4, NK, rows, kv_type, nvec);
-    if (h + 2 <= nh) {
+    for (; h + 2 <= nh; h += 2)
         dot_block(part + h, jj, q + h, 2, NK, rows, kv_type, nvec);
-        h += 2;
-    }
     if (h < nh)
         dot_block(part + h, jj, q + h, 1, NK, rows, kv_type, nvec);
+}
+
+/* How many keys dot_keys takes at jj of the m in a group of 16: SCORE_KEYS, or one when
+ * fewer are left. */
+static inline int keys_at(int jj, int m)
+{
+    return m - jj < SCORE_KEYS ? 1 : SCORE_KEYS;
+}
+
+/* dot_heads for the nk (keys_at) keys at jj of the 16 at j0, keys[c0 + j0 + jj + k] + off
+ * bytes. */
+static inline __attribute__((always_inline)) void
+dot_keys(__m512 (*part)[LANES], int jj, int nk, const float *const *q, int32_t nh,
+         const void *const *keys, int64_t c0, int j0, size_t off, uint32_t kv_type,
+         int32_t nvec)
+{
+    const void *slice[SCORE_KEYS];
+    for (int k = 0; k < nk; k++)
+        slice[k] = (const char *)keys[c0 + j0 + jj + k] + off;
+    if (nk == SCORE_KEYS)
+        dot_heads(part, jj, q, nh, SCORE_KEYS, slice, kv_type, nvec);
+    else
+        dot_heads(part, jj, q, nh, 1, slice, kv_type, nvec);
 }
 
 /* scores[h_first + i][j0 ..] = scale * the lane sums of part[i] (i < nh), for the heads
@@ -201,21 +222,12 @@ store_scores(float (*scores)[GRAFT_ATTN_CHUNK], __m512 (*part)[LANES], int32_t h
     }
 }
 
-/* The slices at off bytes of keys[c0 + j0 + jj] and of the next key (or the same key when
- * nk is 1). */
-static inline void key_slices(const void **slice, const void *const *keys, int64_t c0, int j0,
-                              int jj, int nk, size_t off)
-{
-    slice[0] = (const char *)keys[c0 + j0 + jj] + off;
-    slice[1] = (const char *)keys[c0 + j0 + jj + nk - 1] + off;
-}
-
 /* scores[h][j] = scale * q[h] . k_j for the n[h] keys head h has in the chunk at c0 (n[h] <=
  * GRAFT_ATTN_CHUNK), k_j being keys[c0 + j] + off[h] bytes; n_max is the largest n[h]. A
  * head's entries from n[h] up to the next multiple of 16 are left as computed from zero
- * partials. Per 16 keys, two by two (dot_heads), in one of two orders:
- *   whole_rows  each pair of keys once, all heads (the split form's keys half, whose heads
- *               read different slices: each row is read whole, front to back);
+ * partials. Per 16 keys, SCORE_KEYS at a time (dot_keys, keys_at), in one of two orders:
+ *   whole_rows  each group of keys once, all heads (the split form's keys half, whose
+ *               heads read different slices: the group's rows are read whole, in order);
  *   otherwise   SCORE_HEADS heads of a slice at a time over the 16 keys, so that their
  *               partial sums stay in L1 (the one-call form: up to 32 heads read one slice).
  * Asks for the first prefetch_bytes of the next 16 rows. */
@@ -232,19 +244,13 @@ chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int
             prefetch_row(keys, c0 + j0 + jj + LANES, n_keys, prefetch_bytes);
         if (whole_rows) {
             __m512 part[GRAFT_ATTN_MAX_HEADS][LANES]; // (heads, 16 keys) partial dot products
-            for (int jj = 0, nk; jj < m; jj += nk) {
-                nk = m - jj >= 2 ? 2 : 1;
+            for (int jj = 0; jj < m; jj += keys_at(jj, m))
                 for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
                     for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
                         ;
-                    const void *slice[2];
-                    key_slices(slice, keys, c0, j0, jj, nk, off[h0]);
-                    if (nk == 2)
-                        dot_heads(part + h0, jj, q + h0, h1 - h0, 2, slice, kv_type, nvec);
-                    else
-                        dot_heads(part + h0, jj, q + h0, h1 - h0, 1, slice, kv_type, nvec);
+                    dot_keys(part + h0, jj, keys_at(jj, m), q + h0, h1 - h0, keys, c0, j0,
+                             off[h0], kv_type, nvec);
                 }
-            }
             store_scores(scores, part, 0, n_heads, n, j0, m, vscale);
             continue;
         }
@@ -254,15 +260,9 @@ chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int
             for (int32_t hb = h0; hb < h1; hb += SCORE_HEADS) {
                 const int32_t nh = h1 - hb < SCORE_HEADS ? h1 - hb : SCORE_HEADS;
                 __m512 part[SCORE_HEADS][LANES];
-                for (int jj = 0, nk; jj < m; jj += nk) {
-                    nk = m - jj >= 2 ? 2 : 1;
-                    const void *slice[2];
-                    key_slices(slice, keys, c0, j0, jj, nk, off[h0]);
-                    if (nk == 2)
-                        dot_heads(part, jj, q + hb, nh, 2, slice, kv_type, nvec);
-                    else
-                        dot_heads(part, jj, q + hb, nh, 1, slice, kv_type, nvec);
-                }
+                for (int jj = 0; jj < m; jj += keys_at(jj, m))
+                    dot_keys(part, jj, keys_at(jj, m), q + hb, nh, keys, c0, j0, off[h0],
+                             kv_type, nvec);
                 store_scores(scores, part, hb, nh, n, j0, m, vscale);
             }
         }

@@ -273,7 +273,6 @@ static void embed(const struct graft_model *m, const graft__batch_entry *e, int3
     }
 }
 
-/* q, k of each entry: per-head norm (qwen3, gemma3), then rotary position embedding. */
 /* s->rope: each entry's rotation for both kinds of layer (the sliding-window one only if
  * the model has such layers), computed once for all the layers of the pass. */
 static void rope_angles_all(const struct graft_model *m, const graft__batch_entry *e,
@@ -292,6 +291,8 @@ static void rope_angles_all(const struct graft_model *m, const graft__batch_entr
     }
 }
 
+/* q, k of each entry: per-head norm (qwen3, gemma3), then rotary position embedding by the
+ * entry's rotation in s->rope. */
 static void position_qk(const struct graft_model *m, const graft__layer *L, int32_t il,
                         int32_t n, float *q, float *k, const scratch *s)
 {

@@ -13,7 +13,8 @@
 # model: metric | graft | llama.cpp | graft ÷ llama.cpp, with each engine's decode as a
 # percentage of its decode roofline: memory bandwidth ÷ the bytes a decoded token reads
 # (weights plus the F16 KV of its context, as graft bench speed counts them), and
-# bandwidth ÷ weight bytes alone.
+# bandwidth ÷ weight bytes alone; each run's decode is set against the roofline of the
+# bandwidth sampled around it in the same run, and the median of those percentages shown.
 #
 # Needs sh bench/setup.sh first, and a graft built in release mode ($GRAFT_BIN, else
 # build/release/graft). Timings are only as quiet as the machine: see bench/README.md.

@@ -27,7 +27,6 @@
  * the folder setup.sh compiled in (LLAMA_BINS_DIR).
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bandwidth_probe.h" /* graft's probe (src/cli), the same measurement */
 #include "ggml-backend.h"
 #include "llama.h"
 
@@ -46,9 +46,6 @@
 #define SEQ_GEN 64
 #define MAX_SEQS 8
 #define WARMUP_TOKENS 8
-#define PROBE_BYTES ((size_t)512 << 20)
-#define PROBE_PASSES 2
-#define PROBE_TRIES 3
 
 static const int seq_counts[] = {1, 2, 4, 8};
 #define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
@@ -189,101 +186,6 @@ static double *figure_samples(state *s, const options *o, int figure)
     return s->samples + (size_t)figure * (size_t)o->reps;
 }
 
-/* ---- the memory-read bandwidth probe (as graft's) --------------------------------------- */
-
-typedef struct probe_slice {
-    pthread_t thread;
-    uint64_t *words;
-    size_t n_words;
-    int fill;
-    uint64_t sum;
-} probe_slice;
-
-static uint64_t sum_words(const uint64_t *w, size_t n)
-{
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        a += w[i];
-        b += w[i + 1];
-        c += w[i + 2];
-        d += w[i + 3];
-    }
-    return a ^ b ^ c ^ d;
-}
-
-static void *probe_slice_run(void *arg)
-{
-    probe_slice *p = arg;
-    if (p->fill)
-        memset(p->words, 0x5a, p->n_words * sizeof *p->words);
-    else
-        for (int pass = 0; pass < PROBE_PASSES; pass++)
-            p->sum += sum_words(p->words, p->n_words);
-    return NULL;
-}
-
-static int run_slices(probe_slice *slices, int n, int fill)
-{
-    int started = 0;
-    for (; started < n; started++) {
-        slices[started].fill = fill;
-        if (pthread_create(&slices[started].thread, NULL, probe_slice_run, &slices[started]))
-            break;
-    }
-    for (int i = 0; i < started; i++)
-        pthread_join(slices[i].thread, NULL);
-    return started == n ? 0 : -1;
-}
-
-/* The probe's buffer, filled and read once (the first read after the fill ran at a quarter
- * to a half of the rate of the next ones inside a loaded process), kept for the samples. */
-typedef struct probe {
-    uint64_t *buf;
-    probe_slice *slices;
-    int n_threads;
-    size_t per; /* words of each thread's slice */
-} probe;
-
-static int probe_create(probe *p, int n_threads)
-{
-    p->buf = malloc(PROBE_BYTES);
-    p->slices = calloc((size_t)n_threads, sizeof *p->slices);
-    p->n_threads = n_threads;
-    p->per = PROBE_BYTES / sizeof *p->buf / (size_t)n_threads / 8 * 8;
-    int rc = p->buf && p->slices ? 0 : -1;
-    for (int t = 0; rc == 0 && t < n_threads; t++)
-        p->slices[t] = (probe_slice){.words = p->buf + (size_t)t * p->per, .n_words = p->per};
-    if (rc == 0)
-        rc = run_slices(p->slices, n_threads, 1);
-    if (rc == 0)
-        rc = run_slices(p->slices, n_threads, 0);
-    return rc;
-}
-
-static void probe_free(probe *p)
-{
-    free(p->slices);
-    free(p->buf);
-}
-
-/* One sample of the read bandwidth (GB/s), all threads streaming over their slices: the
- * best of PROBE_TRIES reads, as a read can start while a thread that just finished
- * computing still holds a core (a pool worker spins a while before it sleeps) and run
- * at half the rate. */
-static int probe_sample(probe *p, double *gbs)
-{
-    int rc = 0;
-    *gbs = 0;
-    for (int i = 0; rc == 0 && i < PROBE_TRIES; i++) {
-        double t0 = now_s();
-        rc = run_slices(p->slices, p->n_threads, 0);
-        double bytes = (double)p->per * sizeof *p->buf * (double)p->n_threads * PROBE_PASSES;
-        double sample = rate(bytes, now_s() - t0) * 1e-9;
-        *gbs = sample > *gbs ? sample : *gbs;
-    }
-    return rc;
-}
-
 /* ---- llama.cpp ---------------------------------------------------------------------------- */
 
 static void log_errors_only(enum ggml_log_level level, const char *text, void *user)
@@ -400,14 +302,14 @@ static int probe_failed(void)
 
 /* Prefill and decode; the rep's bandwidth sample is the larger of one taken just before and
  * one just after (as graft's). */
-static int measure_prefill_decode(state *s, const options *o, probe *p, int rep)
+static int measure_prefill_decode(state *s, const options *o, graft__probe *p, int rep)
 {
     reset_seq(s->single, 0);
     s->batch.n_tokens = 0;
     for (int i = 0; i < o->n_prompt; i++)
         batch_add(&s->batch, random_token(s), i, 0, i + 1 == o->n_prompt);
     double before, after;
-    if (probe_sample(p, &before) != 0)
+    if (graft__probe_sample(p, &before) != 0)
         return probe_failed();
     double t0 = now_s();
     int rc = decode(s->single, s->batch);
@@ -419,7 +321,7 @@ static int measure_prefill_decode(state *s, const options *o, probe *p, int rep)
         rc = decode(s->single, s->batch);
     }
     double t2 = now_s();
-    if (probe_sample(p, &after) != 0)
+    if (graft__probe_sample(p, &after) != 0)
         return probe_failed();
     figure_samples(s, o, FIG_PREFILL)[rep] = rate(o->n_prompt, t1 - t0);
     figure_samples(s, o, FIG_DECODE)[rep] = rate(o->n_gen, t2 - t1);
@@ -461,11 +363,11 @@ static int measure_aggregate(state *s, int n_seqs, double *tps)
 
 static int measure_all(state *s, const options *o)
 {
-    probe p = {0};
-    int rc = probe_create(&p, o->threads);
+    graft__probe p = {0};
+    int rc = graft__probe_create(&p, o->threads);
     if (rc != 0)
         fprintf(stderr, "llama_speed: bandwidth probe: cannot allocate %zu MiB or start "
-                        "its threads\n", PROBE_BYTES >> 20);
+                        "its threads\n", GRAFT_PROBE_BYTES >> 20);
     if (rc == 0)
         rc = warm_up(s, s->single, WARMUP_TOKENS);
     if (rc == 0)
@@ -476,7 +378,7 @@ static int measure_all(state *s, const options *o)
             rc = measure_aggregate(s, seq_counts[i],
                                    &figure_samples(s, o, FIG_AGGREGATE + i)[rep]);
     }
-    probe_free(&p);
+    graft__probe_free(&p);
     return rc;
 }
 

@@ -48,14 +48,17 @@ clone_source() {
 }
 
 build_harness() {
-    if [ -x "$exe" ] && [ -z "$(find "$here/llama_speed.c" -newer "$exe")" ]; then
+    probe=$here/../src/cli/bandwidth_probe
+    if [ -x "$exe" ] &&
+        [ -z "$(find "$here/llama_speed.c" "$probe.c" "$probe.h" -newer "$exe")" ]; then
         return
     fi
     echo "setup: compiling $exe"
     mkdir -p "$here/build"
     ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE \
-        -I"$src/include" -I"$src/ggml/include" -DLLAMA_BINS_DIR="\"$bins\"" \
-        "$here/llama_speed.c" "$bins"/libllama.v*.so "$bins"/libggml.v*.so \
+        -I"$src/include" -I"$src/ggml/include" -I"$here/../src/cli" \
+        -DLLAMA_BINS_DIR="\"$bins\"" \
+        "$here/llama_speed.c" "$probe.c" "$bins"/libllama.v*.so "$bins"/libggml.v*.so \
         "$bins"/libggml-base.so -Wl,-rpath,"$bins" -lpthread -o "$exe"
 }
 

@@ -31,11 +31,11 @@
  * map the weights in. Each figure is the median of --reps runs. A timing never fails
  * anything (DESIGN.md §5).
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bandwidth_probe.h"
 #include "bench.h"
 
 #define SEQ_CONTEXT 64                 /* tokens each session holds before aggregate decode */
@@ -43,9 +43,6 @@
 #define MAX_SEQS 8                     /* the largest session count measured */
 #define SPEED "bench speed"            /* the command, in messages */
 #define WARMUP_TOKENS 8                /* untimed tokens that map the weights in */
-#define PROBE_BYTES ((size_t)512 << 20) /* bandwidth buffer, well beyond the caches */
-#define PROBE_PASSES 2                 /* reads of the whole buffer per timed read */
-#define PROBE_TRIES 3                  /* timed reads per bandwidth sample, the best kept */
 
 static const int32_t seq_counts[] = {1, 2, 4, 8};
 #define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
@@ -111,103 +108,6 @@ typedef struct speed_options {
     int json;
 } speed_options;
 
-/* ---- the memory-read bandwidth probe -------------------------------------------------- */
-
-typedef struct probe_slice {
-    pthread_t thread;
-    uint64_t *words;
-    size_t n_words;
-    int fill;     /* nonzero: write the slice (first touch), else read it PROBE_PASSES times */
-    uint64_t sum; /* what the reads added up, so the compiler keeps them */
-} probe_slice;
-
-/* Four independent sums, so the loop is bound by loads, not by one addition chain. */
-static uint64_t sum_words(const uint64_t *w, size_t n)
-{
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        a += w[i];
-        b += w[i + 1];
-        c += w[i + 2];
-        d += w[i + 3];
-    }
-    return a ^ b ^ c ^ d;
-}
-
-static void *probe_slice_run(void *arg)
-{
-    probe_slice *p = arg;
-    if (p->fill)
-        memset(p->words, 0x5a, p->n_words * sizeof *p->words);
-    else
-        for (int pass = 0; pass < PROBE_PASSES; pass++)
-            p->sum += sum_words(p->words, p->n_words);
-    return NULL;
-}
-
-/* Runs every slice on its own thread; GRAFT_OK once all have joined. */
-static int run_slices(probe_slice *slices, int n, int fill)
-{
-    int started = 0;
-    for (; started < n; started++) {
-        slices[started].fill = fill;
-        if (pthread_create(&slices[started].thread, NULL, probe_slice_run, &slices[started]))
-            break;
-    }
-    for (int i = 0; i < started; i++)
-        pthread_join(slices[i].thread, NULL);
-    return started == n ? GRAFT_OK : GRAFT_ENOMEM;
-}
-
-/* The probe's buffer, filled and read once (the first read after the fill ran at a quarter
- * to a half of the rate of the next ones inside a loaded process), kept for the samples. */
-typedef struct probe {
-    uint64_t *buf;
-    probe_slice *slices;
-    int n_threads;
-    size_t per; /* words of each thread's slice */
-} probe;
-
-static int probe_create(probe *p, int n_threads)
-{
-    p->buf = malloc(PROBE_BYTES);
-    p->slices = calloc((size_t)n_threads, sizeof *p->slices);
-    p->n_threads = n_threads;
-    p->per = PROBE_BYTES / sizeof *p->buf / (size_t)n_threads / 8 * 8;
-    int rc = p->buf && p->slices ? GRAFT_OK : GRAFT_ENOMEM;
-    for (int t = 0; rc == GRAFT_OK && t < n_threads; t++)
-        p->slices[t] = (probe_slice){.words = p->buf + (size_t)t * p->per, .n_words = p->per};
-    if (rc == GRAFT_OK)
-        rc = run_slices(p->slices, n_threads, 1);
-    if (rc == GRAFT_OK)
-        rc = run_slices(p->slices, n_threads, 0);
-    return rc;
-}
-
-static void probe_free(probe *p)
-{
-    free(p->slices);
-    free(p->buf);
-}
-
-/* One sample of the read bandwidth (GB/s), all threads streaming over their slices: the
- * best of PROBE_TRIES reads, as a read can start while a thread that just finished
- * computing still holds a core (a pool worker spins a while before it sleeps) and run
- * at half the rate. */
-static int probe_sample(probe *p, double *gbs)
-{
-    int rc = GRAFT_OK;
-    *gbs = 0;
-    for (int i = 0; rc == GRAFT_OK && i < PROBE_TRIES; i++) {
-        double t0 = graft__bench_now_s();
-        rc = run_slices(p->slices, p->n_threads, 0);
-        double bytes = (double)p->per * sizeof *p->buf * (double)p->n_threads * PROBE_PASSES;
-        double sample = graft__bench_rate(bytes, graft__bench_now_s() - t0) * 1e-9;
-        *gbs = sample > *gbs ? sample : *gbs;
-    }
-    return rc;
-}
-
 typedef struct bench_state {
     graft_model *model;
     graft_model_info info;
@@ -217,7 +117,7 @@ typedef struct bench_state {
     float *logits;         /* (n_vocab) */
     double *samples;       /* (N_FIGURES, reps) */
     graft__bench_rng rng;
-    probe probe;           /* the bandwidth probe, one thread per compute thread */
+    graft__probe probe;    /* the bandwidth probe, one thread per compute thread */
 } bench_state;
 
 /* ---- argmax ------------------------------------------------------------------------------ */
@@ -254,7 +154,7 @@ static int measure_prefill_decode(bench_state *s, const speed_options *o, int re
     graft_context_seq_reset(s->single, 0);
     graft__bench_random_tokens(&s->rng, s->tokens, (size_t)o->n_prompt);
     double before, after;
-    if (probe_sample(&s->probe, &before) != GRAFT_OK)
+    if (graft__probe_sample(&s->probe, &before) != 0)
         return probe_failed();
     double t0 = graft__bench_now_s();
     int rc = graft_context_eval(s->single, s->tokens, (size_t)o->n_prompt, s->logits);
@@ -264,7 +164,7 @@ static int measure_prefill_decode(bench_state *s, const speed_options *o, int re
         rc = graft_context_eval(s->single, &next, 1, s->logits);
     }
     double t2 = graft__bench_now_s();
-    if (probe_sample(&s->probe, &after) != GRAFT_OK)
+    if (graft__probe_sample(&s->probe, &after) != 0)
         return probe_failed();
     figure_samples(s, o, FIG_PREFILL)[rep] = graft__bench_rate(o->n_prompt, t1 - t0);
     figure_samples(s, o, FIG_DECODE)[rep] = graft__bench_rate(o->n_gen, t2 - t1);
@@ -411,9 +311,9 @@ static int bench_setup(bench_state *s, const speed_options *o)
         graft__cli_error(SPEED, "out of memory");
         return GRAFT_CLI_FAILED;
     }
-    if (probe_create(&s->probe, graft_context_threads(s->single)) != GRAFT_OK) {
+    if (graft__probe_create(&s->probe, graft_context_threads(s->single)) != 0) {
         graft__cli_error(SPEED, "bandwidth probe: cannot allocate %zu MiB or start its "
-                         "threads", PROBE_BYTES >> 20);
+                         "threads", GRAFT_PROBE_BYTES >> 20);
         return GRAFT_CLI_FAILED;
     }
     return GRAFT_CLI_OK;
@@ -427,7 +327,7 @@ static void bench_free(bench_state *s)
     free(s->tokens);
     free(s->logits);
     free(s->samples);
-    probe_free(&s->probe);
+    graft__probe_free(&s->probe);
 }
 
 /* ---- reporting -------------------------------------------------------------------------- */
@@ -517,7 +417,7 @@ static void print_table(const bench_state *s, const speed_options *o, const spee
         print_row(i ? "" : "aggregate", detail, r->fig[FIG_AGGREGATE + i], "tok/s\n");
     }
     snprintf(detail, sizeof detail, "memory read, %d threads, %zu MiB",
-             (int)graft_context_threads(s->single), PROBE_BYTES >> 20);
+             (int)graft_context_threads(s->single), GRAFT_PROBE_BYTES >> 20);
     print_row("bandwidth", detail, r->fig[FIG_BANDWIDTH], "GB/s\n");
     print_row("roofline", "bandwidth / (weights + mean KV read)", r->roofline_tps, "tok/s");
     printf("  (KV %.2f MiB a token)\n", r->kv_bytes / (1024.0 * 1024.0));

@@ -1,0 +1,103 @@
+/*
+ * bandwidth_probe.c: the memory-read bandwidth probe (bandwidth_probe.h).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bandwidth_probe.h"
+
+enum {
+    PROBE_PASSES = 2, /* reads of the whole buffer per timed read */
+    PROBE_TRIES = 3   /* timed reads per sample, the best kept */
+};
+
+struct graft__probe_slice {
+    pthread_t thread;
+    uint64_t *words;
+    size_t n_words;
+    int fill;     /* nonzero: write the slice (first touch), else read it PROBE_PASSES times */
+    uint64_t sum; /* what the reads added up, so the compiler keeps them */
+};
+
+/* Four independent sums, so the loop is bound by loads, not by one addition chain. */
+static uint64_t sum_words(const uint64_t *w, size_t n)
+{
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        a += w[i];
+        b += w[i + 1];
+        c += w[i + 2];
+        d += w[i + 3];
+    }
+    return a ^ b ^ c ^ d;
+}
+
+static void *slice_run(void *arg)
+{
+    graft__probe_slice *s = arg;
+    if (s->fill)
+        memset(s->words, 0x5a, s->n_words * sizeof *s->words);
+    else
+        for (int pass = 0; pass < PROBE_PASSES; pass++)
+            s->sum += sum_words(s->words, s->n_words);
+    return NULL;
+}
+
+/* Runs every slice on its own thread; 0 once all have joined. */
+static int run_slices(graft__probe *p, int fill)
+{
+    int started = 0;
+    for (; started < p->n_threads; started++) {
+        p->slices[started].fill = fill;
+        if (pthread_create(&p->slices[started].thread, NULL, slice_run, &p->slices[started]))
+            break;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(p->slices[i].thread, NULL);
+    return started == p->n_threads ? 0 : -1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int graft__probe_create(graft__probe *p, int n_threads)
+{
+    p->buf = malloc(GRAFT_PROBE_BYTES);
+    p->slices = calloc((size_t)n_threads, sizeof *p->slices);
+    p->n_threads = n_threads;
+    p->per = GRAFT_PROBE_BYTES / sizeof *p->buf / (size_t)n_threads / 8 * 8;
+    if (p->buf == NULL || p->slices == NULL)
+        return -1;
+    for (int t = 0; t < n_threads; t++) {
+        p->slices[t].words = p->buf + (size_t)t * p->per;
+        p->slices[t].n_words = p->per;
+    }
+    return run_slices(p, 1) == 0 ? run_slices(p, 0) : -1;
+}
+
+void graft__probe_free(graft__probe *p)
+{
+    free(p->slices);
+    free(p->buf);
+}
+
+int graft__probe_sample(graft__probe *p, double *gbs)
+{
+    const double bytes = (double)p->per * sizeof *p->buf * (double)p->n_threads * PROBE_PASSES;
+    *gbs = 0;
+    for (int i = 0; i < PROBE_TRIES; i++) {
+        double t0 = now_s();
+        if (run_slices(p, 0) != 0)
+            return -1;
+        double seconds = now_s() - t0;
+        double sample = seconds > 0 ? bytes / seconds * 1e-9 : 0;
+        *gbs = sample > *gbs ? sample : *gbs;
+    }
+    return 0;
+}

@@ -1,0 +1,38 @@
+/*
+ * bandwidth_probe.h: the memory-read bandwidth probe of `graft bench speed`, shared with
+ * bench/llama_speed.c so that both engines' rooflines come from the same measurement. It
+ * depends on nothing of graft (plain C11, POSIX threads), so the llama.cpp harness compiles
+ * bandwidth_probe.c as it is.
+ *
+ * Every thread streams over its slice of a GRAFT_PROBE_BYTES buffer. The buffer is filled
+ * and read once at create (the first read after the fill ran at a quarter to a half of the
+ * rate of the next ones inside a loaded process), then kept for the samples. A sample is
+ * the best of a few timed reads, as a read can start while a thread that just finished
+ * computing still holds a core (a pool worker spins a while before it sleeps) and run at
+ * half the rate.
+ */
+#ifndef GRAFT_BANDWIDTH_PROBE_H
+#define GRAFT_BANDWIDTH_PROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GRAFT_PROBE_BYTES ((size_t)512 << 20) /* the buffer, well beyond the caches */
+
+typedef struct graft__probe_slice graft__probe_slice;
+typedef struct graft__probe {
+    uint64_t *buf;
+    graft__probe_slice *slices;
+    int n_threads;
+    size_t per; /* words of each thread's slice */
+} graft__probe;
+
+/* 0, or -1 when the buffer cannot be allocated or a thread started; p must then still be
+ * freed. */
+int graft__probe_create(graft__probe *p, int n_threads);
+void graft__probe_free(graft__probe *p);
+/* *gbs = one sample of the read bandwidth, 1e9 bytes/s; 0, or -1 when a thread cannot be
+ * started. */
+int graft__probe_sample(graft__probe *p, double *gbs);
+
+#endif

@@ -274,18 +274,16 @@ static void embed(const struct graft_model *m, const graft__batch_entry *e, int3
 }
 
 /* s->rope: each entry's rotation for both kinds of layer (the sliding-window one only if
- * the model has such layers), computed once for all the layers of the pass. */
+ * the model has a window: layer_is_swa is never set without one), computed once for all
+ * the layers of the pass. */
 static void rope_angles_all(const struct graft_model *m, const graft__batch_entry *e,
                             int32_t n, scratch *s)
 {
     const graft__hparams *hp = &m->hp;
-    bool any_swa = false;
-    for (int32_t il = 0; il < hp->n_layer; il++)
-        any_swa = any_swa || hp->layer_is_swa[il];
     for (int32_t t = 0; t < n; t++) {
         graft__rope_angles(s->rope + (int64_t)t * hp->rope_dims, hp->rope_dims, e[t].pos,
                            hp->rope_base, hp->rope_freq_scale, m->rope_freqs.data);
-        if (any_swa)
+        if (hp->sliding_window > 0)
             graft__rope_angles(s->rope + (int64_t)(n + t) * hp->rope_dims, hp->rope_dims,
                                e[t].pos, hp->rope_base_swa, 1.0f, m->rope_freqs.data);
     }

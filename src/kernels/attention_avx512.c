@@ -30,15 +30,17 @@
  * head, reads that head's few cache lines out of every row; this memory system serves
  * such strided reads at about half the rate of one thread streaming whole rows. So the
  * keys half reads all the K rows in order, computing the scores of every head (head h
- * finds its slice at column col[h]), and the values half all the V rows, row by row, each
- * head's accumulators kept in its output row (in L1) rather than in registers, so that
- * every row is read whole and front to back. Per chunk the keys half writes the scores
- * into the link, then publishes the chunk (release); the values half waits for it
- * (acquire), runs the online softmax (on the values side, because the scores are the
- * heavier half), rescales its outputs and adds the chunk's values. Both halves call the
- * functions the one-call form calls, on the same numbers in the same order, so a head's
- * output is the same bits in either form; only how the work is shared between threads
- * differs.
+ * finds its slice at column col[h]) for 8 rows at a time, and the values half all the V
+ * rows, a chunk at a time, one run of heads' slice of the chunk's rows after another
+ * (chunk_values_all, as the one-call form adds its values, accumulators in registers).
+ * Both ask for the slices they will read PREFETCH_AHEAD rows ahead (prefetch_slices):
+ * taking a slice of several rows in turn, they would otherwise wait on memory for each
+ * row. Per chunk the keys half writes the scores into the link, then publishes the chunk
+ * (release); the values half waits for it (acquire), runs the online softmax (on the
+ * values side, because the scores are the heavier half), rescales its outputs and adds
+ * the chunk's values. Both halves call the functions the one-call form calls, on the
+ * same numbers in the same order, so a head's output is the same bits in either form;
+ * only how the work is shared between threads differs.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -52,7 +54,7 @@
 enum {
     LANES = 16,
     ACC_VECTORS = 16,    /* output accumulators kept in registers at once */
-    PREFETCH_AHEAD = 8,  /* rows requested ahead of the one being read (one-call form) */
+    PREFETCH_AHEAD = 8,  /* rows ahead whose slices prefetch_slices is asked for */
     SCORE_HEADS = 8,     /* heads whose partial sums chunk_scores keeps at once */
     SCORE_KEYS = 8,      /* keys whose dot products dot_block computes at once */
     SPINS_PER_YIELD = 64 /* pauses between yields while the values half waits */
@@ -102,23 +104,17 @@ static inline int32_t slice_bytes(uint32_t kv_type, int32_t nvec)
     return nvec * LANES * elem_bytes(kv_type);
 }
 
-/* Bytes of a row from its start to the end of the last head's slice (the split form's
- * heads read slices at offsets off). */
-static inline int32_t span_bytes(const size_t *off, int32_t n_heads, uint32_t kv_type,
-                                 int32_t nvec)
+/* Asks for the slices at off bytes of rows[first .. first + count) that exist (rows below
+ * n_rows): a reader calls this for the rows PREFETCH_AHEAD after the ones it reads, as it
+ * reads them, so that memory serves several rows at once; the hardware prefetcher alone
+ * does not, as a reader takes a slice of each of several rows in turn. */
+static inline __attribute__((always_inline)) void
+prefetch_slices(const void *const *rows, int64_t first, int count, int64_t n_rows, size_t off,
+                int32_t bytes)
 {
-    return n_heads == 0 ? 0 : (int32_t)off[n_heads - 1] + slice_bytes(kv_type, nvec);
-}
-
-/* Asks for the cache lines of row `ahead` of the list (rows are scattered in the KV store,
- * so the hardware prefetcher does not find them). */
-static inline void prefetch_row(const void *const *rows, int64_t ahead, int64_t n_rows,
-                                int32_t bytes)
-{
-    if (ahead >= n_rows)
-        return;
-    for (int32_t off = 0; off < bytes; off += 64)
-        _mm_prefetch((const char *)rows[ahead] + off, _MM_HINT_T0);
+    for (int k = 0; k < count && first + k < n_rows; k++)
+        for (int32_t b = 0; b < bytes; b += 64)
+            _mm_prefetch((const char *)rows[first + k] + off + b, _MM_HINT_T0);
 }
 
 /* r[j] = the sum of the 16 lanes of v[j], for j < 16 (the network in the header). */
@@ -230,24 +226,24 @@ store_scores(float (*scores)[GRAFT_ATTN_CHUNK], __m512 (*part)[LANES], int32_t h
  *               heads read different slices: the group's rows are read whole, in order);
  *   otherwise   SCORE_HEADS heads of a slice at a time over the 16 keys, so that their
  *               partial sums stay in L1 (the one-call form: up to 32 heads read one slice).
- * Asks for the first prefetch_bytes of the next 16 rows. */
+ * whole_rows asks for each slice of the rows PREFETCH_AHEAD ahead as it reads it. */
 static inline __attribute__((always_inline)) void
 chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int *n,
              int n_max, int32_t n_heads, const void *const *keys, const size_t *off,
              int64_t c0, int64_t n_keys, uint32_t kv_type, int32_t nvec, float scale,
-             int32_t prefetch_bytes, bool whole_rows)
+             bool whole_rows)
 {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int j0 = 0; j0 < n_max; j0 += LANES) {
         const int m = n_max - j0 < LANES ? n_max - j0 : LANES;
-        for (int jj = 0; jj < m; jj++)
-            prefetch_row(keys, c0 + j0 + jj + LANES, n_keys, prefetch_bytes);
         if (whole_rows) {
             __m512 part[GRAFT_ATTN_MAX_HEADS][LANES]; // (heads, 16 keys) partial dot products
             for (int jj = 0; jj < m; jj += keys_at(jj, m))
                 for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
                     for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
                         ;
+                    prefetch_slices(keys, c0 + j0 + jj + PREFETCH_AHEAD, keys_at(jj, m),
+                                    n_keys, off[h0], slice_bytes(kv_type, nvec));
                     dot_keys(part + h0, jj, keys_at(jj, m), q + h0, h1 - h0, keys, c0, j0,
                              off[h0], kv_type, nvec);
                 }
@@ -306,12 +302,13 @@ static inline float chunk_softmax(float *s, int n, float *running_max, float *ru
 }
 
 /* out[h] (holding the running accumulators) += sum_j p[h][j] v_j over head h's n[h] keys
- * of the chunk at c0, for heads [h0, h0 + nh) and vectors [v0, v0 + nv) of each row,
- * nh * nv <= ACC_VECTORS. */
+ * of the chunk at c0, v_j being values[c0 + j] + off bytes, for heads [h0, h0 + nh) and
+ * vectors [v0, v0 + nv) of each row, nh * nv <= ACC_VECTORS. The block that reads a
+ * slice first (first_block) asks for it PREFETCH_AHEAD rows ahead. */
 static inline __attribute__((always_inline)) void
 chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int32_t h0,
-             int32_t nh, int32_t v0, int32_t nv, const void *const *values, int64_t c0,
-             int64_t n_keys, uint32_t kv_type, int32_t nvec)
+             int32_t nh, int32_t v0, int32_t nv, const void *const *values, size_t off,
+             int64_t c0, int64_t n_keys, uint32_t kv_type, int32_t nvec, bool first_block)
 {
     int n_max = 0;
     for (int32_t h = 0; h < nh; h++)
@@ -321,9 +318,10 @@ chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int3
         for (int32_t v = 0; v < nv; v++)
             acc[h * nv + v] = _mm512_loadu_ps(out[h0 + h] + (v0 + v) * LANES);
     for (int j = 0; j < n_max; j++) {
-        const void *row = values[c0 + j];
-        if (h0 == 0 && v0 == 0)
-            prefetch_row(values, c0 + j + PREFETCH_AHEAD, n_keys, slice_bytes(kv_type, nvec));
+        const char *row = (const char *)values[c0 + j] + off;
+        if (first_block)
+            prefetch_slices(values, c0 + j + PREFETCH_AHEAD, 1, n_keys, off,
+                            slice_bytes(kv_type, nvec));
         for (int32_t v = 0; v < nv; v++) {
             __m512 x = load_vec(row, v0 + v, kv_type);
             for (int32_t h = 0; h < nh; h++)
@@ -335,6 +333,35 @@ chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int3
     for (int32_t h = 0; h < nh; h++)
         for (int32_t v = 0; v < nv; v++)
             _mm512_storeu_ps(out[h0 + h] + (v0 + v) * LANES, acc[h * nv + v]);
+}
+
+/* chunk_values for every head, head h reading its slice at off[h]: per run of heads that
+ * read one slice, as many heads at a time as their accumulators fit in ACC_VECTORS
+ * registers, so each slice of the chunk's rows is read once per such block. */
+static inline __attribute__((always_inline)) void
+chunk_values_all(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n,
+                 int32_t n_heads, const void *const *values, const size_t *off, int64_t c0,
+                 int64_t n_keys, uint32_t kv_type, int32_t nvec)
+{
+    const int32_t heads_at_once = nvec <= ACC_VECTORS ? ACC_VECTORS / nvec : 1;
+    for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
+        for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
+            ;
+        for (int32_t hb = h0; hb < h1; hb += heads_at_once) {
+            const int32_t nh = h1 - hb < heads_at_once ? h1 - hb : heads_at_once;
+            for (int32_t v0 = 0; v0 < nvec; v0 += ACC_VECTORS) {
+                const int32_t nv = nvec - v0 < ACC_VECTORS ? nvec - v0 : ACC_VECTORS;
+                const bool first_block = hb == h0 && v0 == 0;
+                /* A whole block with constant sizes keeps its accumulators in registers. */
+                if (nh == heads_at_once && nv == nvec)
+                    chunk_values(out, p, n, hb, heads_at_once, 0, nvec, values, off[h0], c0,
+                                 n_keys, kv_type, nvec, first_block);
+                else
+                    chunk_values(out, p, n, hb, nh, v0, nv, values, off[h0], c0, n_keys,
+                                 kv_type, nvec, first_block);
+            }
+        }
+    }
 }
 
 /* The one-call form for one (kv_type, nvec): constants in the instances below. Head h
@@ -355,7 +382,6 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
         running_sum[h] = 0.0f;
         most = n_keys[h] > most ? n_keys[h] : most;
     }
-    const int32_t heads_at_once = nvec <= ACC_VECTORS ? ACC_VECTORS / nvec : 1;
     for (int64_t c0 = 0; c0 < most; c0 += GRAFT_ATTN_CHUNK) {
         int n_max = 0;
         for (int32_t h = 0; h < n_heads; h++) {
@@ -364,7 +390,7 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
             n_max = n[h] > n_max ? n[h] : n_max;
         }
         chunk_scores(scores, q, n, n_max, n_heads, keys, off, c0, most, kv_type, nvec, scale,
-                     slice_bytes(kv_type, nvec), false);
+                     false);
         for (int32_t h = 0; h < n_heads; h++) {
             if (n[h] == 0)
                 continue;
@@ -372,19 +398,7 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
             if (rescale != 1.0f)
                 scale_row(out[h], nvec, rescale);
         }
-        for (int32_t h0 = 0; h0 < n_heads; h0 += heads_at_once) {
-            int32_t nh = n_heads - h0 < heads_at_once ? n_heads - h0 : heads_at_once;
-            for (int32_t v0 = 0; v0 < nvec; v0 += ACC_VECTORS) {
-                int32_t nv = nvec - v0 < ACC_VECTORS ? nvec - v0 : ACC_VECTORS;
-                /* A whole block with constant sizes keeps its accumulators in registers. */
-                if (nh == heads_at_once && nv == nvec)
-                    chunk_values(out, scores, n, h0, heads_at_once, 0, nvec, values, c0, most,
-                                 kv_type, nvec);
-                else
-                    chunk_values(out, scores, n, h0, nh, v0, nv, values, c0, most, kv_type,
-                                 nvec);
-            }
-        }
+        chunk_values_all(out, scores, n, n_heads, values, off, c0, most, kv_type, nvec);
     }
     for (int32_t h = 0; h < n_heads; h++)
         if (running_sum[h] > 0.0f)
@@ -413,7 +427,7 @@ keys_body(graft__attend_link *link, const float *const *q, const int32_t *col,
         for (int32_t h = 0; h < n_heads; h++)
             n[h] = count;
         chunk_scores(link_scores(link, c, n_heads), q, n, count, n_heads, keys, off, c0, n_keys,
-                     kv_type, nvec, scale, span_bytes(off, n_heads, kv_type, nvec), true);
+                     kv_type, nvec, scale, true);
         atomic_store_explicit(&link->ready, (int)c + 1, memory_order_release);
     }
 }
@@ -432,49 +446,17 @@ static void wait_for_chunk(graft__attend_link *link, int64_t c)
     }
 }
 
-/* out[h] += p[h][j] v_j for keys [0, count) of the chunk at c0 and every head, key by key:
- * each row is read whole, front to back, once (v_j's slice for a run of heads that share
- * it goes through registers; the heads' accumulators stay in out, in L1). Each head adds
- * its keys in the same order with the same operations as chunk_values, so the same bits. */
-static inline __attribute__((always_inline)) void
-values_by_key(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], int count, int32_t n_heads,
-              const void *const *values, const size_t *off, int64_t c0, int64_t n_keys,
-              uint32_t kv_type, int32_t nvec, int32_t prefetch_bytes)
-{
-    for (int j = 0; j < count; j++) {
-        const char *row = values[c0 + j];
-        prefetch_row(values, c0 + j + PREFETCH_AHEAD, n_keys, prefetch_bytes);
-        for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
-            for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
-                ;
-            const void *v = row + off[h0];
-            for (int32_t v0 = 0; v0 < nvec; v0 += ACC_VECTORS) {
-                const int32_t nv = nvec - v0 < ACC_VECTORS ? nvec - v0 : ACC_VECTORS;
-                __m512 x[ACC_VECTORS];
-                for (int32_t i = 0; i < nv; i++)
-                    x[i] = load_vec(v, v0 + i, kv_type);
-                for (int32_t h = h0; h < h1; h++) {
-                    const __m512 pj = _mm512_set1_ps(p[h][j]);
-                    float *o = out[h] + v0 * LANES;
-                    for (int32_t i = 0; i < nv; i++)
-                        _mm512_storeu_ps(o + i * LANES, _mm512_fmadd_ps(pj, x[i],
-                                                                        _mm512_loadu_ps(o + i * LANES)));
-                }
-            }
-        }
-    }
-}
-
 /* The values half for one (kv_type, nvec): per chunk, once the keys half has published
  * its scores, each head's online softmax (which rescales the head's output when its
- * maximum grows), then the chunk's values (values_by_key); at the end, the division by
- * each head's sum. */
+ * maximum grows), then the chunk's values (chunk_values_all, as the one-call form); at
+ * the end, the division by each head's sum. */
 static inline __attribute__((always_inline)) void
 values_body(graft__attend_link *link, float *const *out, const int32_t *col, int32_t n_heads,
             int64_t n_keys, const void *const *values, uint32_t kv_type, int32_t nvec)
 {
     float running_max[GRAFT_ATTN_MAX_HEADS], running_sum[GRAFT_ATTN_MAX_HEADS];
     size_t off[GRAFT_ATTN_MAX_HEADS];
+    int n[GRAFT_ATTN_MAX_HEADS];
     for (int32_t h = 0; h < n_heads; h++) {
         memset(out[h], 0, (size_t)nvec * LANES * sizeof(float));
         running_max[h] = -INFINITY;
@@ -490,8 +472,9 @@ values_body(graft__attend_link *link, float *const *out, const int32_t *col, int
             if (rescale != 1.0f)
                 scale_row(out[h], nvec, rescale);
         }
-        values_by_key(out, p, count, n_heads, values, off, c0, n_keys, kv_type, nvec,
-                      span_bytes(off, n_heads, kv_type, nvec));
+        for (int32_t h = 0; h < n_heads; h++)
+            n[h] = count;
+        chunk_values_all(out, p, n, n_heads, values, off, c0, n_keys, kv_type, nvec);
     }
     for (int32_t h = 0; h < n_heads; h++)
         if (running_sum[h] > 0.0f)

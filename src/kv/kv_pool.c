@@ -111,7 +111,7 @@ static int alloc_group(kv_group *g, int32_t slices_total)
 
 static int alloc_memory(graft__kv_pool *p)
 {
-    p->arena = graft__malloc((size_t)p->slices_total * p->slice_bytes);
+    p->arena = graft__malloc_aligned((size_t)p->slices_total * p->slice_bytes, GRAFT_HUGE_PAGE);
     p->free_slices = graft__malloc((size_t)p->slices_total * sizeof(int32_t));
     p->seqs = graft__calloc((size_t)p->max_seqs, sizeof *p->seqs);
     if (p->arena == NULL || p->free_slices == NULL || p->seqs == NULL)

@@ -43,7 +43,6 @@ struct graft__scratch {
     graft__attend_link link;          /* its link, buf of graft__attend_link_floats(n_head,
                                          max_pos + 1) floats */
     int64_t ptr_stride;   /* max_pos + 1 */
-    void *work_block;     /* allocation behind ex.work */
     graft__exec ex;       /* threads, path and aligned activation buffer */
     bool packed;          /* ex.path is the model's packed_path: use the packed weights */
     int32_t max_tokens, max_pos;
@@ -65,13 +64,14 @@ static void scratch_free(scratch *s)
     graft__free(s->tiles);
     graft__free(s->rope);
     graft__free(s->link.buf);
-    graft__free(s->work_block);
+    graft__free(s->ex.work);
 }
 
-/* bytes of memory, written once when `touch` (so that it is resident from now on). */
+/* bytes of memory, cache-line aligned, written once when `touch` (so that it is resident
+ * from now on). */
 static void *alloc_bytes(size_t bytes, bool touch)
 {
-    void *p = graft__malloc(bytes);
+    void *p = graft__malloc_aligned(bytes, GRAFT_CACHE_LINE);
     if (p != NULL && touch)
         memset(p, 0, bytes);
     return p;
@@ -184,10 +184,9 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->ex.store_row = graft__store_row_for(ex->path);
     s->packed = graft__model_packed_for(m, ex->path);
     s->ex.work_size = work_size(m, ex->path, s->packed, n);
-    s->work_block = alloc_bytes(s->ex.work_size + 64, touch);
-    s->ex.work = (void *)(((uintptr_t)s->work_block + 63) & ~(uintptr_t)63);
+    s->ex.work = alloc_bytes(s->ex.work_size, touch);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->gate || !s->up ||
-        !s->keys || !s->values || !s->tiles || !s->rope || !s->work_block ||
+        !s->keys || !s->values || !s->tiles || !s->rope || !s->ex.work ||
         (s->split != NULL && s->link.buf == NULL)) {
         scratch_free(s);
         return GRAFT_ENOMEM;

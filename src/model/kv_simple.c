@@ -42,8 +42,8 @@ int graft__kv_simple_create(const graft__hparams *hp, int32_t n_seq, int32_t n_c
                 graft__mul_size(rows, s->k_bytes, &k_bytes) &&
                 graft__mul_size(rows, s->v_bytes, &v_bytes);
     if (fits) {
-        s->k = graft__malloc(k_bytes);
-        s->v = graft__malloc(v_bytes);
+        s->k = graft__malloc_aligned(k_bytes, GRAFT_HUGE_PAGE);
+        s->v = graft__malloc_aligned(v_bytes, GRAFT_HUGE_PAGE);
     }
     if (s->k == NULL || s->v == NULL) {
         graft__kv_simple_free(s);

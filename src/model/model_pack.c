@@ -21,7 +21,6 @@
  * slower than it should without a word); GRAFT_KERNELS=avx2 avoids packing.
  */
 #include <string.h>
-#include <sys/mman.h>
 
 #include "kernels/matmul_path.h"
 #include "model/model.h"
@@ -77,7 +76,7 @@ static void pack_task(void *ctx, int64_t i, int thread)
     w->packed_type = j->types[i];
 }
 
-/* Packs into fresh memory (64-byte aligned); the caller holds pack_lock. */
+/* Packs into fresh memory (each matrix 64-byte aligned); the caller holds pack_lock. */
 static int pack_locked(struct graft_model *m, const graft__matmul_path *path, graft__pool *pool,
                        char **errmsg)
 {
@@ -94,19 +93,17 @@ static int pack_locked(struct graft_model *m, const graft__matmul_path *path, gr
         if (j->types[i] != 0)
             total += round64(path->packed_bytes(j->types[i], w->cols, w->rows));
     }
-    void *memory = total > 0 ? graft__malloc(total + 64) : NULL;
+    void *memory = total > 0 ? graft__malloc_aligned(total, GRAFT_HUGE_PAGE) : NULL;
     if (total > 0 && memory == NULL) {
         graft__free(j);
         return graft__errmsg(errmsg, GRAFT_ENOMEM,
                              "model: out of memory for the packed weights (%zu MiB)",
                              total >> 20);
     }
-    uint8_t *dst = (uint8_t *)(((uintptr_t)memory + 63) & ~(uintptr_t)63);
     /* Fewer TLB misses while decode streams the weights; only a hint. */
-    uintptr_t huge_start = ((uintptr_t)dst + 4095) & ~(uintptr_t)4095;
-    uintptr_t huge_end = ((uintptr_t)dst + total) & ~(uintptr_t)4095;
-    if (huge_end > huge_start)
-        madvise((void *)huge_start, huge_end - huge_start, MADV_HUGEPAGE);
+    if (memory != NULL)
+        graft__advise_huge_pages(memory, total);
+    uint8_t *dst = memory;
     for (int i = 0; i < n; i++) {
         j->dst[i] = dst;
         if (j->types[i] != 0)

@@ -5,7 +5,9 @@
  * n = 0, 1, 2, ... until it succeeds without a refused allocation, asserting each time that
  * the operation reports GRAFT_ENOMEM cleanly and leaks nothing (graft__alloc_live()).
  * The counters are atomics so a test may inject while the engine thread allocates.
- * graft__advise_huge_pages is here too: a hint about memory this seam handed out.
+ * graft__malloc_aligned is the aligned form (posix_memalign: its memory goes back with
+ * free like the rest). graft__advise_huge_pages is here too: a hint about memory this seam
+ * handed out.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -63,6 +65,17 @@ void *graft__malloc(size_t size)
     return p;
 }
 
+void *graft__malloc_aligned(size_t size, size_t align)
+{
+    if (inject_failure())
+        return NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, align, size ? size : 1) != 0)
+        return NULL;
+    atomic_fetch_add(&live, 1);
+    return p;
+}
+
 void *graft__calloc(size_t count, size_t size)
 {
     if (inject_failure())
@@ -92,7 +105,7 @@ void graft__free(void *ptr)
 
 void graft__advise_huge_pages(void *p, size_t size)
 {
-    const uintptr_t huge = (uintptr_t)2 << 20;
+    const uintptr_t huge = GRAFT_HUGE_PAGE;
     uintptr_t first = ((uintptr_t)p + huge - 1) & ~(huge - 1);
     uintptr_t end = ((uintptr_t)p + size) & ~(huge - 1);
     if (end > first)

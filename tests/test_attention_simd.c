@@ -17,10 +17,10 @@
  * or within its group, and computing n keys gives the same bits however many times it is
  * repeated (no state carried between calls). The several-heads form (graft__attend_heads*,
  * which the forward pass uses for runs of tokens) gives each head, whatever the key counts
- * of the heads beside it, the bits the single form gives it alone. The split form of the
- * avx512 path (graft__attend_split_avx512: a keys half and a values half, on one thread in
- * turn and on two threads at once) gives each head of rows holding several KV heads the
- * bits graft__attend_heads_avx512 gives it over its own KV head's slice of the rows.
+ * of the heads beside it, the bits the single form gives it alone. The rows form of the
+ * avx512 path (graft__attend_rows_avx512, all the heads in one call or in two shares)
+ * gives each head of rows holding several KV heads the bits graft__attend_heads_avx512
+ * gives it over its own KV head's slice of the rows.
  * Tests are skipped when the processor lacks the instructions of a kernel.
  */
 #include <setjmp.h>
@@ -30,7 +30,6 @@
 #include <cmocka.h>
 
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,45 +184,12 @@ static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
     }
 }
 
-typedef struct split_call {
-    graft__attend_link *link;
-    float *const *out;
-    const float *const *q;
-    const int32_t *col;
-    int32_t n_heads, dim;
-    int64_t n_keys;
-    const void *const *keys, *const *values;
-    uint32_t kv_type;
-} split_call;
-
-static void *run_values(void *arg)
-{
-    const split_call *c = arg;
-    graft__attend_split_avx512.values(c->link, c->out, c->col, c->n_heads, c->n_keys, c->values,
-                                      c->kv_type, c->dim);
-    return NULL;
-}
-
-/* Both halves, one after the other on this thread or the values half on a thread of its
- * own started first (so that it waits for chunks). */
-static void run_split(const split_call *c, bool two_threads)
-{
-    atomic_store(&c->link->ready, 0);
-    pthread_t values;
-    if (two_threads)
-        assert_int_equal(pthread_create(&values, NULL, run_values, (void *)c), 0);
-    graft__attend_split_avx512.keys(c->link, c->q, c->col, c->n_heads, c->n_keys, c->keys,
-                                    c->kv_type, c->dim, 0.1f);
-    if (two_threads)
-        assert_int_equal(pthread_join(values, NULL), 0);
-    else
-        run_values((void *)c);
-}
-
 /* Rows of kv_heads KV heads of `dim` elements side by side; head h reads KV head h / group.
- * want: graft__attend_heads_avx512 of each head alone over its slice of the rows. */
-static void check_split_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t kv_heads,
-                              int32_t group)
+ * The rows form over all the heads in one call, then in two shares (as two threads of a
+ * decode step take them); want: graft__attend_heads_avx512 of each head alone over its
+ * slice of the rows. */
+static void check_rows_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t kv_heads,
+                             int32_t group)
 {
     static float got[GRAFT_ATTN_MAX_HEADS * MAX_DIM], want[MAX_DIM];
     static const void *k_slice[MAX_KEYS], *v_slice[MAX_KEYS];
@@ -235,34 +201,33 @@ static void check_split_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t
     aim_heads(outs, qs, n_heads, got, p, dim);
     for (int32_t h = 0; h < n_heads; h++)
         col[h] = h / group * dim;
-    graft__attend_link link = {0};
-    link.buf = malloc(graft__attend_link_floats(n_heads, MAX_KEYS) * sizeof(float));
-    assert_non_null(link.buf);
     for (size_t ki = 0; ki < sizeof key_counts / sizeof *key_counts; ki++) {
-        split_call c = {&link, outs, qs, col, n_heads, dim, key_counts[ki], p->keys, p->values,
-                        kv_type};
-        for (int threads = 1; threads <= 2; threads++) {
+        const int64_t n_keys = key_counts[ki];
+        for (int shares = 1; shares <= 2; shares++) {
             memset(got, 0xff, sizeof got);
-            run_split(&c, threads == 2);
+            for (int t = 0; t < shares; t++) {
+                const int32_t h0 = t * n_heads / shares, h1 = (t + 1) * n_heads / shares;
+                graft__attend_rows_avx512(outs + h0, qs + h0, col + h0, h1 - h0, n_keys,
+                                          p->keys, p->values, kv_type, dim, 0.1f);
+            }
             for (int32_t h = 0; h < n_heads; h++) {
-                for (int64_t j = 0; j < c.n_keys; j++) {
+                for (int64_t j = 0; j < n_keys; j++) {
                     k_slice[j] = (const uint8_t *)p->keys[j] + (size_t)col[h] * elem;
                     v_slice[j] = (const uint8_t *)p->values[j] + (size_t)col[h] * elem;
                 }
                 float *one[1] = {want};
-                graft__attend_heads_avx512(one, &qs[h], &c.n_keys, 1, k_slice, v_slice, kv_type,
+                graft__attend_heads_avx512(one, &qs[h], &n_keys, 1, k_slice, v_slice, kv_type,
                                            dim, 0.1f);
                 if (memcmp(want, outs[h], (size_t)dim * sizeof(float)) != 0)
-                    fail_msg("type %u dim %d, %d KV heads of %d, %lld keys, %d thread(s): head "
+                    fail_msg("type %u dim %d, %d KV heads of %d, %lld keys, %d share(s): head "
                              "%d differs from the one-call kernel",
-                             kv_type, dim, kv_heads, group, (long long)c.n_keys, threads, h);
+                             kv_type, dim, kv_heads, group, (long long)n_keys, shares, h);
             }
         }
     }
-    free(link.buf);
 }
 
-static void test_split_avx512(void **state)
+static void test_rows_avx512(void **state)
 {
     (void)state;
     if (!graft__cpu_has_avx512())
@@ -277,7 +242,7 @@ static void test_split_avx512(void **state)
                 problem *p = malloc(sizeof *p);
                 assert_non_null(p);
                 make_problem(p, kv_types[ti], kv_heads * dim);
-                check_split_shape(p, kv_types[ti], dim, kv_heads, group);
+                check_rows_shape(p, kv_types[ti], dim, kv_heads, group);
                 free(p->store);
                 free(p);
             }
@@ -331,7 +296,7 @@ int main(void)
         cmocka_unit_test(test_heads_reference),
         cmocka_unit_test(test_heads_avx2),
         cmocka_unit_test(test_heads_avx512),
-        cmocka_unit_test(test_split_avx512),
+        cmocka_unit_test(test_rows_avx512),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

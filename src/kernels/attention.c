@@ -18,9 +18,9 @@
  *
  * graft__attend_heads (the form the forward pass calls, kernels.h) takes heads with their
  * own key counts; graft__attend_heads_by_runs hands runs of them to a per-group kernel
- * (this one, or the AVX2 one). The split form (one token's heads in a keys half and a
- * values half on two threads) exists only on the avx512 path; its link's size and the
- * choice of it for a path are here, as plain code any processor can run.
+ * (this one, or the AVX2 one). The rows form (heads reading their slices of whole rows)
+ * exists only on the avx512 path; the choice of it for a path is here, as plain code any
+ * processor can run.
  */
 #include <math.h>
 #include <string.h>
@@ -132,18 +132,12 @@ void graft__attend_heads(float *const *out, const float *const *q, const int64_t
                                 head_dim, scale);
 }
 
-size_t graft__attend_link_floats(int32_t n_heads, int64_t n_keys)
-{
-    const int64_t chunks = (n_keys + GRAFT_ATTN_CHUNK - 1) / GRAFT_ATTN_CHUNK;
-    return (size_t)chunks * (size_t)n_heads * GRAFT_ATTN_CHUNK;
-}
-
-const graft__attend_split *graft__attend_split_for(const struct graft__matmul_path *path,
-                                                   int32_t head_dim)
+graft__attend_rows_fn graft__attend_rows_for(const struct graft__matmul_path *path,
+                                             int32_t head_dim)
 {
     /* The avx512 kernels vectorise head sizes that are whole multiples of their 16 lanes. */
     if (path == &graft__matmul_avx512 && head_dim % 16 == 0 &&
         head_dim <= GRAFT_ATTN_MAX_HEAD_DIM)
-        return &graft__attend_split_avx512;
+        return graft__attend_rows_avx512;
     return NULL;
 }

@@ -1,8 +1,8 @@
 /*
  * attention_avx512.c: graft__attend (kernels.h) with AVX-512, for the avx512 kernel path, in
- * two forms: the one-call form (graft__attend_heads_avx512), and the split form
- * (graft__attend_split_avx512), where one token's heads attend in a keys half and a values
- * half that run at the same time on two threads.
+ * two forms: the one-call form (graft__attend_heads_avx512), whose heads read the rows as
+ * listed, and the rows form (graft__attend_rows_avx512), whose heads read their slices of
+ * whole rows.
  *
  * Same algorithm and chunking as the scalar reference (attention.c): online softmax over
  * chunks of GRAFT_ATTN_CHUNK keys counted from the first key, running max and sum
@@ -23,28 +23,24 @@
  * key, so a head's result depends only on its query and the keys (DESIGN.md invariant 1),
  * not on n_q or the batch. The head sizes 64, 128 and 256 get instances whose loops the
  * compiler unrolls into registers; other multiples of 16 run the same code with run-time
- * loops; the rest use the scalar reference (and have no split form).
+ * loops; the rest use the scalar reference (and have no rows form).
  *
- * The split form. Over a long context, attention is bound by reading the K and V rows,
- * and a row holds every KV head of its position. The one-call form, run as a task per KV
- * head, reads that head's few cache lines out of every row; this memory system serves
- * such strided reads at about half the rate of one thread streaming whole rows. So the
- * keys half reads all the K rows in order, computing the scores of every head (head h
- * finds its slice at column col[h]) for 8 rows at a time, and the values half all the V
- * rows, a chunk at a time, one run of heads' slice of the chunk's rows after another
- * (chunk_values_all, as the one-call form adds its values, accumulators in registers).
- * Both ask for the slices they will read PREFETCH_AHEAD rows ahead (prefetch_slices):
- * taking a slice of several rows in turn, they would otherwise wait on memory for each
- * row. Per chunk the keys half writes the scores into the link, then publishes the chunk
- * (release); the values half waits for it (acquire), runs the online softmax (on the
- * values side, because the scores are the heavier half), rescales its outputs and adds
- * the chunk's values. Both halves call the functions the one-call form calls, on the
- * same numbers in the same order, so a head's output is the same bits in either form;
- * only how the work is shared between threads differs.
+ * The rows form. Over a long context, a decode step's attention is bound by reading the K
+ * and V rows, and a row holds every KV head of its position. Run as a task per KV head,
+ * the one-call form reads that head's few cache lines out of every row, and this memory
+ * system serves such strided reads slowly unless it is asked for them ahead. So the rows
+ * form takes a share of the heads over whole rows (head h finds its slice at column
+ * col[h]): the scores of every head in the share for 8 rows at a time, each run of heads'
+ * slice of those rows in turn (whole_rows in chunk_scores), then the values a run of
+ * heads' slice of the chunk's rows at a time, as the one-call form adds them. Both ask for
+ * the slices they will read PREFETCH_AHEAD rows ahead (prefetch_slices). A thread given
+ * half the heads reads half of every row, and the two threads of a decode step run
+ * without waiting for each other. Both forms call the same functions on the same numbers
+ * in the same order, so a head's output is the same bits in either form and in any share
+ * of heads.
  */
 #include <immintrin.h>
 #include <math.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -56,8 +52,7 @@ enum {
     ACC_VECTORS = 16,    /* output accumulators kept in registers at once */
     PREFETCH_AHEAD = 8,  /* rows ahead whose slices prefetch_slices is asked for */
     SCORE_HEADS = 8,     /* heads whose partial sums chunk_scores keeps at once */
-    SCORE_KEYS = 8,      /* keys whose dot products dot_block computes at once */
-    SPINS_PER_YIELD = 64 /* pauses between yields while the values half waits */
+    SCORE_KEYS = 8       /* keys whose dot products dot_block computes at once */
 };
 
 /* exp(x) for x <= 0 (and -inf): x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its degree-6
@@ -222,8 +217,8 @@ store_scores(float (*scores)[GRAFT_ATTN_CHUNK], __m512 (*part)[LANES], int32_t h
  * GRAFT_ATTN_CHUNK), k_j being keys[c0 + j] + off[h] bytes; n_max is the largest n[h]. A
  * head's entries from n[h] up to the next multiple of 16 are left as computed from zero
  * partials. Per 16 keys, SCORE_KEYS at a time (dot_keys, keys_at), in one of two orders:
- *   whole_rows  each group of keys once, all heads (the split form's keys half, whose
- *               heads read different slices: the group's rows are read whole, in order);
+ *   whole_rows  each group of keys once, all heads (the rows form, whose heads read
+ *               different slices: the group's rows are read a slice after another);
  *   otherwise   SCORE_HEADS heads of a slice at a time over the 16 keys, so that their
  *               partial sums stay in L1 (the one-call form: up to 32 heads read one slice).
  * whole_rows asks for each slice of the rows PREFETCH_AHEAD ahead as it reads it. */
@@ -364,16 +359,16 @@ chunk_values_all(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n,
     }
 }
 
-/* The one-call form for one (kv_type, nvec): constants in the instances below. Head h
- * attends with query q[h] over keys [0, n_keys[h]) into out[h]. */
+/* Both forms for one (kv_type, nvec): constants in the instances below. Head h attends
+ * with query q[h] over keys [0, n_keys[h]), k_j and v_j being keys[j] and values[j] +
+ * off[h] bytes, into out[h]; whole_rows as chunk_scores takes it. */
 static inline __attribute__((always_inline)) void
 attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int32_t n_heads,
-            const void *const *keys, const void *const *values, uint32_t kv_type, int32_t nvec,
-            float scale)
+            const void *const *keys, const void *const *values, const size_t *off,
+            bool whole_rows, uint32_t kv_type, int32_t nvec, float scale)
 {
     float scores[GRAFT_ATTN_MAX_HEADS][GRAFT_ATTN_CHUNK]; // (heads, chunk keys); then p
     float running_max[GRAFT_ATTN_MAX_HEADS], running_sum[GRAFT_ATTN_MAX_HEADS];
-    const size_t off[GRAFT_ATTN_MAX_HEADS] = {0}; // every head reads the rows as listed
     int n[GRAFT_ATTN_MAX_HEADS]; // keys of each head in the current chunk
     int64_t most = 0;
     for (int32_t h = 0; h < n_heads; h++) {
@@ -390,7 +385,7 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
             n_max = n[h] > n_max ? n[h] : n_max;
         }
         chunk_scores(scores, q, n, n_max, n_heads, keys, off, c0, most, kv_type, nvec, scale,
-                     false);
+                     whole_rows);
         for (int32_t h = 0; h < n_heads; h++) {
             if (n[h] == 0)
                 continue;
@@ -405,80 +400,29 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
             scale_row(out[h], nvec, 1.0f / running_sum[h]);
 }
 
-/* Chunk c's scores in the link (the layout in kernels.h). */
-static float (*link_scores(const graft__attend_link *link, int64_t c,
-                            int32_t n_heads))[GRAFT_ATTN_CHUNK]
+/* The one-call form: every head reads the rows as listed, a slice at a time. */
+static inline __attribute__((always_inline)) void
+heads_body(float *const *out, const float *const *q, const int64_t *n_keys, int32_t n_heads,
+           const void *const *keys, const void *const *values, uint32_t kv_type, int32_t nvec,
+           float scale)
 {
-    return (float (*)[GRAFT_ATTN_CHUNK])(link->buf + c * n_heads * GRAFT_ATTN_CHUNK);
+    const size_t off[GRAFT_ATTN_MAX_HEADS] = {0};
+    attend_body(out, q, n_keys, n_heads, keys, values, off, false, kv_type, nvec, scale);
 }
 
-/* The keys half for one (kv_type, nvec): each chunk's scores, published to the link. */
+/* The rows form: head h reads its slice at column col[h] of whole rows. */
 static inline __attribute__((always_inline)) void
-keys_body(graft__attend_link *link, const float *const *q, const int32_t *col,
-          int32_t n_heads, int64_t n_keys, const void *const *keys, uint32_t kv_type,
+rows_body(float *const *out, const float *const *q, const int32_t *col, int32_t n_heads,
+          int64_t n_keys, const void *const *keys, const void *const *values, uint32_t kv_type,
           int32_t nvec, float scale)
 {
-    size_t off[GRAFT_ATTN_MAX_HEADS]; // bytes from a row's start to each head's slice
-    int n[GRAFT_ATTN_MAX_HEADS];
-    for (int32_t h = 0; h < n_heads; h++)
-        off[h] = (size_t)col[h] * (size_t)elem_bytes(kv_type);
-    for (int64_t c0 = 0, c = 0; c0 < n_keys; c0 += GRAFT_ATTN_CHUNK, c++) {
-        const int count = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;
-        for (int32_t h = 0; h < n_heads; h++)
-            n[h] = count;
-        chunk_scores(link_scores(link, c, n_heads), q, n, count, n_heads, keys, off, c0, n_keys,
-                     kv_type, nvec, scale, true);
-        atomic_store_explicit(&link->ready, (int)c + 1, memory_order_release);
-    }
-}
-
-/* Until the keys half has published chunk c. The keys half never waits, so it is running
- * (or done) on another thread whenever this spins; yielding now and then lets it have the
- * processor when there are more threads than cores. */
-static void wait_for_chunk(graft__attend_link *link, int64_t c)
-{
-    for (unsigned spins = 1; atomic_load_explicit(&link->ready, memory_order_acquire) <= c;
-         spins++) {
-        if (spins % SPINS_PER_YIELD == 0)
-            sched_yield();
-        else
-            _mm_pause();
-    }
-}
-
-/* The values half for one (kv_type, nvec): per chunk, once the keys half has published
- * its scores, each head's online softmax (which rescales the head's output when its
- * maximum grows), then the chunk's values (chunk_values_all, as the one-call form); at
- * the end, the division by each head's sum. */
-static inline __attribute__((always_inline)) void
-values_body(graft__attend_link *link, float *const *out, const int32_t *col, int32_t n_heads,
-            int64_t n_keys, const void *const *values, uint32_t kv_type, int32_t nvec)
-{
-    float running_max[GRAFT_ATTN_MAX_HEADS], running_sum[GRAFT_ATTN_MAX_HEADS];
     size_t off[GRAFT_ATTN_MAX_HEADS];
-    int n[GRAFT_ATTN_MAX_HEADS];
+    int64_t counts[GRAFT_ATTN_MAX_HEADS];
     for (int32_t h = 0; h < n_heads; h++) {
-        memset(out[h], 0, (size_t)nvec * LANES * sizeof(float));
-        running_max[h] = -INFINITY;
-        running_sum[h] = 0.0f;
         off[h] = (size_t)col[h] * (size_t)elem_bytes(kv_type);
+        counts[h] = n_keys;
     }
-    for (int64_t c0 = 0, c = 0; c0 < n_keys; c0 += GRAFT_ATTN_CHUNK, c++) {
-        const int count = n_keys - c0 < GRAFT_ATTN_CHUNK ? (int)(n_keys - c0) : GRAFT_ATTN_CHUNK;
-        wait_for_chunk(link, c);
-        float(*p)[GRAFT_ATTN_CHUNK] = link_scores(link, c, n_heads);
-        for (int32_t h = 0; h < n_heads; h++) {
-            float rescale = chunk_softmax(p[h], count, &running_max[h], &running_sum[h]);
-            if (rescale != 1.0f)
-                scale_row(out[h], nvec, rescale);
-        }
-        for (int32_t h = 0; h < n_heads; h++)
-            n[h] = count;
-        chunk_values_all(out, p, n, n_heads, values, off, c0, n_keys, kv_type, nvec);
-    }
-    for (int32_t h = 0; h < n_heads; h++)
-        if (running_sum[h] > 0.0f)
-            scale_row(out[h], nvec, 1.0f / running_sum[h]);
+    attend_body(out, q, counts, n_heads, keys, values, off, true, kv_type, nvec, scale);
 }
 
 #define ATTEND_INSTANCE(name, KV_TYPE, NVEC)                                               \
@@ -486,19 +430,13 @@ values_body(graft__attend_link *link, float *const *out, const int32_t *col, int
                      int32_t n_heads, const void *const *keys, const void *const *values,  \
                      float scale)                                                          \
     {                                                                                      \
-        attend_body(out, q, n_keys, n_heads, keys, values, KV_TYPE, NVEC, scale);         \
+        heads_body(out, q, n_keys, n_heads, keys, values, KV_TYPE, NVEC, scale);          \
     }                                                                                      \
-    static void name##_keys(graft__attend_link *link, const float *const *q,               \
-                            const int32_t *col, int32_t n_heads, int64_t n_keys,           \
-                            const void *const *keys, float scale)                          \
+    static void name##_rows(float *const *out, const float *const *q, const int32_t *col,  \
+                            int32_t n_heads, int64_t n_keys, const void *const *keys,      \
+                            const void *const *values, float scale)                        \
     {                                                                                      \
-        keys_body(link, q, col, n_heads, n_keys, keys, KV_TYPE, NVEC, scale);              \
-    }                                                                                      \
-    static void name##_values(graft__attend_link *link, float *const *out,                 \
-                              const int32_t *col, int32_t n_heads, int64_t n_keys,         \
-                              const void *const *values)                                   \
-    {                                                                                      \
-        values_body(link, out, col, n_heads, n_keys, values, KV_TYPE, NVEC);               \
+        rows_body(out, q, col, n_heads, n_keys, keys, values, KV_TYPE, NVEC, scale);      \
     }
 ATTEND_INSTANCE(attend_f16_64, GRAFT_TYPE_F16, 4)
 ATTEND_INSTANCE(attend_f16_128, GRAFT_TYPE_F16, 8)
@@ -536,59 +474,35 @@ void graft__attend_heads_avx512(float *const *out, const float *const *q,
         (f16 ? attend_f16_256 : attend_f32_256)(out, q, n_keys, n_heads, keys, values, scale);
         return;
     default:
-        attend_body(out, q, n_keys, n_heads, keys, values, kv_type, head_dim / LANES, scale);
+        heads_body(out, q, n_keys, n_heads, keys, values, kv_type, head_dim / LANES, scale);
     }
 }
 
-static void split_keys(graft__attend_link *link, const float *const *q, const int32_t *col,
-                       int32_t n_heads, int64_t n_keys, const void *const *keys,
-                       uint32_t kv_type, int32_t head_dim, float scale)
+void graft__attend_rows_avx512(float *const *out, const float *const *q, const int32_t *col,
+                               int32_t n_heads, int64_t n_keys, const void *const *keys,
+                               const void *const *values, uint32_t kv_type, int32_t head_dim,
+                               float scale)
 {
     GRAFT_ASSERT(n_heads >= 0 && n_heads <= GRAFT_ATTN_MAX_HEADS && vectorised(head_dim));
     bool f16 = kv_type == GRAFT_TYPE_F16;
     switch (head_dim) {
     case 64:
-        (f16 ? attend_f16_64_keys : attend_f32_64_keys)(link, q, col, n_heads, n_keys, keys,
-                                                        scale);
+        (f16 ? attend_f16_64_rows : attend_f32_64_rows)(out, q, col, n_heads, n_keys, keys,
+                                                        values, scale);
         return;
     case 128:
-        (f16 ? attend_f16_128_keys : attend_f32_128_keys)(link, q, col, n_heads, n_keys, keys,
-                                                          scale);
+        (f16 ? attend_f16_128_rows : attend_f32_128_rows)(out, q, col, n_heads, n_keys, keys,
+                                                          values, scale);
         return;
     case 256:
-        (f16 ? attend_f16_256_keys : attend_f32_256_keys)(link, q, col, n_heads, n_keys, keys,
-                                                          scale);
+        (f16 ? attend_f16_256_rows : attend_f32_256_rows)(out, q, col, n_heads, n_keys, keys,
+                                                          values, scale);
         return;
     default:
-        keys_body(link, q, col, n_heads, n_keys, keys, kv_type, head_dim / LANES, scale);
+        rows_body(out, q, col, n_heads, n_keys, keys, values, kv_type, head_dim / LANES,
+                  scale);
     }
 }
-
-static void split_values(graft__attend_link *link, float *const *out, const int32_t *col,
-                         int32_t n_heads, int64_t n_keys, const void *const *values,
-                         uint32_t kv_type, int32_t head_dim)
-{
-    GRAFT_ASSERT(n_heads >= 0 && n_heads <= GRAFT_ATTN_MAX_HEADS && vectorised(head_dim));
-    bool f16 = kv_type == GRAFT_TYPE_F16;
-    switch (head_dim) {
-    case 64:
-        (f16 ? attend_f16_64_values : attend_f32_64_values)(link, out, col, n_heads, n_keys,
-                                                            values);
-        return;
-    case 128:
-        (f16 ? attend_f16_128_values : attend_f32_128_values)(link, out, col, n_heads, n_keys,
-                                                              values);
-        return;
-    case 256:
-        (f16 ? attend_f16_256_values : attend_f32_256_values)(link, out, col, n_heads, n_keys,
-                                                              values);
-        return;
-    default:
-        values_body(link, out, col, n_heads, n_keys, values, kv_type, head_dim / LANES);
-    }
-}
-
-const graft__attend_split graft__attend_split_avx512 = {split_keys, split_values};
 
 void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *const *keys,
                           const void *const *values, uint32_t kv_type, int64_t n_keys,

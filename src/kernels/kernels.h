@@ -13,7 +13,6 @@
 #ifndef GRAFT_KERNELS_H
 #define GRAFT_KERNELS_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -124,39 +123,28 @@ void graft__attend_heads_by_runs(graft__attend_fn attend, float *const *out,
                                  const void *const *values, uint32_t kv_type,
                                  int32_t head_dim, float scale);
 
-/* The split form: the heads of one token (all with n_keys keys) attend in two halves that
- * run at the same time on two threads, so that each half reads one array of rows from
- * start to end. `keys` and `values` list whole rows (every KV head of a position); head h
- * reads elements [col[h], col[h] + head_dim) of each. The keys half computes each chunk's
- * scores and hands them to the values half through a link; the values half waits for each
- * chunk, runs the online softmax on its scores and adds its V rows into out. Head h gets
- * the same bits the path's graft__attend_heads kernel gives it with the rows keys[j] and
- * values[j] offset by col[h] elements.
- * The link: buf holds graft__attend_link_floats(n_heads, n_keys) floats, the (chunks,
- * n_heads, GRAFT_ATTN_CHUNK) scores; ready counts the chunks written (release order) and
- * must be 0 when the keys half starts. The values half may start before, after or while
- * the keys half runs, on another thread, but the keys half must never wait for it: run
- * both on one thread only in the order keys, values. */
-typedef struct graft__attend_link {
-    float *buf;
-    atomic_int ready;
-} graft__attend_link;
-typedef struct graft__attend_split {
-    void (*keys)(graft__attend_link *link, const float *const *q, const int32_t *col,
-                 int32_t n_heads, int64_t n_keys, const void *const *keys, uint32_t kv_type,
-                 int32_t head_dim, float scale);
-    void (*values)(graft__attend_link *link, float *const *out, const int32_t *col,
-                   int32_t n_heads, int64_t n_keys, const void *const *values,
-                   uint32_t kv_type, int32_t head_dim);
-} graft__attend_split;
-size_t graft__attend_link_floats(int32_t n_heads, int64_t n_keys);
+/* The rows form: query heads of one token over rows that hold every KV head of a position
+ * (the KV store's rows, listed whole): head h attends with q[h] over keys [0, n_keys) into
+ * out[h], reading elements [col[h], col[h] + head_dim) of each row, for h < n_heads <=
+ * GRAFT_ATTN_MAX_HEADS. Per chunk it computes the scores of every head with a few keys at
+ * a time, reading those rows' slices in turn (and asking for the slices of the rows that
+ * follow), then each head's values, a run of heads' slice of the chunk's rows at a time.
+ * Head h gets the same bits the path's graft__attend_heads kernel gives it alone over the
+ * rows offset by col[h] elements, whichever heads share the call. The forward pass gives
+ * each thread a share of a decode step's heads, so that each reads its own part of every
+ * row. Only the avx512 path has it: graft__attend_rows_for gives it for a path and head
+ * size, or NULL. */
+typedef void (*graft__attend_rows_fn)(float *const *out, const float *const *q,
+                                      const int32_t *col, int32_t n_heads, int64_t n_keys,
+                                      const void *const *keys, const void *const *values,
+                                      uint32_t kv_type, int32_t head_dim, float scale);
+void graft__attend_rows_avx512(float *const *out, const float *const *q, const int32_t *col,
+                               int32_t n_heads, int64_t n_keys, const void *const *keys,
+                               const void *const *values, uint32_t kv_type, int32_t head_dim,
+                               float scale);
 struct graft__matmul_path;
-/* The split form of a path's attention for this head size, or NULL where it has none
- * (only the avx512 path has one, for head sizes its one-call kernel vectorises). */
-const graft__attend_split *graft__attend_split_for(const struct graft__matmul_path *path,
-                                                   int32_t head_dim);
-/* The avx512 path's (attention_avx512.c). */
-extern const graft__attend_split graft__attend_split_avx512;
+graft__attend_rows_fn graft__attend_rows_for(const struct graft__matmul_path *path,
+                                             int32_t head_dim);
 
 /* dst (n elements of type F16 or F32) = src (n floats). The F16C version (convert_avx2.c)
  * gives the same bits (NaN payloads aside); graft__store_row_for picks one for a path. */

@@ -10,6 +10,8 @@
  *   dot in element order, and bit-identical whatever the batch (n_tok, token order, rows).
  * - RoPE on a hand-computed example; rmsnorm, softmax, the gated activations, softcap and
  *   attention against double-precision formulas; attention's determinism over prefixes.
+ *   The AVX-512 rmsnorm and SwiGLU (ops_avx512.c) against the same formulas and tolerances,
+ *   skipped where the processor lacks AVX-512.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -893,41 +895,57 @@ static void test_matmul_batch_invariance(void **state)
 /* ------------------------------------------------------------------------------------
  * Norm, RoPE, activations.
  */
-static void test_rmsnorm(void **state)
+/* rmsnorm against a float64 computation for n elements of inputs x scaled by `scale`; in
+ * place gives the same bits as out of place. */
+static void check_rmsnorm_n(graft__rmsnorm_fn rmsnorm, int n, float scale)
 {
-    (void)state;
-    enum { N = 100 };
-    float x[N], w[N], out[N];
-    rng_seed(30);
-    for (int i = 0; i < N; i++) {
-        x[i] = rng_float() * 3.0f;
+    enum { MAX_N = 1100 };
+    static float x[MAX_N], w[MAX_N], out[MAX_N];
+    assert_true(n <= MAX_N);
+    for (int i = 0; i < n; i++) {
+        x[i] = rng_float() * scale;
         w[i] = rng_float();
     }
     double ss = 0;
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
-    double inv = 1.0 / sqrt(ss / N + 1e-5);
-    graft__rmsnorm(out, x, w, N, 1e-5f);
-    for (int i = 0; i < N; i++)
+    double inv = 1.0 / sqrt(ss / n + 1e-5);
+    rmsnorm(out, x, w, n, 1e-5f);
+    for (int i = 0; i < n; i++)
         assert_near(out[i], x[i] * inv * w[i], 2e-5 * fabs(x[i] * inv) + 1e-12);
-    graft__rmsnorm(x, x, w, N, 1e-5f); /* in place */
-    assert_memory_equal(x, out, sizeof out);
+    rmsnorm(x, x, w, n, 1e-5f); /* in place */
+    assert_memory_equal(x, out, (size_t)n * sizeof *out);
+}
 
-    for (int i = 0; i < N; i++) /* tiny inputs, where eps dominates the mean square */
-        x[i] = rng_float() * 1e-3f;
-    ss = 0;
-    for (int i = 0; i < N; i++)
-        ss += (double)x[i] * x[i];
-    inv = 1.0 / sqrt(ss / N + 1e-5);
-    graft__rmsnorm(out, x, w, N, 1e-5f);
-    for (int i = 0; i < N; i++)
-        assert_near(out[i], x[i] * inv * w[i], 2e-5 * fabs(x[i] * inv) + 1e-12);
-
+/* Lengths that leave every kind of tail after blocks of 64 and vectors of 16; tiny inputs,
+ * where eps dominates the mean square; an exact case. */
+static void check_rmsnorm(graft__rmsnorm_fn rmsnorm)
+{
+    static const int lengths[] = {1, 4, 15, 16, 17, 63, 64, 65, 100, 128, 1024, 1030};
+    rng_seed(30);
+    for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
+        check_rmsnorm_n(rmsnorm, lengths[i], 3.0f);
+        check_rmsnorm_n(rmsnorm, lengths[i], 1e-3f);
+    }
     const float ones[4] = {2, 2, 2, 2}, unit[4] = {1, 1, 1, 1}; /* rms 2: exactly 1 each */
     float o4[4];
-    graft__rmsnorm(o4, ones, unit, 4, 0.0f);
+    rmsnorm(o4, ones, unit, 4, 0.0f);
     for (int i = 0; i < 4; i++)
         assert_float_bits_equal(o4[i], 1.0f);
+}
+
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    check_rmsnorm(graft__rmsnorm);
+}
+
+static void test_rmsnorm_avx512(void **state)
+{
+    (void)state;
+    if (!graft__cpu_has_avx512())
+        skip();
+    check_rmsnorm(graft__rmsnorm_avx512);
 }
 
 /* graft__rope at position pos, its angles computed first. */
@@ -1019,21 +1037,44 @@ static void test_softmax(void **state)
     assert_near(two[1], 0.75, 1e-7);
 }
 
+/* swiglu against float64 for n elements (tails of every length after vectors of 16), and
+ * saturation without NaN. */
+static void check_swiglu(graft__swiglu_fn swiglu)
+{
+    enum { MAX_N = 100 };
+    static const int lengths[] = {1, 15, 16, 17, 64, 100};
+    float x[MAX_N], g[MAX_N], u[MAX_N];
+    rng_seed(32);
+    for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+        const int n = lengths[li];
+        for (int i = 0; i < n; i++) {
+            g[i] = rng_float() * 8.0f;
+            u[i] = rng_float() * 2.0f;
+        }
+        memcpy(x, g, sizeof x);
+        swiglu(x, u, n);
+        for (int i = 0; i < n; i++) {
+            double v = g[i], silu = v / (1.0 + exp(-v));
+            assert_near(x[i], silu * u[i], 1e-5 * fabs(silu * u[i]) + 1e-6);
+        }
+    }
+    float big[3] = {-200.0f, 0.0f, 200.0f}, one[3] = {1, 1, 1};
+    swiglu(big, one, 3); /* silu saturates to 0 and to x without NaN */
+    assert_near(big[0], 0.0, 1e-30);
+    assert_near(big[1], 0.0, 0.0);
+    assert_near(big[2], 200.0, 0.0);
+}
+
 static void test_gated_activations(void **state)
 {
     (void)state;
     enum { N = 64 };
     float x[N], g[N], u[N];
-    rng_seed(32);
+    check_swiglu(graft__swiglu);
+    rng_seed(33);
     for (int i = 0; i < N; i++) {
         g[i] = rng_float() * 8.0f;
         u[i] = rng_float() * 2.0f;
-    }
-    memcpy(x, g, sizeof x);
-    graft__swiglu(x, u, N);
-    for (int i = 0; i < N; i++) {
-        double v = g[i], silu = v / (1.0 + exp(-v));
-        assert_near(x[i], silu * u[i], 1e-5 * fabs(silu * u[i]) + 1e-6);
     }
     memcpy(x, g, sizeof x);
     graft__geglu(x, u, N);
@@ -1042,11 +1083,14 @@ static void test_gated_activations(void **state)
         double gelu = 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
         assert_near(x[i], gelu * u[i], 1e-5 * fabs(gelu * u[i]) + 1e-6);
     }
-    float big[3] = {-200.0f, 0.0f, 200.0f}, one[3] = {1, 1, 1};
-    graft__swiglu(big, one, 3); /* silu saturates to 0 and to x without NaN */
-    assert_near(big[0], 0.0, 1e-30);
-    assert_near(big[1], 0.0, 0.0);
-    assert_near(big[2], 200.0, 0.0);
+}
+
+static void test_swiglu_avx512(void **state)
+{
+    (void)state;
+    if (!graft__cpu_has_avx512())
+        skip();
+    check_swiglu(graft__swiglu_avx512);
 }
 
 static void test_softcap(void **state)
@@ -1204,10 +1248,12 @@ int main(void)
         cmocka_unit_test(test_matmul_empty),
         cmocka_unit_test(test_matmul_batch_invariance),
         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rmsnorm_avx512),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_rope_partial_scaled),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_gated_activations),
+        cmocka_unit_test(test_swiglu_avx512),
         cmocka_unit_test(test_softcap),
         cmocka_unit_test(test_attend_against_two_pass),
         cmocka_unit_test(test_attend_deterministic_prefix),

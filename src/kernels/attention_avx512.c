@@ -14,7 +14,7 @@
  *           vectors are then summed lane-wise by one transpose-and-add network, which
  *           reduces every key by the same tree ((e0+e2)+(e1+e3) within 128-bit lanes,
  *           then (L0+L1)+(L2+L3) across them) wherever it sits among the 16.
- *   softmax The chunk maximum, exp(s - max) with a vectorised exp (exp_ps below, within
+ *   softmax The chunk maximum, exp(s - max) with a vectorised exp (graft__exp_ps, within
  *           2 ulp of expf) and the running sum, 16 keys per vector.
  *   values  Each head's output accumulator stays in registers across the chunk's keys
  *           (as many heads at a time as fit in 16 vectors), adding p_j v_j per key.
@@ -44,6 +44,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "kernels/exp_avx512.h"
 #include "kernels/kernels.h"
 #include "util/util.h"
 
@@ -54,29 +55,6 @@ enum {
     SCORE_HEADS = 8,     /* heads whose partial sums chunk_scores keeps at once */
     SCORE_KEYS = 8       /* keys whose dot products dot_block computes at once */
 };
-
-/* exp(x) for x <= 0 (and -inf): x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its degree-6
- * Taylor polynomial (error below 2e-8 relative on that range), scaled by 2^n. Below
- * -87.3 the result is 0, as expf's is within float's normal range. */
-static inline __m512 exp_ps(__m512 x)
-{
-    const __m512 log2e = _mm512_set1_ps(1.44269504f);
-    const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
-    r = _mm512_fnmadd_ps(n, ln2_lo, r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
-}
 
 /* Vector v of a K or V row stored as kv_type. */
 static inline __attribute__((always_inline)) __m512 load_vec(const void *row, int32_t v,
@@ -281,14 +259,15 @@ static inline float chunk_softmax(float *s, int n, float *running_max, float *ru
     }
     float chunk_max = _mm512_reduce_max_ps(vmax);
     if (chunk_max > *running_max) {
-        rescale = _mm512_cvtss_f32(exp_ps(_mm512_set1_ps(*running_max - chunk_max)));
+        rescale = _mm512_cvtss_f32(graft__exp_ps(_mm512_set1_ps(*running_max - chunk_max)));
         *running_sum *= rescale;
         *running_max = chunk_max;
     }
     __m512 vm = _mm512_set1_ps(*running_max), vsum = _mm512_setzero_ps();
     for (int j = 0; j < n; j += LANES) {
         __mmask16 live = (__mmask16)(n - j >= LANES ? 0xffff : (1u << (n - j)) - 1);
-        __m512 e = _mm512_maskz_mov_ps(live, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm)));
+        __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + j), vm);
+        __m512 e = _mm512_maskz_mov_ps(live, graft__exp_ps(d));
         _mm512_storeu_ps(s + j, e);
         vsum = _mm512_add_ps(vsum, e);
     }

@@ -65,6 +65,16 @@ graft__store_row_fn graft__store_row_for(const graft__matmul_path *path)
     return graft__store_row;
 }
 
+graft__rmsnorm_fn graft__rmsnorm_for(const graft__matmul_path *path)
+{
+    return path == &graft__matmul_avx512 ? graft__rmsnorm_avx512 : graft__rmsnorm;
+}
+
+graft__swiglu_fn graft__swiglu_for(const graft__matmul_path *path)
+{
+    return path == &graft__matmul_avx512 ? graft__swiglu_avx512 : graft__swiglu;
+}
+
 /* The prepared activations of a call: one slot per distinct weight type among its
  * matrices, in the order the types first appear; slot[i] is matrix i's. */
 typedef struct act_slots {

@@ -43,6 +43,12 @@ void graft__matmul(float *y, const void *w, uint32_t type, int64_t n_in, int64_t
 
 /* out (n) = x (n) / rms(x) * weight (n); out may alias x. */
 void graft__rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
+/* The same with AVX-512 (ops_avx512.c): a fixed order of sums that depends only on n, a
+ * few ulp from the reference's; graft__rmsnorm_for picks one for a path. */
+void graft__rmsnorm_avx512(float *out, const float *x, const float *weight, int64_t n,
+                           float eps);
+typedef void (*graft__rmsnorm_fn)(float *out, const float *x, const float *weight, int64_t n,
+                                  float eps);
 
 typedef enum graft__rope_layout {
     GRAFT_ROPE_ADJACENT, /* rotate pairs (x[2i], x[2i+1]): llama ("NORM" in ggml) */
@@ -65,6 +71,10 @@ void graft__rope(float *x, int32_t n_heads, int32_t head_dim, int32_t rot_dims,
 void graft__softmax(float *x, int64_t n);
 /* x (n) = silu(x) * y (n)   (SwiGLU) */
 void graft__swiglu(float *x, const float *y, int64_t n);
+/* The same with AVX-512 (ops_avx512.c), exp within 2 ulp of expf; graft__swiglu_for picks
+ * one for a path. */
+void graft__swiglu_avx512(float *x, const float *y, int64_t n);
+typedef void (*graft__swiglu_fn)(float *x, const float *y, int64_t n);
 /* x (n) = gelu_tanh(x) * y (n)   (GeGLU with the tanh approximation) */
 void graft__geglu(float *x, const float *y, int64_t n);
 /* x (n) = cap * tanh(x / cap) */
@@ -190,13 +200,18 @@ typedef struct graft__exec {
     const graft__matmul_path *path;
     graft__attend_heads_fn attend; /* the attention kernel of the same instruction set */
     graft__store_row_fn store_row; /* K/V row conversion of the same instruction set */
+    graft__rmsnorm_fn rmsnorm;     /* RMS norm of the same instruction set */
+    graft__swiglu_fn swiglu;       /* SwiGLU of the same instruction set */
     void *work;
     size_t work_size;
 } graft__exec;
 
-/* The attention kernel and the K/V row conversion that go with a matmul path. */
+/* The attention kernel, the K/V row conversion, the RMS norm and SwiGLU that go with a
+ * matmul path. */
 graft__attend_heads_fn graft__attend_for(const graft__matmul_path *path);
 graft__store_row_fn graft__store_row_for(const graft__matmul_path *path);
+graft__rmsnorm_fn graft__rmsnorm_for(const graft__matmul_path *path);
+graft__swiglu_fn graft__swiglu_for(const graft__matmul_path *path);
 
 /* One matrix of a graft__matmul_many call: y (n_tok, n_out) = x w^T. */
 enum { GRAFT_MATMUL_MAX_MATRICES = 4 };

@@ -175,6 +175,8 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->ex = *ex;
     s->ex.attend = graft__attend_for(ex->path);
     s->ex.store_row = graft__store_row_for(ex->path);
+    s->ex.rmsnorm = graft__rmsnorm_for(ex->path);
+    s->ex.swiglu = graft__swiglu_for(ex->path);
     s->packed = graft__model_packed_for(m, ex->path);
     s->ex.work_size = work_size(m, ex->path, s->packed, n);
     s->ex.work = alloc_bytes(s->ex.work_size, touch);
@@ -211,11 +213,11 @@ void graft__scratch_free(graft__scratch *s)
     graft__free(s);
 }
 
-static void norm_rows(float *out, const float *x, const graft__weight *w, int32_t n, int64_t width,
-                      float eps)
+static void norm_rows(const scratch *s, float *out, const float *x, const graft__weight *w,
+                      int32_t n, int64_t width, float eps)
 {
     for (int32_t t = 0; t < n; t++)
-        graft__rmsnorm(out + t * width, x + t * width, w->data, width, eps);
+        s->ex.rmsnorm(out + t * width, x + t * width, w->data, width, eps);
 }
 
 /* y[i] (n, rows of w[i]) = x (n, cols) w[i]^T for count weights reading the same x, in
@@ -292,11 +294,11 @@ static void position_qk(const struct graft_model *m, const graft__layer *L, int3
         float *qt = q + t * qw, *kt = k + t * kw;
         if (L->q_norm.data != NULL) {
             for (int32_t hd = 0; hd < hp->n_head; hd++)
-                graft__rmsnorm(qt + hd * hp->head_dim, qt + hd * hp->head_dim, L->q_norm.data,
-                               hp->head_dim, hp->rms_eps);
+                s->ex.rmsnorm(qt + hd * hp->head_dim, qt + hd * hp->head_dim, L->q_norm.data,
+                              hp->head_dim, hp->rms_eps);
             for (int32_t hd = 0; hd < hp->n_head_kv; hd++)
-                graft__rmsnorm(kt + hd * hp->head_dim, kt + hd * hp->head_dim, L->k_norm.data,
-                               hp->head_dim, hp->rms_eps);
+                s->ex.rmsnorm(kt + hd * hp->head_dim, kt + hd * hp->head_dim, L->k_norm.data,
+                              hp->head_dim, hp->rms_eps);
         }
         const float *angle = rope + (int64_t)t * hp->rope_dims;
         graft__rope(qt, hp->n_head, hp->head_dim, hp->rope_dims, angle, hp->rope_layout);
@@ -458,7 +460,7 @@ static void attention_block(const struct graft_model *m, graft__kv *kv, int32_t 
 {
     const graft__hparams *hp = &m->hp;
     const graft__layer *L = &m->layers[il];
-    norm_rows(s->h, s->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    norm_rows(s, s->h, s->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps);
     matmul_layer(s, L, GROUP_QKV, (float *const[]){s->q, s->k, s->v}, s->h, n);
     add_bias(s->q, &L->bq, n);
     add_bias(s->k, &L->bk, n);
@@ -468,7 +470,7 @@ static void attention_block(const struct graft_model *m, graft__kv *kv, int32_t 
     attend_all(hp, kv, il, e, n, s->q, s->att, s);
     matmul_layer(s, L, GROUP_OUT, &s->o, s->att, n);
     if (L->post_attn_norm.data != NULL)
-        norm_rows(s->o, s->o, &L->post_attn_norm, n, hp->n_embd, hp->rms_eps);
+        norm_rows(s, s->o, s->o, &L->post_attn_norm, n, hp->n_embd, hp->rms_eps);
     add_rows(s->x, s->o, (int64_t)n * hp->n_embd);
 }
 
@@ -476,15 +478,15 @@ static void ffn_block(const struct graft_model *m, int32_t il, int32_t n, scratc
 {
     const graft__hparams *hp = &m->hp;
     const graft__layer *L = &m->layers[il];
-    norm_rows(s->h, s->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    norm_rows(s, s->h, s->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps);
     matmul_layer(s, L, GROUP_GATE_UP, (float *const[]){s->gate, s->up}, s->h, n);
     if (hp->arch == GRAFT_ARCH_GEMMA3)
         graft__geglu(s->gate, s->up, (int64_t)n * hp->n_ff);
     else
-        graft__swiglu(s->gate, s->up, (int64_t)n * hp->n_ff);
+        s->ex.swiglu(s->gate, s->up, (int64_t)n * hp->n_ff);
     matmul_layer(s, L, GROUP_DOWN, &s->o, s->gate, n);
     if (L->post_ffn_norm.data != NULL)
-        norm_rows(s->o, s->o, &L->post_ffn_norm, n, hp->n_embd, hp->rms_eps);
+        norm_rows(s, s->o, s->o, &L->post_ffn_norm, n, hp->n_embd, hp->rms_eps);
     add_rows(s->x, s->o, (int64_t)n * hp->n_embd);
 }
 
@@ -497,8 +499,8 @@ static void output_logits(const struct graft_model *m, const graft__batch_entry 
     for (int32_t t = 0; t < n; t++) {
         if (!e[t].want_logits)
             continue;
-        graft__rmsnorm(s->h + (int64_t)rows * hp->n_embd, s->x + (int64_t)t * hp->n_embd,
-                       m->output_norm.data, hp->n_embd, hp->rms_eps);
+        s->ex.rmsnorm(s->h + (int64_t)rows * hp->n_embd, s->x + (int64_t)t * hp->n_embd,
+                      m->output_norm.data, hp->n_embd, hp->rms_eps);
         rows++;
     }
     if (rows == 0)

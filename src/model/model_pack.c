@@ -101,8 +101,7 @@ static int pack_locked(struct graft_model *m, const graft__matmul_path *path, gr
                              total >> 20);
     }
     /* Fewer TLB misses while decode streams the weights; only a hint. */
-    if (memory != NULL)
-        graft__advise_huge_pages(memory, total);
+    graft__advise_huge_pages(memory, total);
     uint8_t *dst = memory;
     for (int i = 0; i < n; i++) {
         j->dst[i] = dst;

@@ -41,9 +41,10 @@ char *graft__strndup(const char *s, size_t n);
 void *graft__malloc_aligned(size_t size, size_t align);
 
 /* Asks the kernel to back the whole 2 MiB pages inside [p, p + size) (an allocation from
- * graft__malloc, best before it is first written) with transparent huge pages (madvise
- * MADV_HUGEPAGE). For the KV store, which attention sweeps every step, often reading only a
- * few cache lines of each row: with 4 KiB pages the TLB would miss on nearly every row.
+ * graft__malloc or graft__malloc_aligned, best before it is first written) with transparent
+ * huge pages (madvise MADV_HUGEPAGE). For the KV store, which attention sweeps every step,
+ * often reading only a few cache lines of each row: with 4 KiB pages the TLB would miss on
+ * nearly every row.
  * Only a hint: where the kernel declines or lacks THP nothing changes, and the memory is
  * still freed with graft__free. */
 void graft__advise_huge_pages(void *p, size_t size);

@@ -17,10 +17,12 @@
  * or within its group, and computing n keys gives the same bits however many times it is
  * repeated (no state carried between calls). The several-heads form (graft__attend_heads*,
  * which the forward pass uses for runs of tokens) gives each head, whatever the key counts
- * of the heads beside it, the bits the single form gives it alone. The rows form of the
- * avx512 path (graft__attend_rows_avx512, all the heads in one call or in two shares)
- * gives each head of rows holding several KV heads the bits graft__attend_heads_avx512
- * gives it over its own KV head's slice of the rows.
+ * of the heads beside it, the bits the single form gives it alone. The chunk form of the
+ * avx512 path (graft__attend_chunk_avx512 for each chunk, with all the heads in one call or
+ * in two shares, the chunks computed first to last or last to first, then
+ * graft__attend_merge_avx512 for each head) gives each head of rows holding several KV
+ * heads the bits graft__attend_heads_avx512 gives it over its own KV head's slice of the
+ * rows.
  * Tests are skipped when the processor lacks the instructions of a kernel.
  */
 #include <setjmp.h>
@@ -185,31 +187,50 @@ static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
 }
 
 /* Rows of kv_heads KV heads of `dim` elements side by side; head h reads KV head h / group.
- * The rows form over all the heads in one call, then in two shares (as two threads of a
- * decode step take them); want: graft__attend_heads_avx512 of each head alone over its
- * slice of the rows. */
-static void check_rows_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t kv_heads,
-                             int32_t group)
+ * The chunk form over all the heads in one call, then in two shares, with the chunks
+ * computed in order, then in reverse (as the threads of a decode step may take them), and
+ * merged; want: graft__attend_heads_avx512 of each head alone over its slice of the rows. */
+static void check_chunk_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t kv_heads,
+                              int32_t group)
 {
+    enum { MAX_CHUNKS = (MAX_KEYS + GRAFT_ATTN_CHUNK - 1) / GRAFT_ATTN_CHUNK };
+    static float chunks[MAX_CHUNKS * GRAFT_ATTN_MAX_HEADS * MAX_DIM];
+    static float max[MAX_CHUNKS * GRAFT_ATTN_MAX_HEADS], sum[MAX_CHUNKS * GRAFT_ATTN_MAX_HEADS];
     static float got[GRAFT_ATTN_MAX_HEADS * MAX_DIM], want[MAX_DIM];
     static const void *k_slice[MAX_KEYS], *v_slice[MAX_KEYS];
     const int32_t n_heads = kv_heads * group;
     const size_t elem = kv_type == GRAFT_TYPE_F32 ? 4 : 2;
-    float *outs[GRAFT_ATTN_MAX_HEADS];
     const float *qs[GRAFT_ATTN_MAX_HEADS];
     int32_t col[GRAFT_ATTN_MAX_HEADS];
-    aim_heads(outs, qs, n_heads, got, p, dim);
-    for (int32_t h = 0; h < n_heads; h++)
+    for (int32_t h = 0; h < n_heads; h++) {
+        qs[h] = p->q + (int64_t)(h % MAX_Q) * dim;
         col[h] = h / group * dim;
+    }
     for (size_t ki = 0; ki < sizeof key_counts / sizeof *key_counts; ki++) {
         const int64_t n_keys = key_counts[ki];
-        for (int shares = 1; shares <= 2; shares++) {
-            memset(got, 0xff, sizeof got);
-            for (int t = 0; t < shares; t++) {
-                const int32_t h0 = t * n_heads / shares, h1 = (t + 1) * n_heads / shares;
-                graft__attend_rows_avx512(outs + h0, qs + h0, col + h0, h1 - h0, n_keys,
-                                          p->keys, p->values, kv_type, dim, 0.1f);
+        const int32_t n_chunks = (int32_t)((n_keys + GRAFT_ATTN_CHUNK - 1) / GRAFT_ATTN_CHUNK);
+        for (int way = 0; way < 4; way++) {
+            const int shares = 1 + way % 2;
+            const bool reverse = way >= 2;
+            memset(chunks, 0xff, sizeof chunks);
+            for (int32_t i = 0; i < n_chunks; i++) {
+                const int32_t c = reverse ? n_chunks - 1 - i : i;
+                const int64_t c0 = (int64_t)c * GRAFT_ATTN_CHUNK;
+                const int32_t n = (int32_t)(n_keys - c0 < GRAFT_ATTN_CHUNK ? n_keys - c0
+                                                                            : GRAFT_ATTN_CHUNK);
+                for (int t = 0; t < shares; t++) {
+                    const int32_t h0 = t * n_heads / shares, h1 = (t + 1) * n_heads / shares;
+                    float *outs[GRAFT_ATTN_MAX_HEADS];
+                    for (int32_t h = h0; h < h1; h++)
+                        outs[h - h0] = chunks + ((int64_t)c * n_heads + h) * dim;
+                    graft__attend_chunk_avx512(outs, max + c * n_heads + h0,
+                                               sum + c * n_heads + h0, qs + h0, col + h0,
+                                               h1 - h0, n, p->keys + c0, p->values + c0,
+                                               kv_type, dim, 0.1f);
+                }
             }
+            memset(got, 0xff, sizeof got);
+            graft__attend_merge_avx512(got, chunks, max, sum, n_chunks, n_heads, dim);
             for (int32_t h = 0; h < n_heads; h++) {
                 for (int64_t j = 0; j < n_keys; j++) {
                     k_slice[j] = (const uint8_t *)p->keys[j] + (size_t)col[h] * elem;
@@ -218,16 +239,17 @@ static void check_rows_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t 
                 float *one[1] = {want};
                 graft__attend_heads_avx512(one, &qs[h], &n_keys, 1, k_slice, v_slice, kv_type,
                                            dim, 0.1f);
-                if (memcmp(want, outs[h], (size_t)dim * sizeof(float)) != 0)
-                    fail_msg("type %u dim %d, %d KV heads of %d, %lld keys, %d share(s): head "
+                if (memcmp(want, got + (int64_t)h * dim, (size_t)dim * sizeof(float)) != 0)
+                    fail_msg("type %u dim %d, %d KV heads of %d, %lld keys, %d share(s)%s: head "
                              "%d differs from the one-call kernel",
-                             kv_type, dim, kv_heads, group, (long long)n_keys, shares, h);
+                             kv_type, dim, kv_heads, group, (long long)n_keys, shares,
+                             reverse ? ", chunks in reverse" : "", h);
             }
         }
     }
 }
 
-static void test_rows_avx512(void **state)
+static void test_chunks_avx512(void **state)
 {
     (void)state;
     if (!graft__cpu_has_avx512())
@@ -242,7 +264,7 @@ static void test_rows_avx512(void **state)
                 problem *p = malloc(sizeof *p);
                 assert_non_null(p);
                 make_problem(p, kv_types[ti], kv_heads * dim);
-                check_rows_shape(p, kv_types[ti], dim, kv_heads, group);
+                check_chunk_shape(p, kv_types[ti], dim, kv_heads, group);
                 free(p->store);
                 free(p);
             }
@@ -296,7 +318,7 @@ int main(void)
         cmocka_unit_test(test_heads_reference),
         cmocka_unit_test(test_heads_avx2),
         cmocka_unit_test(test_heads_avx512),
-        cmocka_unit_test(test_rows_avx512),
+        cmocka_unit_test(test_chunks_avx512),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,18 +9,21 @@
  * operations in the same order (DESIGN.md invariant 1): it cannot depend on how the query
  * was batched, and adding later keys never changes how the earlier ones are reduced.
  *
- * Per chunk: the scores s_j = scale * (q . k_j) (dot summed in element order), the chunk's
- * maximum, a new running maximum M; the running sum and the output accumulator are
- * rescaled by exp(M_old - M), then each key adds p_j = exp(s_j - M) to the sum and p_j v_j
- * to the accumulator, in key order. At the end the accumulator is divided by the sum.
- * `out` itself holds the accumulator, so it must not overlap q. K and V rows are decoded
- * from their storage type (F16 or F32) one at a time.
+ * Per chunk, on its own: the scores s_j = scale * (q . k_j) (dot summed in element order),
+ * the chunk's maximum m, the weights p_j = exp(s_j - m), their sum l and the weighted values
+ * o = sum_j p_j v_j, both summed in key order from zero. Then the chunk is merged into the
+ * running maximum M, sum L and output O: with M' = max(M, m), a = exp(M - M') (0 before
+ * the first chunk) and b = exp(m - M'), L = L a + l b and O = O a + o b, and M = M'. At
+ * the end O is divided by L. A chunk's results depend only on its own keys, so a path may
+ * compute the chunks of a decode step on different threads and merge them afterwards, in
+ * the same order and by the same operations, and get the same bits (graft__attend_split_for).
+ * `out` itself holds O, so it must not overlap q. K and V rows are decoded from their
+ * storage type (F16 or F32) one at a time.
  *
  * graft__attend_heads (the form the forward pass calls, kernels.h) takes heads with their
  * own key counts; graft__attend_heads_by_runs hands runs of them to a per-group kernel
- * (this one, or the AVX2 one). The rows form (heads reading their slices of whole rows)
- * exists only on the avx512 path; the choice of it for a path is here, as plain code any
- * processor can run.
+ * (this one, or the AVX2 one). The chunk form (kernels.h) exists only on the avx512 path;
+ * the choice of it for a path is here, as plain code any processor can run.
  */
 #include <math.h>
 #include <string.h>
@@ -62,10 +65,11 @@ static void add_scaled(float *acc, const float *v, int32_t n, float p)
         acc[i] += p * v[i];
 }
 
-/* One head: out (head_dim) over all keys. row (head_dim) is scratch for a decoded row. */
+/* One head: out (head_dim) over all keys. row and chunk (head_dim each) are scratch for a
+ * decoded row and a chunk's weighted values. */
 static void attend_head(float *out, const float *q, const void *const *keys,
                         const void *const *values, uint32_t kv_type, int64_t n_keys,
-                        int32_t head_dim, float scale, float *row)
+                        int32_t head_dim, float scale, float *row, float *chunk)
 {
     memset(out, 0, (size_t)head_dim * sizeof(float));
     float running_max = -INFINITY;
@@ -80,18 +84,21 @@ static void attend_head(float *out, const float *q, const void *const *keys,
             scores[j] = scale * dot(q, row, head_dim);
             chunk_max = fmaxf(chunk_max, scores[j]);
         }
-        if (chunk_max > running_max) {
-            float rescale = expf(running_max - chunk_max); /* 0 for the first chunk */
-            running_sum *= rescale;
-            scale_vec(out, head_dim, rescale);
-            running_max = chunk_max;
-        }
+        float chunk_sum = 0.0f;
+        memset(chunk, 0, (size_t)head_dim * sizeof(float));
         for (int j = 0; j < n; j++) {
-            float p = expf(scores[j] - running_max);
-            running_sum += p;
+            float p = expf(scores[j] - chunk_max);
+            chunk_sum += p;
             load_row(row, values[c0 + j], kv_type, head_dim);
-            add_scaled(out, row, head_dim, p);
+            add_scaled(chunk, row, head_dim, p);
         }
+        float merged = fmaxf(running_max, chunk_max);
+        float a = running_max == -INFINITY ? 0.0f : expf(running_max - merged);
+        float b = expf(chunk_max - merged);
+        running_sum = running_sum * a + chunk_sum * b;
+        running_max = merged;
+        for (int32_t i = 0; i < head_dim; i++)
+            out[i] = out[i] * a + chunk[i] * b;
     }
     if (running_sum > 0.0f)
         scale_vec(out, head_dim, 1.0f / running_sum);
@@ -103,10 +110,11 @@ void graft__attend(float *out, const float *q, int32_t n_q, const void *const *k
 {
     GRAFT_ASSERT(n_keys >= 0 && head_dim > 0 && head_dim <= GRAFT_ATTN_MAX_HEAD_DIM);
     GRAFT_ASSERT(kv_type == GRAFT_TYPE_F16 || kv_type == GRAFT_TYPE_F32);
-    float row[GRAFT_ATTN_MAX_HEAD_DIM]; // (head_dim) one decoded K or V row
+    float row[GRAFT_ATTN_MAX_HEAD_DIM];   // (head_dim) one decoded K or V row
+    float chunk[GRAFT_ATTN_MAX_HEAD_DIM]; // (head_dim) a chunk's weighted values
     for (int32_t h = 0; h < n_q; h++)
         attend_head(out + (int64_t)h * head_dim, q + (int64_t)h * head_dim, keys, values, kv_type,
-                    n_keys, head_dim, scale, row);
+                    n_keys, head_dim, scale, row, chunk);
 }
 
 void graft__attend_heads_by_runs(graft__attend_fn attend, float *const *out,
@@ -132,12 +140,14 @@ void graft__attend_heads(float *const *out, const float *const *q, const int64_t
                                 head_dim, scale);
 }
 
-graft__attend_rows_fn graft__attend_rows_for(const struct graft__matmul_path *path,
-                                             int32_t head_dim)
+bool graft__attend_split_for(const struct graft__matmul_path *path, int32_t head_dim,
+                             graft__attend_split *out)
 {
     /* The avx512 kernels vectorise head sizes that are whole multiples of their 16 lanes. */
     if (path == &graft__matmul_avx512 && head_dim % 16 == 0 &&
-        head_dim <= GRAFT_ATTN_MAX_HEAD_DIM)
-        return graft__attend_rows_avx512;
-    return NULL;
+        head_dim <= GRAFT_ATTN_MAX_HEAD_DIM) {
+        *out = (graft__attend_split){graft__attend_chunk_avx512, graft__attend_merge_avx512};
+        return true;
+    }
+    return false;
 }

@@ -1,8 +1,9 @@
 /*
  * attention_avx2.c: graft__attend (kernels.h) with AVX2 and FMA, for the avx2 kernel path.
  *
- * Same algorithm and chunking as the scalar reference (attention.c): online softmax over
- * chunks of GRAFT_ATTN_CHUNK keys, running max and sum rescaled per chunk. Each key and value
+ * Same algorithm and chunking as the scalar reference (attention.c): each chunk of
+ * GRAFT_ATTN_CHUNK keys gets its own maximum, weights and weighted values, then is merged
+ * into the running maximum, sum and output. Each key and value
  * row is decoded once (F16 -> F32 with F16C) and used by every query head of the GQA
  * group. Dot products run 8 lanes wide and are reduced by one fixed instruction sequence,
  * so each head's result depends only on its query and the keys. Head sizes that are not a
@@ -77,6 +78,16 @@ static void add_scaled(float *acc, const float *row, int32_t nvec, float p)
                                                           _mm256_loadu_ps(acc + v * LANES)));
 }
 
+/* out (head_dim) = out * a + chunk * b */
+static void merge_row(float *out, const float *chunk, int32_t nvec, float a, float b)
+{
+    __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    for (int32_t v = 0; v < nvec; v++)
+        _mm256_storeu_ps(out + v * LANES,
+                         _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(out + v * LANES), va),
+                                       _mm256_mul_ps(_mm256_loadu_ps(chunk + v * LANES), vb)));
+}
+
 void graft__attend_avx2(float *out, const float *q, int32_t n_q, const void *const *keys,
                           const void *const *values, uint32_t kv_type, int64_t n_keys,
                           int32_t head_dim, float scale)
@@ -87,9 +98,10 @@ void graft__attend_avx2(float *out, const float *q, int32_t n_q, const void *con
     }
     const int32_t nvec = head_dim / LANES;
     const int32_t row_bytes = head_dim * (kv_type == GRAFT_TYPE_F32 ? 4 : 2);
-    float row[GRAFT_ATTN_MAX_HEAD_DIM];            // (head_dim) one decoded K or V row
-    float scores[MAX_GROUP][GRAFT_ATTN_CHUNK];     // (n_q, chunk keys)
-    float running_max[MAX_GROUP], running_sum[MAX_GROUP];
+    float row[GRAFT_ATTN_MAX_HEAD_DIM];              // (head_dim) one decoded K or V row
+    float scores[MAX_GROUP][GRAFT_ATTN_CHUNK];       // (n_q, chunk keys); then the weights
+    float chunk[MAX_GROUP * GRAFT_ATTN_MAX_HEAD_DIM]; // (n_q, head_dim) weighted values
+    float running_max[MAX_GROUP], running_sum[MAX_GROUP], a[MAX_GROUP], b[MAX_GROUP];
     memset(out, 0, (size_t)n_q * (size_t)head_dim * sizeof(float));
     for (int32_t h = 0; h < n_q; h++) {
         running_max[h] = -INFINITY;
@@ -104,26 +116,28 @@ void graft__attend_avx2(float *out, const float *q, int32_t n_q, const void *con
                 scores[h][j] = scale * dot(q + h * head_dim, row, nvec);
         }
         for (int32_t h = 0; h < n_q; h++) {
-            float chunk_max = -INFINITY;
+            float chunk_max = -INFINITY, chunk_sum = 0.0f;
             for (int j = 0; j < n; j++)
                 chunk_max = fmaxf(chunk_max, scores[h][j]);
-            if (chunk_max > running_max[h]) {
-                float rescale = expf(running_max[h] - chunk_max);
-                running_sum[h] *= rescale;
-                scale_row(out + h * head_dim, nvec, rescale);
-                running_max[h] = chunk_max;
-            }
             for (int j = 0; j < n; j++) {
-                scores[h][j] = expf(scores[h][j] - running_max[h]);
-                running_sum[h] += scores[h][j];
+                scores[h][j] = expf(scores[h][j] - chunk_max);
+                chunk_sum += scores[h][j];
             }
+            float merged = fmaxf(running_max[h], chunk_max);
+            a[h] = running_max[h] == -INFINITY ? 0.0f : expf(running_max[h] - merged);
+            b[h] = expf(chunk_max - merged);
+            running_sum[h] = running_sum[h] * a[h] + chunk_sum * b[h];
+            running_max[h] = merged;
         }
+        memset(chunk, 0, (size_t)n_q * (size_t)head_dim * sizeof(float));
         for (int j = 0; j < n; j++) {
             prefetch_row(values, c0 + j + PREFETCH_AHEAD, n_keys, row_bytes);
             load_row(row, values[c0 + j], kv_type, nvec);
             for (int32_t h = 0; h < n_q; h++)
-                add_scaled(out + h * head_dim, row, nvec, scores[h][j]);
+                add_scaled(chunk + h * head_dim, row, nvec, scores[h][j]);
         }
+        for (int32_t h = 0; h < n_q; h++)
+            merge_row(out + h * head_dim, chunk + h * head_dim, nvec, a[h], b[h]);
     }
     for (int32_t h = 0; h < n_q; h++)
         if (running_sum[h] > 0.0f)

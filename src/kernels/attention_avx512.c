@@ -1,13 +1,14 @@
 /*
  * attention_avx512.c: graft__attend (kernels.h) with AVX-512, for the avx512 kernel path, in
  * two forms: the one-call form (graft__attend_heads_avx512), whose heads read the rows as
- * listed, and the rows form (graft__attend_rows_avx512), whose heads read their slices of
- * whole rows.
+ * listed, and the chunk form (graft__attend_chunk_avx512 and graft__attend_merge_avx512),
+ * whose heads read their slices of whole rows, one chunk per call.
  *
- * Same algorithm and chunking as the scalar reference (attention.c): online softmax over
- * chunks of GRAFT_ATTN_CHUNK keys counted from the first key, running max and sum
- * rescaled per chunk. Each key and value row is read once per chunk pass and used by every
- * query head that reads the same part of it (a GQA group). Per chunk:
+ * Same algorithm and chunking as the scalar reference (attention.c): each chunk of
+ * GRAFT_ATTN_CHUNK keys, counted from the first key, gets its own maximum, weights and
+ * weighted values, then is merged into the running maximum, sum and output. Each key and
+ * value row is read once per chunk pass and used by every query head that reads the same
+ * part of it (a GQA group). Per chunk:
  *
  *   scores  For 16 keys at a time, each head's dot product with each key is a 16-lane
  *           vector of partial sums (F16 rows widened with vcvtph2ps in registers); the 16
@@ -15,29 +16,29 @@
  *           reduces every key by the same tree ((e0+e2)+(e1+e3) within 128-bit lanes,
  *           then (L0+L1)+(L2+L3) across them) wherever it sits among the 16.
  *   softmax The chunk maximum, exp(s - max) with a vectorised exp (graft__exp_ps, within
- *           2 ulp of expf) and the running sum, 16 keys per vector.
- *   values  Each head's output accumulator stays in registers across the chunk's keys
- *           (as many heads at a time as fit in 16 vectors), adding p_j v_j per key.
+ *           2 ulp of expf) and the sum of the weights, 16 keys per vector.
+ *   values  Each head's weighted values accumulate from zero in registers across the
+ *           chunk's keys (as many heads at a time as fit in 16 vectors), adding p_j v_j per
+ *           key; then they are merged into the head's output (merge_factors, merge_vec), or,
+ *           in the chunk form, stored as they are for graft__attend_merge_avx512 to merge
+ *           by the same functions.
  *
  * Which keys share a group of 16 and a chunk depends only on their index from the first
  * key, so a head's result depends only on its query and the keys (DESIGN.md invariant 1),
  * not on n_q or the batch. The head sizes 64, 128 and 256 get instances whose loops the
  * compiler unrolls into registers; other multiples of 16 run the same code with run-time
- * loops; the rest use the scalar reference (and have no rows form).
+ * loops; the rest use the scalar reference (and have no chunk form).
  *
- * The rows form. Over a long context, a decode step's attention is bound by reading the K
- * and V rows, and a row holds every KV head of its position. Run as a task per KV head,
- * the one-call form reads that head's few cache lines out of every row, and this memory
- * system serves such strided reads slowly unless it is asked for them ahead. So the rows
- * form takes a share of the heads over whole rows (head h finds its slice at column
- * col[h]): the scores of every head in the share for 8 rows at a time, each run of heads'
- * slice of those rows in turn (whole_rows in chunk_scores), then the values a run of
- * heads' slice of the chunk's rows at a time, as the one-call form adds them. Both ask for
- * the slices they will read PREFETCH_AHEAD rows ahead (prefetch_slices). A thread given
- * half the heads reads half of every row, and the two threads of a decode step run
- * without waiting for each other. Both forms call the same functions on the same numbers
- * in the same order, so a head's output is the same bits in either form and in any share
- * of heads.
+ * The chunk form. Over a long context, a decode step's attention is bound by reading the K
+ * and V rows, and a row holds every KV head of its position. The forward pass makes each
+ * chunk a task of the thread pool: a thread reads whole rows of its chunks, one run after
+ * another, and the merge takes the chunks in order afterwards. It scores every head for 8
+ * rows at a time, each run of heads' slice of those rows in turn (whole_rows in
+ * chunk_scores), then adds the values a run of heads' slice of the chunk's rows at a time,
+ * as the one-call form does. Both ask for the slices they will read PREFETCH_AHEAD rows
+ * ahead (prefetch_slices). Both forms call the same functions on the same numbers in the
+ * same order, so a head's output is the same bits in either form, whichever heads share a
+ * call and whichever thread computed a chunk.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -195,7 +196,7 @@ store_scores(float (*scores)[GRAFT_ATTN_CHUNK], __m512 (*part)[LANES], int32_t h
  * GRAFT_ATTN_CHUNK), k_j being keys[c0 + j] + off[h] bytes; n_max is the largest n[h]. A
  * head's entries from n[h] up to the next multiple of 16 are left as computed from zero
  * partials. Per 16 keys, SCORE_KEYS at a time (dot_keys, keys_at), in one of two orders:
- *   whole_rows  each group of keys once, all heads (the rows form, whose heads read
+ *   whole_rows  each group of keys once, all heads (the chunk form, whose heads read
  *               different slices: the group's rows are read a slice after another);
  *   otherwise   SCORE_HEADS heads of a slice at a time over the 16 keys, so that their
  *               partial sums stay in L1 (the one-call form: up to 32 heads read one slice).
@@ -245,25 +246,17 @@ static inline void scale_row(float *x, int32_t nvec, float factor)
         _mm512_storeu_ps(x + v * LANES, _mm512_mul_ps(_mm512_loadu_ps(x + v * LANES), f));
 }
 
-/* One head's chunk: its n scores s become the weights p = exp(s - M), M its running
- * maximum updated with the chunk's; adds them to its running sum. Returns the factor the
- * head's output must first be scaled by (exp(M_old - M), 0 at the first chunk), or 1 when
- * M did not change. */
-static inline float chunk_softmax(float *s, int n, float *running_max, float *running_sum)
+/* One head's chunk: its n scores s become the weights p = exp(s - m), m the chunk's
+ * maximum; returns m, and the sum of the weights in *sum. */
+static inline float chunk_softmax(float *s, int n, float *sum)
 {
-    float rescale = 1.0f;
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     for (int j = 0; j < n; j += LANES) {
         __mmask16 live = (__mmask16)(n - j >= LANES ? 0xffff : (1u << (n - j)) - 1);
         vmax = _mm512_mask_max_ps(vmax, live, vmax, _mm512_loadu_ps(s + j));
     }
-    float chunk_max = _mm512_reduce_max_ps(vmax);
-    if (chunk_max > *running_max) {
-        rescale = _mm512_cvtss_f32(graft__exp_ps(_mm512_set1_ps(*running_max - chunk_max)));
-        *running_sum *= rescale;
-        *running_max = chunk_max;
-    }
-    __m512 vm = _mm512_set1_ps(*running_max), vsum = _mm512_setzero_ps();
+    const float chunk_max = _mm512_reduce_max_ps(vmax);
+    __m512 vm = _mm512_set1_ps(chunk_max), vsum = _mm512_setzero_ps();
     for (int j = 0; j < n; j += LANES) {
         __mmask16 live = (__mmask16)(n - j >= LANES ? 0xffff : (1u << (n - j)) - 1);
         __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + j), vm);
@@ -271,26 +264,51 @@ static inline float chunk_softmax(float *s, int n, float *running_max, float *ru
         _mm512_storeu_ps(s + j, e);
         vsum = _mm512_add_ps(vsum, e);
     }
-    *running_sum += _mm512_reduce_add_ps(vsum);
-    return rescale;
+    *sum = _mm512_reduce_add_ps(vsum);
+    return chunk_max;
 }
 
-/* out[h] (holding the running accumulators) += sum_j p[h][j] v_j over head h's n[h] keys
- * of the chunk at c0, v_j being values[c0 + j] + off bytes, for heads [h0, h0 + nh) and
- * vectors [v0, v0 + nv) of each row, nh * nv <= ACC_VECTORS. The block that reads a
- * slice first (first_block) asks for it PREFETCH_AHEAD rows ahead. */
+static inline float exp1(float x)
+{
+    return _mm512_cvtss_f32(graft__exp_ps(_mm512_set1_ps(x)));
+}
+
+/* Merging a chunk (maximum m, weight sum l) into a head's running maximum *M and sum *L:
+ * the factors by which what the head has so far (*a, 0 before its first chunk) and the
+ * chunk's weighted values (*b) are scaled; *M and *L become the merged ones. */
+static inline void merge_factors(float m, float l, float *M, float *L, float *a, float *b)
+{
+    const float merged = m > *M ? m : *M;
+    *a = *M == -INFINITY ? 0.0f : exp1(*M - merged);
+    *b = exp1(m - merged);
+    *L = *L * *a + l * *b;
+    *M = merged;
+}
+
+/* A vector of a head's output after merging a chunk: so_far * a + chunk * b. */
+static inline __m512 merge_vec(__m512 so_far, __m512 chunk, __m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_mul_ps(so_far, a), _mm512_mul_ps(chunk, b));
+}
+
+/* The chunk's weighted values sum_j p[h][j] v_j over head h's n[h] keys of the chunk at c0
+ * (from zero, in key order), v_j being values[c0 + j] + off bytes, for heads [h0, h0 + nh)
+ * and vectors [v0, v0 + nv) of each row, nh * nv <= ACC_VECTORS; stored into out[h] as they
+ * are (raw), or merged into it with the factors a[h], b[h] (merge_vec). Heads without keys
+ * in the chunk are left alone. The block that reads a slice first (first_block) asks for it
+ * PREFETCH_AHEAD rows ahead. */
 static inline __attribute__((always_inline)) void
 chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int32_t h0,
              int32_t nh, int32_t v0, int32_t nv, const void *const *values, size_t off,
-             int64_t c0, int64_t n_keys, uint32_t kv_type, int32_t nvec, bool first_block)
+             int64_t c0, int64_t n_keys, uint32_t kv_type, int32_t nvec, bool first_block,
+             bool raw, const float *a, const float *b)
 {
     int n_max = 0;
     for (int32_t h = 0; h < nh; h++)
         n_max = n[h0 + h] > n_max ? n[h0 + h] : n_max;
     __m512 acc[ACC_VECTORS];
-    for (int32_t h = 0; h < nh; h++)
-        for (int32_t v = 0; v < nv; v++)
-            acc[h * nv + v] = _mm512_loadu_ps(out[h0 + h] + (v0 + v) * LANES);
+    for (int32_t i = 0; i < nh * nv; i++)
+        acc[i] = _mm512_setzero_ps();
     for (int j = 0; j < n_max; j++) {
         const char *row = (const char *)values[c0 + j] + off;
         if (first_block)
@@ -304,9 +322,18 @@ chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int3
                         _mm512_fmadd_ps(_mm512_set1_ps(p[h0 + h][j]), x, acc[h * nv + v]);
         }
     }
-    for (int32_t h = 0; h < nh; h++)
+    for (int32_t h = 0; h < nh; h++) {
+        if (n[h0 + h] == 0)
+            continue;
+        float *o = out[h0 + h] + v0 * LANES;
+        const __m512 va = _mm512_set1_ps(raw ? 0.0f : a[h0 + h]);
+        const __m512 vb = _mm512_set1_ps(raw ? 0.0f : b[h0 + h]);
         for (int32_t v = 0; v < nv; v++)
-            _mm512_storeu_ps(out[h0 + h] + (v0 + v) * LANES, acc[h * nv + v]);
+            _mm512_storeu_ps(o + v * LANES,
+                             raw ? acc[h * nv + v]
+                                 : merge_vec(_mm512_loadu_ps(o + v * LANES), acc[h * nv + v],
+                                             va, vb));
+    }
 }
 
 /* chunk_values for every head, head h reading its slice at off[h]: per run of heads that
@@ -315,7 +342,8 @@ chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int3
 static inline __attribute__((always_inline)) void
 chunk_values_all(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n,
                  int32_t n_heads, const void *const *values, const size_t *off, int64_t c0,
-                 int64_t n_keys, uint32_t kv_type, int32_t nvec)
+                 int64_t n_keys, uint32_t kv_type, int32_t nvec, bool raw, const float *a,
+                 const float *b)
 {
     const int32_t heads_at_once = nvec <= ACC_VECTORS ? ACC_VECTORS / nvec : 1;
     for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
@@ -329,25 +357,27 @@ chunk_values_all(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n,
                 /* A whole block with constant sizes keeps its accumulators in registers. */
                 if (nh == heads_at_once && nv == nvec)
                     chunk_values(out, p, n, hb, heads_at_once, 0, nvec, values, off[h0], c0,
-                                 n_keys, kv_type, nvec, first_block);
+                                 n_keys, kv_type, nvec, first_block, raw, a, b);
                 else
                     chunk_values(out, p, n, hb, nh, v0, nv, values, off[h0], c0, n_keys,
-                                 kv_type, nvec, first_block);
+                                 kv_type, nvec, first_block, raw, a, b);
             }
         }
     }
 }
 
-/* Both forms for one (kv_type, nvec): constants in the instances below. Head h attends
- * with query q[h] over keys [0, n_keys[h]), k_j and v_j being keys[j] and values[j] +
- * off[h] bytes, into out[h]; whole_rows as chunk_scores takes it. */
+/* The one-call form for one (kv_type, nvec), constants in the instances below: head h
+ * attends with query q[h] over keys [0, n_keys[h]) as listed, into out[h], each chunk's
+ * weighted values merged into out[h] as soon as they are computed. */
 static inline __attribute__((always_inline)) void
-attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int32_t n_heads,
-            const void *const *keys, const void *const *values, const size_t *off,
-            bool whole_rows, uint32_t kv_type, int32_t nvec, float scale)
+heads_body(float *const *out, const float *const *q, const int64_t *n_keys, int32_t n_heads,
+           const void *const *keys, const void *const *values, uint32_t kv_type, int32_t nvec,
+           float scale)
 {
+    const size_t off[GRAFT_ATTN_MAX_HEADS] = {0};
     float scores[GRAFT_ATTN_MAX_HEADS][GRAFT_ATTN_CHUNK]; // (heads, chunk keys); then p
     float running_max[GRAFT_ATTN_MAX_HEADS], running_sum[GRAFT_ATTN_MAX_HEADS];
+    float a[GRAFT_ATTN_MAX_HEADS], b[GRAFT_ATTN_MAX_HEADS]; // merge factors of a chunk
     int n[GRAFT_ATTN_MAX_HEADS]; // keys of each head in the current chunk
     int64_t most = 0;
     for (int32_t h = 0; h < n_heads; h++) {
@@ -364,44 +394,43 @@ attend_body(float *const *out, const float *const *q, const int64_t *n_keys, int
             n_max = n[h] > n_max ? n[h] : n_max;
         }
         chunk_scores(scores, q, n, n_max, n_heads, keys, off, c0, most, kv_type, nvec, scale,
-                     whole_rows);
+                     false);
         for (int32_t h = 0; h < n_heads; h++) {
             if (n[h] == 0)
                 continue;
-            float rescale = chunk_softmax(scores[h], n[h], &running_max[h], &running_sum[h]);
-            if (rescale != 1.0f)
-                scale_row(out[h], nvec, rescale);
+            float sum;
+            float max = chunk_softmax(scores[h], n[h], &sum);
+            merge_factors(max, sum, &running_max[h], &running_sum[h], &a[h], &b[h]);
         }
-        chunk_values_all(out, scores, n, n_heads, values, off, c0, most, kv_type, nvec);
+        chunk_values_all(out, scores, n, n_heads, values, off, c0, most, kv_type, nvec, false,
+                         a, b);
     }
     for (int32_t h = 0; h < n_heads; h++)
         if (running_sum[h] > 0.0f)
             scale_row(out[h], nvec, 1.0f / running_sum[h]);
 }
 
-/* The one-call form: every head reads the rows as listed, a slice at a time. */
+/* The chunk form: one chunk of n_keys keys (at most GRAFT_ATTN_CHUNK), head h reading its
+ * slice at column col[h] of whole rows; out[h] = its weighted values, max[h] and sum[h] its
+ * maximum and weight sum (graft__attend_chunk_avx512). */
 static inline __attribute__((always_inline)) void
-heads_body(float *const *out, const float *const *q, const int64_t *n_keys, int32_t n_heads,
-           const void *const *keys, const void *const *values, uint32_t kv_type, int32_t nvec,
-           float scale)
+chunk_body(float *const *out, float *max, float *sum, const float *const *q,
+           const int32_t *col, int32_t n_heads, int32_t n_keys, const void *const *keys,
+           const void *const *values, uint32_t kv_type, int32_t nvec, float scale)
 {
-    const size_t off[GRAFT_ATTN_MAX_HEADS] = {0};
-    attend_body(out, q, n_keys, n_heads, keys, values, off, false, kv_type, nvec, scale);
-}
-
-/* The rows form: head h reads its slice at column col[h] of whole rows. */
-static inline __attribute__((always_inline)) void
-rows_body(float *const *out, const float *const *q, const int32_t *col, int32_t n_heads,
-          int64_t n_keys, const void *const *keys, const void *const *values, uint32_t kv_type,
-          int32_t nvec, float scale)
-{
+    float scores[GRAFT_ATTN_MAX_HEADS][GRAFT_ATTN_CHUNK]; // (heads, chunk keys); then p
     size_t off[GRAFT_ATTN_MAX_HEADS];
-    int64_t counts[GRAFT_ATTN_MAX_HEADS];
+    int n[GRAFT_ATTN_MAX_HEADS];
     for (int32_t h = 0; h < n_heads; h++) {
         off[h] = (size_t)col[h] * (size_t)elem_bytes(kv_type);
-        counts[h] = n_keys;
+        n[h] = n_keys;
     }
-    attend_body(out, q, counts, n_heads, keys, values, off, true, kv_type, nvec, scale);
+    chunk_scores(scores, q, n, n_keys, n_heads, keys, off, 0, n_keys, kv_type, nvec, scale,
+                 true);
+    for (int32_t h = 0; h < n_heads; h++)
+        max[h] = chunk_softmax(scores[h], n_keys, &sum[h]);
+    chunk_values_all(out, scores, n, n_heads, values, off, 0, n_keys, kv_type, nvec, true,
+                     NULL, NULL);
 }
 
 #define ATTEND_INSTANCE(name, KV_TYPE, NVEC)                                               \
@@ -411,11 +440,13 @@ rows_body(float *const *out, const float *const *q, const int32_t *col, int32_t 
     {                                                                                      \
         heads_body(out, q, n_keys, n_heads, keys, values, KV_TYPE, NVEC, scale);          \
     }                                                                                      \
-    static void name##_rows(float *const *out, const float *const *q, const int32_t *col,  \
-                            int32_t n_heads, int64_t n_keys, const void *const *keys,      \
-                            const void *const *values, float scale)                        \
+    static void name##_chunk(float *const *out, float *max, float *sum,                    \
+                             const float *const *q, const int32_t *col, int32_t n_heads,   \
+                             int32_t n_keys, const void *const *keys,                      \
+                             const void *const *values, float scale)                       \
     {                                                                                      \
-        rows_body(out, q, col, n_heads, n_keys, keys, values, KV_TYPE, NVEC, scale);      \
+        chunk_body(out, max, sum, q, col, n_heads, n_keys, keys, values, KV_TYPE, NVEC,    \
+                   scale);                                                                 \
     }
 ATTEND_INSTANCE(attend_f16_64, GRAFT_TYPE_F16, 4)
 ATTEND_INSTANCE(attend_f16_128, GRAFT_TYPE_F16, 8)
@@ -457,30 +488,86 @@ void graft__attend_heads_avx512(float *const *out, const float *const *q,
     }
 }
 
-void graft__attend_rows_avx512(float *const *out, const float *const *q, const int32_t *col,
-                               int32_t n_heads, int64_t n_keys, const void *const *keys,
-                               const void *const *values, uint32_t kv_type, int32_t head_dim,
-                               float scale)
+void graft__attend_chunk_avx512(float *const *out, float *max, float *sum,
+                                const float *const *q, const int32_t *col, int32_t n_heads,
+                                int32_t n_keys, const void *const *keys,
+                                const void *const *values, uint32_t kv_type, int32_t head_dim,
+                                float scale)
 {
     GRAFT_ASSERT(n_heads >= 0 && n_heads <= GRAFT_ATTN_MAX_HEADS && vectorised(head_dim));
+    GRAFT_ASSERT(n_keys >= 1 && n_keys <= GRAFT_ATTN_CHUNK);
     bool f16 = kv_type == GRAFT_TYPE_F16;
     switch (head_dim) {
     case 64:
-        (f16 ? attend_f16_64_rows : attend_f32_64_rows)(out, q, col, n_heads, n_keys, keys,
-                                                        values, scale);
+        (f16 ? attend_f16_64_chunk : attend_f32_64_chunk)(out, max, sum, q, col, n_heads,
+                                                          n_keys, keys, values, scale);
         return;
     case 128:
-        (f16 ? attend_f16_128_rows : attend_f32_128_rows)(out, q, col, n_heads, n_keys, keys,
-                                                          values, scale);
+        (f16 ? attend_f16_128_chunk : attend_f32_128_chunk)(out, max, sum, q, col, n_heads,
+                                                            n_keys, keys, values, scale);
         return;
     case 256:
-        (f16 ? attend_f16_256_rows : attend_f32_256_rows)(out, q, col, n_heads, n_keys, keys,
-                                                          values, scale);
+        (f16 ? attend_f16_256_chunk : attend_f32_256_chunk)(out, max, sum, q, col, n_heads,
+                                                            n_keys, keys, values, scale);
         return;
     default:
-        rows_body(out, q, col, n_heads, n_keys, keys, values, kv_type, head_dim / LANES,
-                  scale);
+        chunk_body(out, max, sum, q, col, n_heads, n_keys, keys, values, kv_type,
+                   head_dim / LANES, scale);
     }
+}
+
+/* merge_factors for the heads of the live lanes of m and l (16 at a time), the same
+ * operations lane by lane, so the same bits. */
+static inline void merge_factors16(__m512 m, __m512 l, __mmask16 live, float *M, float *L,
+                                   float *a, float *b)
+{
+    const __m512 so_far = _mm512_maskz_loadu_ps(live, M), sum = _mm512_maskz_loadu_ps(live, L);
+    const __m512 merged = _mm512_max_ps(m, so_far);
+    const __mmask16 started =
+        _mm512_cmp_ps_mask(so_far, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+    const __m512 va = _mm512_maskz_mov_ps(started, graft__exp_ps(_mm512_sub_ps(so_far, merged)));
+    const __m512 vb = graft__exp_ps(_mm512_sub_ps(m, merged));
+    _mm512_mask_storeu_ps(a, live, va);
+    _mm512_mask_storeu_ps(b, live, vb);
+    _mm512_mask_storeu_ps(L, live, _mm512_add_ps(_mm512_mul_ps(sum, va), _mm512_mul_ps(l, vb)));
+    _mm512_mask_storeu_ps(M, live, merged);
+}
+
+void graft__attend_merge_avx512(float *out, const float *chunks, const float *max,
+                                const float *sum, int32_t n_chunks, int32_t n_heads,
+                                int32_t head_dim)
+{
+    GRAFT_ASSERT(vectorised(head_dim) && n_heads >= 0 && n_heads <= GRAFT_ATTN_MAX_HEADS);
+    const int32_t nvec = head_dim / LANES;
+    float running_max[GRAFT_ATTN_MAX_HEADS], running_sum[GRAFT_ATTN_MAX_HEADS];
+    float a[GRAFT_ATTN_MAX_HEADS], b[GRAFT_ATTN_MAX_HEADS]; // a chunk's merge factors
+    for (int32_t h = 0; h < n_heads; h++) {
+        running_max[h] = -INFINITY;
+        running_sum[h] = 0.0f;
+    }
+    memset(out, 0, (size_t)n_heads * (size_t)head_dim * sizeof(float));
+    for (int32_t c = 0; c < n_chunks; c++) {
+        const int64_t first = (int64_t)c * n_heads;
+        for (int32_t h = 0; h < n_heads; h += LANES) {
+            const __mmask16 live =
+                (__mmask16)(n_heads - h >= LANES ? 0xffff : (1u << (n_heads - h)) - 1);
+            merge_factors16(_mm512_maskz_loadu_ps(live, max + first + h),
+                            _mm512_maskz_loadu_ps(live, sum + first + h), live, running_max + h,
+                            running_sum + h, a + h, b + h);
+        }
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *o = out + (int64_t)h * head_dim;
+            const float *chunk = chunks + (first + h) * head_dim;
+            const __m512 va = _mm512_set1_ps(a[h]), vb = _mm512_set1_ps(b[h]);
+            for (int32_t v = 0; v < nvec; v++)
+                _mm512_storeu_ps(o + v * LANES, merge_vec(_mm512_loadu_ps(o + v * LANES),
+                                                          _mm512_loadu_ps(chunk + v * LANES),
+                                                          va, vb));
+        }
+    }
+    for (int32_t h = 0; h < n_heads; h++)
+        if (running_sum[h] > 0.0f)
+            scale_row(out + (int64_t)h * head_dim, nvec, 1.0f / running_sum[h]);
 }
 
 void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *const *keys,

@@ -133,28 +133,42 @@ void graft__attend_heads_by_runs(graft__attend_fn attend, float *const *out,
                                  const void *const *values, uint32_t kv_type,
                                  int32_t head_dim, float scale);
 
-/* The rows form: query heads of one token over rows that hold every KV head of a position
- * (the KV store's rows, listed whole): head h attends with q[h] over keys [0, n_keys) into
- * out[h], reading elements [col[h], col[h] + head_dim) of each row, for h < n_heads <=
- * GRAFT_ATTN_MAX_HEADS. Per chunk it computes the scores of every head with a few keys at
- * a time, reading those rows' slices in turn (and asking for the slices of the rows that
- * follow), then each head's values, a run of heads' slice of the chunk's rows at a time.
- * Head h gets the same bits the path's graft__attend_heads kernel gives it alone over the
- * rows offset by col[h] elements, whichever heads share the call. The forward pass gives
- * each thread a share of a decode step's heads, so that each reads its own part of every
- * row. Only the avx512 path has it: graft__attend_rows_for gives it for a path and head
- * size, or NULL. */
-typedef void (*graft__attend_rows_fn)(float *const *out, const float *const *q,
-                                      const int32_t *col, int32_t n_heads, int64_t n_keys,
-                                      const void *const *keys, const void *const *values,
-                                      uint32_t kv_type, int32_t head_dim, float scale);
-void graft__attend_rows_avx512(float *const *out, const float *const *q, const int32_t *col,
-                               int32_t n_heads, int64_t n_keys, const void *const *keys,
-                               const void *const *values, uint32_t kv_type, int32_t head_dim,
-                               float scale);
+/* The chunk form, for a decode step's attention shared between threads a chunk at a time.
+ * chunk: query heads of one token over one chunk of n_keys (1 .. GRAFT_ATTN_CHUNK) rows
+ * that hold every KV head of a position (the KV store's rows, listed whole), head h reading
+ * elements [col[h], col[h] + head_dim) of each row, for h < n_heads <= GRAFT_ATTN_MAX_HEADS:
+ * max[h] = the chunk's largest score s_j = scale * q[h].k_j, out[h] (head_dim) = the sum of
+ * p_j v_j and sum[h] = the sum of p_j, p_j = exp(s_j - max[h]).
+ * merge: out (n_heads, head_dim) = the heads' attention from the n_chunks chunks' results
+ * (chunks (n_chunks, n_heads, head_dim), max and sum (n_chunks, n_heads)), merged in chunk
+ * order by the operations the path's graft__attend_heads kernel merges each chunk with.
+ * So a head gets the same bits that kernel gives it over the rows offset by col[h]
+ * elements, whichever heads share a chunk's call and whichever thread computed which chunk.
+ * Only the avx512 path has it: graft__attend_split_for gives it for a path and head size. */
+typedef void (*graft__attend_chunk_fn)(float *const *out, float *max, float *sum,
+                                       const float *const *q, const int32_t *col,
+                                       int32_t n_heads, int32_t n_keys, const void *const *keys,
+                                       const void *const *values, uint32_t kv_type,
+                                       int32_t head_dim, float scale);
+typedef void (*graft__attend_merge_fn)(float *out, const float *chunks, const float *max,
+                                       const float *sum, int32_t n_chunks, int32_t n_heads,
+                                       int32_t head_dim);
+void graft__attend_chunk_avx512(float *const *out, float *max, float *sum,
+                                const float *const *q, const int32_t *col, int32_t n_heads,
+                                int32_t n_keys, const void *const *keys,
+                                const void *const *values, uint32_t kv_type, int32_t head_dim,
+                                float scale);
+void graft__attend_merge_avx512(float *out, const float *chunks, const float *max,
+                                const float *sum, int32_t n_chunks, int32_t n_heads,
+                                int32_t head_dim);
+typedef struct graft__attend_split {
+    graft__attend_chunk_fn chunk;
+    graft__attend_merge_fn merge;
+} graft__attend_split;
 struct graft__matmul_path;
-graft__attend_rows_fn graft__attend_rows_for(const struct graft__matmul_path *path,
-                                             int32_t head_dim);
+/* The chunk form of a path for a head size into *out; false where it has none. */
+bool graft__attend_split_for(const struct graft__matmul_path *path, int32_t head_dim,
+                             graft__attend_split *out);
 
 /* dst (n elements of type F16 or F32) = src (n floats). The F16C version (convert_avx2.c)
  * gives the same bits (NaN payloads aside); graft__store_row_for picks one for a path. */

@@ -18,7 +18,7 @@
  *
  * Threads: a graft_model is immutable after loading and may be used from any number of
  * threads at once. (The first context or engine on the avx512 kernels repacks the model's
- * Q8_0 and Q4_0 matrices for them, once, under a lock: it takes about the memory of those
+ * Q8_0, Q4_0 and Q4_K matrices for them, once, under a lock: it takes about the memory of those
  * matrices, and creating it fails with GRAFT_ENOMEM if that cannot be had.) A graft_context belongs to one thread at a time. The sampler likewise.
  */
 #ifndef GRAFT_H

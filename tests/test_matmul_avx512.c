@@ -33,10 +33,11 @@
  * of 1024 and of 3072 inputs, which the path cuts into several row blocks, token panels
  * and (the 32-element types) packed pieces.
  *
- * Packed weights (the path's packed_type/pack: Q8_0 and Q4_0 in 16 interleaved rows): the
- * same accuracy and invariance checks on 48 rows (3 row blocks) at n_in 32 to 3072 and
- * 304 rows (19 row blocks, so an odd one is left over) at 1024 and 3072, with row ranges
- * cut on multiples of 16; and no packed form for other types or ragged row counts.
+ * Packed weights (the path's packed_type/pack: Q8_0, Q4_0 and Q4_K in 16 interleaved rows):
+ * the same accuracy and invariance checks on 48 rows (3 row blocks) at n_in 32 (256 for
+ * Q4_K) to 3072 and 304 rows (19 row blocks, so an odd one is left over) at 1024 and 3072,
+ * with row ranges cut on multiples of 16; and no packed form for other types, ragged row
+ * counts or (Q4_K) inputs that are not whole blocks of 256.
  *
  * The weights start at an odd address and are allocated to their exact size, so a kernel
  * that assumed alignment or read past the matrix fails here (under ASan for the latter).
@@ -346,7 +347,7 @@ static void test_type(void **state)
     check_shape(type, 3072, N_OUT_BIG, false, false);
 }
 
-/* The packed forms (Q8_0 and Q4_0, 16 interleaved rows): the same accuracy and invariance
+/* The packed forms (Q8_0, Q4_0 and Q4_K, 16 interleaved rows): the same accuracy and invariance
  * checks on row counts that are multiples of 16 (an odd number of row blocks included),
  * and no packed form for other types or for a ragged row count. */
 static void test_packed(void **state)
@@ -362,7 +363,8 @@ static void test_packed(void **state)
     check_shape(type, 3072, N_OUT_BIG_PACKED, false, true);
     assert_int_equal(path->packed_type(type, 1024, N_OUT), 0);
     assert_int_equal(path->packed_type(type, 1024, 0), 0);
-    assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 1024, 64), 0);
+    assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 1024 + 32, 64), 0);
+    assert_int_equal(path->packed_type(GRAFT_TYPE_Q5_K, 1024, 64), 0);
     assert_int_equal(path->packed_type(GRAFT_TYPE_F16, 1024, 64), 0);
 }
 
@@ -411,6 +413,7 @@ int main(void)
         {"Q6_K", test_type, NULL, NULL, (void *)&types[11]},
         {"Q8_0 packed", test_packed, NULL, NULL, (void *)&types[3]},
         {"Q4_0 packed", test_packed, NULL, NULL, (void *)&types[4]},
+        {"Q4_K packed", test_packed, NULL, NULL, (void *)&types[9]},
         cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,6 +8,7 @@
  *   matmul_kquant_avx512.c  Q4_K, Q5_K, Q6_K (blocks of 256)
  *   matmul_r16_avx512.c     packed Q8_0 and Q4_0 (16 interleaved rows), with its own
  *                           driver
+ *   matmul_r16_kquant_avx512.c  packed Q4_K, run by that driver
  *
  * Each family provides a kernel per type: how to prepare a token's activations, and tile
  * functions that compute `rows` weight rows times `toks` tokens at a time over the whole of
@@ -89,10 +90,11 @@ typedef struct graft__avx512_kernel {
 const graft__avx512_kernel *graft__avx512_kernel_q32(uint32_t type);
 const graft__avx512_kernel *graft__avx512_kernel_kquant(uint32_t type);
 
-/* Packed weights (matmul_r16_avx512.c): Q8_0 and Q4_0 in row blocks of GRAFT_R16_ROWS
- * interleaved rows, one driver over the tiles each packed type provides. A tile computes every output of its row blocks (indexes
- * rbs) for the call's tokens; stream tiles prefetch their weights GRAFT_R16_AHEAD_BYTES
- * ahead, cached ones find them in cache. [T - 1] holds the tile for T tokens. */
+/* Packed weights (matmul_r16_avx512.c): Q8_0, Q4_0 and Q4_K in row blocks of
+ * GRAFT_R16_ROWS interleaved rows, one driver over the tiles each packed type provides. A
+ * tile computes every output of its row blocks (indexes rbs) for the call's tokens; stream
+ * tiles prefetch their weights GRAFT_R16_AHEAD_BYTES ahead, cached ones find them in
+ * cache. [T - 1] holds the tile for T tokens. */
 enum {
     GRAFT_R16_ROWS = 16,
     GRAFT_R16_SEGMENTS = 4, /* row blocks of a stream_all tile */
@@ -131,6 +133,11 @@ size_t graft__avx512_r16_act_bytes(uint32_t ptype, int64_t n_in);
 void graft__avx512_r16_act_prepare(uint32_t ptype, void *xa, const float *x, int64_t n_in);
 void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w, int64_t n_in,
                             int64_t o0, int64_t o1, const void *xa, int64_t n_tok);
+
+/* Packed Q4_K (matmul_r16_kquant_avx512.c): its tiles, pack and activations. */
+extern const graft__r16_kernel graft__r16_q4_k_kernel;
+void graft__r16_q4_k_pack(void *dst, const void *w, int64_t n_in, int64_t n_out);
+void graft__r16_q4_k_act_prepare(void *xa, const float *x, int64_t n_in);
 
 /* Put before the loops over a tile's rows and tokens: they must be unrolled completely, so
  * that each (row, token) accumulator is a register of its own. */

@@ -1,7 +1,8 @@
 /*
  * matmul_r16_avx512.c: the avx512 path's packed weights (matmul_path.h): Q8_0 and Q4_0
  * matrices repacked once, when the model loads, into blocks of 16 interleaved rows, and the
- * kernels that compute with them.
+ * kernels that compute with them; Q4_K's packing and tiles are matmul_r16_kquant_avx512.c,
+ * run by the driver here.
  *
  * Why. vpdpbusd multiplies 64 unsigned by 64 signed bytes and adds each four products into
  * one of 16 32-bit lanes. In the GGUF layout a lane holds a piece of one row, so every
@@ -54,6 +55,7 @@ enum {
 
 #define Q8_0_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q8_0)
 #define Q4_0_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_0)
+#define Q4_K_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_K)
 
 static size_t round64(size_t n)
 {
@@ -305,6 +307,8 @@ static const graft__r16_kernel *kernel_of(uint32_t ptype)
     switch (ptype) {
     case Q8_0_R16:
         return &q8_0_kernel;
+    case Q4_K_R16:
+        return &graft__r16_q4_k_kernel;
     default:
         GRAFT_ASSERT(ptype == Q4_0_R16);
         return &q4_0_kernel;
@@ -366,9 +370,10 @@ void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w
 
 uint32_t graft__avx512_r16_packed_type(uint32_t type, int64_t n_in, int64_t n_out)
 {
-    if (type != GRAFT_TYPE_Q8_0 && type != GRAFT_TYPE_Q4_0)
+    if (type != GRAFT_TYPE_Q8_0 && type != GRAFT_TYPE_Q4_0 && type != GRAFT_TYPE_Q4_K)
         return 0;
-    if (n_in <= 0 || n_in % QK != 0 || n_out <= 0 || n_out % ROWS != 0)
+    const int64_t block = type == GRAFT_TYPE_Q4_K ? 256 : QK;
+    if (n_in <= 0 || n_in % block != 0 || n_out <= 0 || n_out % ROWS != 0)
         return 0;
     return GRAFT_TYPE_PACKED_BASE + type;
 }
@@ -383,7 +388,10 @@ void graft__avx512_r16_pack(uint32_t ptype, void *dst, const void *w, int64_t n_
 {
     GRAFT_ASSERT(graft__avx512_r16_packed_type(ptype - GRAFT_TYPE_PACKED_BASE, n_in, n_out) ==
                  ptype);
-    q32_pack(ptype, dst, w, n_in, n_out);
+    if (ptype == Q4_K_R16)
+        graft__r16_q4_k_pack(dst, w, n_in, n_out);
+    else
+        q32_pack(ptype, dst, w, n_in, n_out);
 }
 
 size_t graft__avx512_r16_act_bytes(uint32_t ptype, int64_t n_in)
@@ -393,5 +401,8 @@ size_t graft__avx512_r16_act_bytes(uint32_t ptype, int64_t n_in)
 
 void graft__avx512_r16_act_prepare(uint32_t ptype, void *xa, const float *x, int64_t n_in)
 {
-    q32_act_prepare(ptype, xa, x, n_in);
+    if (ptype == Q4_K_R16)
+        graft__r16_q4_k_act_prepare(xa, x, n_in);
+    else
+        q32_act_prepare(ptype, xa, x, n_in);
 }

@@ -2,7 +2,7 @@
  * model_pack.c: packing a model's weight matrices for the matmul path that runs them.
  *
  * Some paths compute faster from a layout of their own than from GGUF blocks (the avx512
- * path interleaves the rows of Q8_0 and Q4_0 matrices 16 at a time, matmul_r16_avx512.c).
+ * path interleaves the rows of Q8_0, Q4_0 and Q4_K matrices 16 at a time, matmul_r16_avx512.c).
  * The first context or engine created on such a path packs the model for it, on its own
  * threads: the matrices the path packs get a packed copy, and the pages of their file
  * copies are given back (a forward pass on another path reads them from the file again),

@@ -1,6 +1,8 @@
 /*
  * matmul_kquant_avx512.c: AVX-512 kernels for the K-quants Q4_K, Q5_K and Q6_K (part of the
- * avx512 path, see matmul_avx512.h; the block layouts are documented in dequantize.c).
+ * avx512 path, see matmul_avx512.h; the block layouts are documented in dequantize.c). A
+ * model's Q4_K matrices are packed for the path instead where their shapes allow
+ * (matmul_r16_kquant_avx512.c).
  *
  * Activations are quantized per token in blocks of 256 as llama.cpp's Q8_K does: a scale
  * dx = max|x| / 127 (f32) and quants a = round(x / dx) in -127..127, plus per-sub-block

@@ -134,7 +134,8 @@ void graft__avx512_r16_act_prepare(uint32_t ptype, void *xa, const float *x, int
 void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w, int64_t n_in,
                             int64_t o0, int64_t o1, const void *xa, int64_t n_tok);
 
-/* Packed Q4_K (matmul_r16_kquant_avx512.c): its tiles, pack and activations. */
+/* Packed Q4_K (matmul_r16_kquant_avx512.c): its tiles, pack and activations. The packed
+ * types' activations and the start and end of their tiles are at the end of this file. */
 extern const graft__r16_kernel graft__r16_q4_k_kernel;
 void graft__r16_q4_k_pack(void *dst, const void *w, int64_t n_in, int64_t n_out);
 void graft__r16_q4_k_act_prepare(void *xa, const float *x, int64_t n_in);
@@ -250,6 +251,65 @@ static inline int graft__avx512_quantize32(const float *x, int8_t *lo, int8_t *h
     _mm_storeu_si128((__m128i *)hi, _mm512_cvtepi32_epi8(q1));
     *dx = amax / 127.0f;
     return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+}
+
+/* Prepared activations of the packed types: quants (n_in, padded to 64 bytes), then per
+ * block of 32 its scale dx (f32) and a 32-bit value of the type's own (Q8_0 and Q4_0: a
+ * bias; Q4_K: dx times the sum of the quants), each array padded to 64 bytes. */
+static inline size_t graft__r16_pad64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+static inline size_t graft__r16_act_size(int64_t n_in)
+{
+    return graft__r16_pad64((size_t)n_in) + 2 * graft__r16_pad64((size_t)(n_in / 32) * 4);
+}
+
+/* The arrays of one token's prepared activations at xa. */
+typedef struct graft__r16_acts {
+    const int8_t *q;
+    const float *dx;
+    const void *extra; /* int32_t (Q8_0, Q4_0) or float (Q4_K) */
+} graft__r16_acts;
+
+static inline graft__r16_acts graft__r16_acts_at(const uint8_t *xa, int64_t n_in)
+{
+    size_t q_bytes = graft__r16_pad64((size_t)n_in);
+    graft__r16_acts a = {(const int8_t *)xa, (const float *)(xa + q_bytes),
+                         xa + q_bytes + graft__r16_pad64((size_t)(n_in / 32) * 4)};
+    return a;
+}
+
+/* The start of a packed tile: acts[t] = the activations of its token t (t < T), rbw[r] =
+ * the weights of row block rbs[r] (r < RB), and the RB * T accumulators zeroed. */
+static inline __attribute__((always_inline)) void
+graft__r16_tile_begin(const graft__r16_call *c, const int64_t *rbs, int RB, int T,
+                      graft__r16_acts *acts, const uint8_t **rbw, __m512 *acc)
+{
+    GRAFT_AVX512_UNROLL
+    for (int t = 0; t < T; t++)
+        acts[t] = graft__r16_acts_at(c->acts[t], c->n_in);
+    GRAFT_AVX512_UNROLL
+    for (int r = 0; r < RB; r++)
+        rbw[r] = c->w + (size_t)rbs[r] * c->rbb;
+    GRAFT_AVX512_UNROLL
+    for (int i = 0; i < RB * T; i++)
+        acc[i] = _mm512_setzero_ps();
+}
+
+/* The end of a packed tile: accumulator r * T + t holds the 16 outputs of row block rbs[r]
+ * for the tile's token t. */
+static inline __attribute__((always_inline)) void
+graft__r16_tile_end(const graft__r16_call *c, const int64_t *rbs, int RB, int T,
+                    const __m512 *acc)
+{
+    GRAFT_AVX512_UNROLL
+    for (int r = 0; r < RB; r++) {
+        GRAFT_AVX512_UNROLL
+        for (int t = 0; t < T; t++)
+            _mm512_storeu_ps(c->ys[t] + rbs[r] * GRAFT_R16_ROWS, acc[r * T + t]);
+    }
 }
 
 #endif /* GRAFT_MATMUL_AVX512_H */

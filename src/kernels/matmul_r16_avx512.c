@@ -57,11 +57,6 @@ enum {
 #define Q4_0_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_0)
 #define Q4_K_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_K)
 
-static size_t round64(size_t n)
-{
-    return (n + 63) & ~(size_t)63;
-}
-
 /* Quant bytes of one block of a row block. */
 static inline size_t block_qs_bytes(uint32_t ptype)
 {
@@ -129,40 +124,20 @@ static void q32_pack(uint32_t ptype, void *dst, const void *w, int64_t n_in, int
 }
 
 /* ------------------------------------------------------------------------------------
- * Activations: quants (n_in, padded to 64 bytes), then per block dx (f32) and bias (i32),
- * each array padded to 64 bytes.
+ * Activations (matmul_avx512.h): quants, then per block dx and the bias that turns the
+ * unsigned weight quants back into signed ones.
  */
-
-typedef struct act_view {
-    const int8_t *q;
-    const float *dx;
-    const int32_t *bias;
-} act_view;
-
-static size_t q32_act_bytes(int64_t n_in)
-{
-    size_t nb = (size_t)(n_in / QK);
-    return round64((size_t)n_in) + 2 * round64(nb * 4);
-}
-
-static act_view act_at(const uint8_t *xa, int64_t n_in)
-{
-    size_t nb = (size_t)(n_in / QK);
-    act_view a = {(const int8_t *)xa, (const float *)(xa + round64((size_t)n_in)),
-                  (const int32_t *)(xa + round64((size_t)n_in) + round64(nb * 4))};
-    return a;
-}
 
 static void q32_act_prepare(uint32_t ptype, void *xa, const float *x, int64_t n_in)
 {
     GRAFT_ASSERT(n_in % QK == 0);
     int offset = ptype == Q8_0_R16 ? 128 : 8;
-    memset(xa, 0, q32_act_bytes(n_in));
-    act_view a = act_at(xa, n_in);
+    memset(xa, 0, graft__r16_act_size(n_in));
+    graft__r16_acts a = graft__r16_acts_at(xa, n_in);
     for (int64_t b = 0; b < n_in / QK; b++) {
         int8_t *q = (int8_t *)a.q + b * QK;
         int sum = graft__avx512_quantize32(x + b * QK, q, q + 16, (float *)&a.dx[b]);
-        ((int32_t *)a.bias)[b] = -offset * sum;
+        ((int32_t *)a.extra)[b] = -offset * sum;
     }
 }
 
@@ -220,17 +195,9 @@ static inline __attribute__((always_inline)) void r16_tile(uint32_t ptype, int R
                                                            const int64_t *rbs)
 {
     int64_t nb = c->n_in / QK;
-    act_view acts[MAX_T];
-    GRAFT_AVX512_UNROLL
-    for (int t = 0; t < T; t++)
-        acts[t] = act_at(c->acts[t], c->n_in);
+    graft__r16_acts acts[MAX_T];
     const uint8_t *rbw[MAX_RB];
-    GRAFT_AVX512_UNROLL
-    for (int r = 0; r < RB; r++)
-        rbw[r] = c->w + (size_t)rbs[r] * c->rbb;
-    GRAFT_AVX512_UNROLL
-    for (int i = 0; i < RB * T; i++)
-        acc[i] = _mm512_setzero_ps();
+    graft__r16_tile_begin(c, rbs, RB, T, acts, rbw, acc);
     for (int64_t b2 = 0; b2 < nb; b2 += 2) {
         GRAFT_AVX512_UNROLL
         for (int r = 0; r < RB; r++) {
@@ -247,16 +214,11 @@ static inline __attribute__((always_inline)) void r16_tile(uint32_t ptype, int R
                 GRAFT_AVX512_UNROLL
                 for (int t = 0; t < T; t++)
                     acc[r * T + t] = dot_block(acc[r * T + t], W, dw, acts[t].q + b * QK,
-                                               acts[t].dx[b], acts[t].bias[b]);
+                                               acts[t].dx[b], ((const int32_t *)acts[t].extra)[b]);
             }
         }
     }
-    GRAFT_AVX512_UNROLL
-    for (int r = 0; r < RB; r++) {
-        GRAFT_AVX512_UNROLL
-        for (int t = 0; t < T; t++)
-            _mm512_storeu_ps(c->ys[t] + rbs[r] * ROWS, acc[r * T + t]);
-    }
+    graft__r16_tile_end(c, rbs, RB, T, acc);
 }
 
 #define R16_TILE(name, PTYPE, RB, T, PREFETCH)                                             \
@@ -279,7 +241,7 @@ static inline __attribute__((always_inline)) void r16_tile(uint32_t ptype, int R
     R16_TILES_T(name, PTYPE, 4)                                                            \
     static const graft__r16_kernel name = {                                                \
         ROW_BLOCK_BYTES,                                                                   \
-        q32_act_bytes,                                                                     \
+        graft__r16_act_size,                                                               \
         {name##_s4x1, name##_s4x2, name##_s4x3, name##_s4x4},                              \
         {name##_s1x1, name##_s1x2, name##_s1x3, name##_s1x4},                              \
         {name##_c2x1, name##_c2x2, name##_c2x3, name##_c2x4},                              \

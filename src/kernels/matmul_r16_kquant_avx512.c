@@ -106,44 +106,19 @@ void graft__r16_q4_k_pack(void *dst, const void *w, int64_t n_in, int64_t n_out)
 }
 
 /* ------------------------------------------------------------------------------------
- * Activations: quants (n_in, padded to 64 bytes), then per block of 32 dx (f32) and dx
- * times the sum of its quants (f32), each array padded to 64 bytes.
+ * Activations (matmul_avx512.h): quants, then per block of 32 dx and dx times the sum of
+ * its quants.
  */
-
-typedef struct act_view {
-    const int8_t *q;
-    const float *dx;
-    const float *dx_sum;
-} act_view;
-
-static size_t round64(size_t n)
-{
-    return (n + 63) & ~(size_t)63;
-}
-
-static size_t act_bytes(int64_t n_in)
-{
-    size_t nb = (size_t)(n_in / QK);
-    return round64((size_t)n_in) + 2 * round64(nb * sizeof(float));
-}
-
-static act_view act_at(const uint8_t *xa, int64_t n_in)
-{
-    size_t nb = (size_t)(n_in / QK);
-    act_view a = {(const int8_t *)xa, (const float *)(xa + round64((size_t)n_in)),
-                  (const float *)(xa + round64((size_t)n_in) + round64(nb * sizeof(float)))};
-    return a;
-}
 
 void graft__r16_q4_k_act_prepare(void *xa, const float *x, int64_t n_in)
 {
     GRAFT_ASSERT(n_in % QK_K == 0);
-    memset(xa, 0, act_bytes(n_in));
-    act_view a = act_at(xa, n_in);
+    memset(xa, 0, graft__r16_act_size(n_in));
+    graft__r16_acts a = graft__r16_acts_at(xa, n_in);
     for (int64_t b = 0; b < n_in / QK; b++) {
         int8_t *q = (int8_t *)a.q + b * QK;
         int sum = graft__avx512_quantize32(x + b * QK, q, q + 16, (float *)&a.dx[b]);
-        ((float *)a.dx_sum)[b] = a.dx[b] * (float)sum;
+        ((float *)a.extra)[b] = a.dx[b] * (float)sum;
     }
 }
 
@@ -176,7 +151,7 @@ static inline __m512 row_halves(const uint8_t *p)
  * this sub-block's share of the lines AHEAD bytes on. */
 static inline __attribute__((always_inline)) void
 k4_sub_block(int T, int prefetch, __m512 *acc, const uint8_t *blk, int j, int64_t sb,
-             const act_view *acts)
+             const graft__r16_acts *acts)
 {
     if (prefetch)
         for (int l = j * PF_LINES; l < (j + 1) * PF_LINES && l < SB_BYTES / 64; l++)
@@ -203,7 +178,8 @@ k4_sub_block(int T, int prefetch, __m512 *acc, const uint8_t *blk, int j, int64_
         __m512 scale = _mm512_mul_ps(dsc, _mm512_set1_ps(acts[t].dx[b]));
         __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
         acc[t] = _mm512_fmadd_ps(sum, scale, acc[t]);
-        acc[t] = _mm512_fnmadd_ps(dmm, _mm512_set1_ps(acts[t].dx_sum[b]), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(dmm, _mm512_set1_ps(((const float *)acts[t].extra)[b]),
+                                 acc[t]);
     }
 }
 
@@ -221,17 +197,9 @@ static inline __attribute__((always_inline)) void k4_tile(int RB, int T, int pre
                                                           const graft__r16_call *c,
                                                           const int64_t *rbs)
 {
-    act_view acts[MAX_T];
-    GRAFT_AVX512_UNROLL
-    for (int t = 0; t < T; t++)
-        acts[t] = act_at(c->acts[t], c->n_in);
+    graft__r16_acts acts[MAX_T];
     const uint8_t *rbw[MAX_RB];
-    GRAFT_AVX512_UNROLL
-    for (int r = 0; r < RB; r++)
-        rbw[r] = c->w + (size_t)rbs[r] * c->rbb;
-    GRAFT_AVX512_UNROLL
-    for (int i = 0; i < RB * T; i++)
-        acc[i] = _mm512_setzero_ps();
+    graft__r16_tile_begin(c, rbs, RB, T, acts, rbw, acc);
     for (int64_t sb = 0; sb < c->n_in / QK_K; sb++) {
         if (T == 1) {
             for (int j = 0; j < 8; j++) {
@@ -248,12 +216,7 @@ static inline __attribute__((always_inline)) void k4_tile(int RB, int T, int pre
                                  sb, acts);
         }
     }
-    GRAFT_AVX512_UNROLL
-    for (int r = 0; r < RB; r++) {
-        GRAFT_AVX512_UNROLL
-        for (int t = 0; t < T; t++)
-            _mm512_storeu_ps(c->ys[t] + rbs[r] * ROWS, acc[r * T + t]);
-    }
+    graft__r16_tile_end(c, rbs, RB, T, acc);
 }
 
 #define K4_TILE(name, RB, T, PREFETCH)                                                     \
@@ -276,7 +239,7 @@ K4_TILES_T(4)
 
 const graft__r16_kernel graft__r16_q4_k_kernel = {
     row_block_bytes,
-    act_bytes,
+    graft__r16_act_size,
     {q4_k_s4x1, q4_k_s4x2, q4_k_s4x3, q4_k_s4x4},
     {q4_k_s1x1, q4_k_s1x2, q4_k_s1x3, q4_k_s1x4},
     {q4_k_c2x1, q4_k_c2x2, q4_k_c2x3, q4_k_c2x4},

@@ -8,9 +8,10 @@
  * and row for one token). Packed, one vector holds the 16 rows, so the unpacking of a
  * super-block's quants and scales serves 16 rows at once and no lanes are summed.
  * Measured (qwen3-0.6b's shapes, 2 threads): a 1024 x 1024 matrix in cache 8.1 us against
- * 13.0 us unpacked (one thread), a 1254-token prefill 370-380 against 284-297 tok/s; a
- * decode step streams from memory at about the same speed (0.99x, 8 alternated pairs).
- * The activations' scale per 32 elements (rather than per 256) also makes it more exact.
+ * 13.0 us unpacked (one thread), a 1254-token prefill 470-480 against 354-372 tok/s; a
+ * decode step streams from memory at about the same speed (0.95-1.07x depending on the
+ * machine's state, alternated pairs). The activations' scale per 32 elements (rather than
+ * per 256) also makes it more exact.
  *
  * A Q4_K super-block of 256 elements has d and dmin (f16) and per sub-block j of 32
  * elements a scale sc_j and a min m_j (6 bits each): element = d sc_j q - dmin m_j, q in
@@ -30,8 +31,8 @@
  *     i   = sum_k vpdpbusd(W_k, broadcast(a[4k..4k+3]))          (k = 0..7, exact)
  *     acc = fma(float(i), (d sc_j) dx_j, acc)
  *     acc = acc - (dmin m_j) (dx_j sum_j a)                        (one fnmadd)
- * with d sc_j and dmin m_j (exact products) made once per row block and super-block for
- * all the tile's tokens. Every (row, token) runs these operations in this order whatever
+ * with d sc_j and dmin m_j (exact products) made once per row block and sub-block for all
+ * the tile's tokens. Every (row, token) runs these operations in this order whatever
  * tile it is in, so the result is the same bits for any n_tok, position in the batch and
  * row range.
  */
@@ -58,8 +59,6 @@ enum {
     AHEAD = 2 * SB_BYTES, /* prefetch distance: two super-blocks */
     PF_LINES = (SB_BYTES / 64 + 7) / 8 /* cache lines prefetched per sub-block */
 };
-
-#define Q4_K_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_K)
 
 static size_t row_block_bytes(int64_t n_in)
 {
@@ -190,8 +189,9 @@ k4_sub_block(int T, int prefetch, __m512 *acc, const uint8_t *blk, int j, int64_
  * token (a decode step) takes a sub-block of every row block in turn, so that the row
  * blocks' streams advance together (measured 4-7% faster than a super-block of each in
  * turn); more tokens take a super-block of each row block in turn, whose weights then
- * stay in registers and L1 for all of them (a 1254-token prefill 370-380 tok/s against
- * 325-331 the other way). Either way each (row, token) adds its sub-blocks in order. */
+ * stay in registers and L1 for all of them (a 1254-token prefill 28% faster than the
+ * unpacked kernel, against 8% the other way, each alternated with it). Either way each
+ * (row, token) adds its sub-blocks in order. */
 static inline __attribute__((always_inline)) void k4_tile(int RB, int T, int prefetch,
                                                           __m512 *acc,
                                                           const graft__r16_call *c,

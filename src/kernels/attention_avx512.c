@@ -268,21 +268,35 @@ static inline float chunk_softmax(float *s, int n, float *sum)
     return chunk_max;
 }
 
-static inline float exp1(float x)
+/* Merging a chunk into the running maxima M and sums L of heads [0, n_heads) (those with
+ * n[h] > 0 only, where n is given): head h's chunk has maximum max[h] and weight sum
+ * sum[h]; a[h] and b[h] become the factors by which what the head has so far (0 before its
+ * first chunk) and the chunk's weighted values are scaled, and M[h], L[h] the merged ones.
+ * 16 heads at a time, lane by lane, so a head's factors do not depend on its neighbours. */
+static inline void merge_factors(const float *max, const float *sum, const int *n,
+                                 int32_t n_heads, float *M, float *L, float *a, float *b)
 {
-    return _mm512_cvtss_f32(graft__exp_ps(_mm512_set1_ps(x)));
-}
-
-/* Merging a chunk (maximum m, weight sum l) into a head's running maximum *M and sum *L:
- * the factors by which what the head has so far (*a, 0 before its first chunk) and the
- * chunk's weighted values (*b) are scaled; *M and *L become the merged ones. */
-static inline void merge_factors(float m, float l, float *M, float *L, float *a, float *b)
-{
-    const float merged = m > *M ? m : *M;
-    *a = *M == -INFINITY ? 0.0f : exp1(*M - merged);
-    *b = exp1(m - merged);
-    *L = *L * *a + l * *b;
-    *M = merged;
+    for (int32_t h = 0; h < n_heads; h += LANES) {
+        __mmask16 live = (__mmask16)(n_heads - h >= LANES ? 0xffff : (1u << (n_heads - h)) - 1);
+        if (n != NULL)
+            live &= _mm512_mask_cmpgt_epi32_mask(live, _mm512_maskz_loadu_epi32(live, n + h),
+                                                 _mm512_setzero_si512());
+        const __m512 m = _mm512_maskz_loadu_ps(live, max + h);
+        const __m512 l = _mm512_maskz_loadu_ps(live, sum + h);
+        const __m512 so_far = _mm512_maskz_loadu_ps(live, M + h);
+        const __m512 total = _mm512_maskz_loadu_ps(live, L + h);
+        const __m512 merged = _mm512_max_ps(m, so_far);
+        const __mmask16 started =
+            _mm512_cmp_ps_mask(so_far, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+        const __m512 va =
+            _mm512_maskz_mov_ps(started, graft__exp_ps(_mm512_sub_ps(so_far, merged)));
+        const __m512 vb = graft__exp_ps(_mm512_sub_ps(m, merged));
+        _mm512_mask_storeu_ps(a + h, live, va);
+        _mm512_mask_storeu_ps(b + h, live, vb);
+        _mm512_mask_storeu_ps(L + h, live,
+                              _mm512_add_ps(_mm512_mul_ps(total, va), _mm512_mul_ps(l, vb)));
+        _mm512_mask_storeu_ps(M + h, live, merged);
+    }
 }
 
 /* A vector of a head's output after merging a chunk: so_far * a + chunk * b. */
@@ -377,6 +391,7 @@ heads_body(float *const *out, const float *const *q, const int64_t *n_keys, int3
     const size_t off[GRAFT_ATTN_MAX_HEADS] = {0};
     float scores[GRAFT_ATTN_MAX_HEADS][GRAFT_ATTN_CHUNK]; // (heads, chunk keys); then p
     float running_max[GRAFT_ATTN_MAX_HEADS], running_sum[GRAFT_ATTN_MAX_HEADS];
+    float max[GRAFT_ATTN_MAX_HEADS], sum[GRAFT_ATTN_MAX_HEADS]; // of each head's chunk
     float a[GRAFT_ATTN_MAX_HEADS], b[GRAFT_ATTN_MAX_HEADS]; // merge factors of a chunk
     int n[GRAFT_ATTN_MAX_HEADS]; // keys of each head in the current chunk
     int64_t most = 0;
@@ -395,13 +410,10 @@ heads_body(float *const *out, const float *const *q, const int64_t *n_keys, int3
         }
         chunk_scores(scores, q, n, n_max, n_heads, keys, off, c0, most, kv_type, nvec, scale,
                      false);
-        for (int32_t h = 0; h < n_heads; h++) {
-            if (n[h] == 0)
-                continue;
-            float sum;
-            float max = chunk_softmax(scores[h], n[h], &sum);
-            merge_factors(max, sum, &running_max[h], &running_sum[h], &a[h], &b[h]);
-        }
+        for (int32_t h = 0; h < n_heads; h++)
+            if (n[h] > 0)
+                max[h] = chunk_softmax(scores[h], n[h], &sum[h]);
+        merge_factors(max, sum, n, n_heads, running_max, running_sum, a, b);
         chunk_values_all(out, scores, n, n_heads, values, off, c0, most, kv_type, nvec, false,
                          a, b);
     }
@@ -516,23 +528,6 @@ void graft__attend_chunk_avx512(float *const *out, float *max, float *sum,
     }
 }
 
-/* merge_factors for the heads of the live lanes of m and l (16 at a time), the same
- * operations lane by lane, so the same bits. */
-static inline void merge_factors16(__m512 m, __m512 l, __mmask16 live, float *M, float *L,
-                                   float *a, float *b)
-{
-    const __m512 so_far = _mm512_maskz_loadu_ps(live, M), sum = _mm512_maskz_loadu_ps(live, L);
-    const __m512 merged = _mm512_max_ps(m, so_far);
-    const __mmask16 started =
-        _mm512_cmp_ps_mask(so_far, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-    const __m512 va = _mm512_maskz_mov_ps(started, graft__exp_ps(_mm512_sub_ps(so_far, merged)));
-    const __m512 vb = graft__exp_ps(_mm512_sub_ps(m, merged));
-    _mm512_mask_storeu_ps(a, live, va);
-    _mm512_mask_storeu_ps(b, live, vb);
-    _mm512_mask_storeu_ps(L, live, _mm512_add_ps(_mm512_mul_ps(sum, va), _mm512_mul_ps(l, vb)));
-    _mm512_mask_storeu_ps(M, live, merged);
-}
-
 void graft__attend_merge_avx512(float *out, const float *chunks, const float *max,
                                 const float *sum, int32_t n_chunks, int32_t n_heads,
                                 int32_t head_dim)
@@ -548,13 +543,7 @@ void graft__attend_merge_avx512(float *out, const float *chunks, const float *ma
     memset(out, 0, (size_t)n_heads * (size_t)head_dim * sizeof(float));
     for (int32_t c = 0; c < n_chunks; c++) {
         const int64_t first = (int64_t)c * n_heads;
-        for (int32_t h = 0; h < n_heads; h += LANES) {
-            const __mmask16 live =
-                (__mmask16)(n_heads - h >= LANES ? 0xffff : (1u << (n_heads - h)) - 1);
-            merge_factors16(_mm512_maskz_loadu_ps(live, max + first + h),
-                            _mm512_maskz_loadu_ps(live, sum + first + h), live, running_max + h,
-                            running_sum + h, a + h, b + h);
-        }
+        merge_factors(max + first, sum + first, NULL, n_heads, running_max, running_sum, a, b);
         for (int32_t h = 0; h < n_heads; h++) {
             float *o = out + (int64_t)h * head_dim;
             const float *chunk = chunks + (first + h) * head_dim;

@@ -25,7 +25,7 @@
  * high nibble. Q5_0/Q5_1 add a fifth bit from the 32-bit word qh: bit j for element j.
  *
  * Q4_K/Q5_K: 8 sub-blocks of 32 elements, each with a 6-bit scale sc and 6-bit min m
- * packed into `scales` (see scale_min_k4); element = (d * sc) * q - (dmin * m). The 256
+ * packed into `scales` (see graft__scale_min_k4); element = (d * sc) * q - (dmin * m). The 256
  * elements form 4 groups of 64: in group g, byte qs[32g + l] holds element 64g + l (low
  * nibble, sub-block 2g) and element 64g + 32 + l (high nibble, sub-block 2g + 1). Q5_K's
  * fifth bit of those two elements is bit 2g resp. 2g + 1 of qh[l].
@@ -151,7 +151,7 @@ static void dequantize_iq4_nl(const uint8_t *b, float *y) // y (32)
  * bytes 0-3 hold the low 6 bits of scales 0-3 and their top 2 bits hold the high bits of
  * scales 4-7; bytes 4-7 likewise for mins; bytes 8-11 hold the low nibbles of scale j+4
  * (low nibble) and min j+4 (high nibble). */
-static void scale_min_k4(const uint8_t *scales, int j, int *sc, int *m)
+void graft__scale_min_k4(const uint8_t *scales, int j, int *sc, int *m)
 {
     if (j < 4) {
         *sc = scales[j] & 63;
@@ -169,7 +169,7 @@ static void dequantize_k4_sub_blocks(const uint8_t *b, const int *q, float *y) /
     float dmin = load_f16(b + 2);
     for (int j = 0; j < QK_K / 32; j++) {
         int sc, m;
-        scale_min_k4(b + 4, j, &sc, &m);
+        graft__scale_min_k4(b + 4, j, &sc, &m);
         float scale = d * (float)sc;
         float min = dmin * (float)m;
         for (int l = 0; l < 32; l++)

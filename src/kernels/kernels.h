@@ -30,6 +30,9 @@ bool graft__type_is_supported(uint32_t type);
 
 /* dst (n) = the n elements stored at src in `type`. n is a multiple of the block size. */
 void graft__dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+/* Scale and min (6 bits each) of sub-block j (0..7) of a Q4_K/Q5_K block, from its 12
+ * packed scale bytes (dequantize.c). */
+void graft__scale_min_k4(const uint8_t *scales, int j, int *sc, int *m);
 
 /* dst (row bytes of n) = src (n) quantized to `type` (reference quantizers, round to
  * nearest, as the format defines; used by `graft synth` and tests).

@@ -31,6 +31,7 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum {
     GRAFT_AVX512_MAX_ROWS = 8,      /* most segments, and so rows a tile computes */
@@ -310,6 +311,24 @@ graft__r16_tile_end(const graft__r16_call *c, const int64_t *rbs, int RB, int T,
         for (int t = 0; t < T; t++)
             _mm512_storeu_ps(c->ys[t] + rbs[r] * GRAFT_R16_ROWS, acc[r * T + t]);
     }
+}
+
+/* init + the 16 rows' integer dot products of a block of 32: W[k] (unsigned quants, lane r
+ * = row r) with the token's signed quants q[4k..4k+3] broadcast, k = 0..7, in two chains
+ * (k even, k odd) added at the end. */
+static inline __attribute__((always_inline)) __m512i
+graft__r16_block_sum(__m512i init, const __m512i *W, const int8_t *q)
+{
+    __m512i i0 = init, i1 = _mm512_setzero_si512();
+    GRAFT_AVX512_UNROLL
+    for (int k = 0; k < 8; k += 2) {
+        int32_t a0, a1;
+        memcpy(&a0, q + 4 * k, sizeof a0);
+        memcpy(&a1, q + 4 * k + 4, sizeof a1);
+        i0 = _mm512_dpbusd_epi32(i0, W[k], _mm512_set1_epi32(a0));
+        i1 = _mm512_dpbusd_epi32(i1, W[k + 1], _mm512_set1_epi32(a1));
+    }
+    return _mm512_add_epi32(i0, i1);
 }
 
 #endif /* GRAFT_MATMUL_AVX512_H */

@@ -164,25 +164,13 @@ static inline __attribute__((always_inline)) void load_block(uint32_t ptype,
     }
 }
 
-static inline __m512i broadcast4(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm512_set1_epi32(v);
-}
-
 /* acc += one block of 16 rows (W, scales dw) times one token's block (quants q). */
 static inline __attribute__((always_inline)) __m512
 dot_block(__m512 acc, const __m512i *W, __m512 dw, const int8_t *q, float dx, int32_t bias)
 {
-    __m512i i0 = _mm512_set1_epi32(bias), i1 = _mm512_setzero_si512();
-    GRAFT_AVX512_UNROLL
-    for (int k = 0; k < 8; k += 2) {
-        i0 = _mm512_dpbusd_epi32(i0, W[k], broadcast4(q + 4 * k));
-        i1 = _mm512_dpbusd_epi32(i1, W[k + 1], broadcast4(q + 4 * k + 4));
-    }
+    __m512i i = graft__r16_block_sum(_mm512_set1_epi32(bias), W, q);
     __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), scale, acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), scale, acc);
 }
 
 /* y of row blocks rbs (RB) for the call's T tokens: RB, T, prefetch are constants in each

@@ -69,20 +69,6 @@ static size_t row_block_bytes(int64_t n_in)
  * Packing.
  */
 
-/* Scale and min of sub-block j (0..7) from a block's 12 packed bytes s: s[0..3] hold the
- * low 6 bits of sc 0-3 and in their top 2 bits the high bits of sc 4-7; s[4..7] the same
- * for the mins; s[8..11] the low nibbles of sc 4-7 and, in their high nibbles, of m 4-7. */
-static void scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4));
-        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
-}
-
 void graft__r16_q4_k_pack(void *dst, const void *w, int64_t n_in, int64_t n_out)
 {
     size_t row_bytes = graft__type_row_bytes(GRAFT_TYPE_Q4_K, (uint64_t)n_in);
@@ -95,8 +81,12 @@ void graft__r16_q4_k_pack(void *dst, const void *w, int64_t n_in, int64_t n_out)
                 uint8_t *out = (uint8_t *)dst + (size_t)rb * rbb + (size_t)sb * SB_BYTES;
                 memcpy(out + D_AT + 2 * r, block, 2);
                 memcpy(out + DMIN_AT + 2 * r, block + 2, 2);
-                for (int j = 0; j < 8; j++)
-                    scale_min(block + 4, j, out + SC_AT + ROWS * j + r, out + M_AT + ROWS * j + r);
+                for (int j = 0; j < 8; j++) {
+                    int sc, m;
+                    graft__scale_min_k4(block + 4, j, &sc, &m);
+                    out[SC_AT + ROWS * j + r] = (uint8_t)sc;
+                    out[M_AT + ROWS * j + r] = (uint8_t)m;
+                }
                 for (int v = 0; v < 32; v++) /* v = 8g + k: quant bytes 32g + 4k .. + 3 */
                     memcpy(out + 64 * v + 4 * r, block + 16 + 32 * (v / 8) + 4 * (v % 8), 4);
             }
@@ -124,13 +114,6 @@ void graft__r16_q4_k_act_prepare(void *xa, const float *x, int64_t n_in)
 /* ------------------------------------------------------------------------------------
  * Tiles.
  */
-
-static inline __m512i broadcast4(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm512_set1_epi32(v);
-}
 
 /* The 16 rows' byte values at p (one per row) as floats, times f. */
 static inline __m512 row_bytes_times(const uint8_t *p, __m512 f)
@@ -167,15 +150,9 @@ k4_sub_block(int T, int prefetch, __m512 *acc, const uint8_t *blk, int j, int64_
     const int64_t b = sb * (QK_K / QK) + j;
     GRAFT_AVX512_UNROLL
     for (int t = 0; t < T; t++) {
-        const int8_t *q = acts[t].q + b * QK;
-        __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
-        GRAFT_AVX512_UNROLL
-        for (int k = 0; k < 8; k += 2) {
-            i0 = _mm512_dpbusd_epi32(i0, W[k], broadcast4(q + 4 * k));
-            i1 = _mm512_dpbusd_epi32(i1, W[k + 1], broadcast4(q + 4 * k + 4));
-        }
+        __m512i isum = graft__r16_block_sum(_mm512_setzero_si512(), W, acts[t].q + b * QK);
         __m512 scale = _mm512_mul_ps(dsc, _mm512_set1_ps(acts[t].dx[b]));
-        __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1));
+        __m512 sum = _mm512_cvtepi32_ps(isum);
         acc[t] = _mm512_fmadd_ps(sum, scale, acc[t]);
         acc[t] = _mm512_fnmadd_ps(dmm, _mm512_set1_ps(((const float *)acts[t].extra)[b]),
                                  acc[t]);

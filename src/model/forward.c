@@ -39,8 +39,8 @@ struct graft__scratch {
     int32_t *tiles;       /* (n + 1) starts of the attention tiles (attend_all) */
     float *rope;          /* (2, n, rope_dims) each entry's rotation (graft__rope_angles) for
                              the full-attention layers, then for the sliding-window ones */
-    graft__attend_split split; /* the chunk form of attention for a lone entry ... */
-    bool has_split;            /* ... where the path has one for the model's heads */
+    graft__attend_split split; /* the chunk form of attention for a lone entry, where the
+                                  path has one for the model's heads (else all NULL) */
     float *chunk_out;     /* (max_chunks, n_head, head_dim_v) its chunks' weighted values */
     float *chunk_max;     /* (max_chunks, n_head) their maxima */
     float *chunk_sum;     /* (max_chunks, n_head) their weight sums */
@@ -182,8 +182,7 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->values = alloc_bytes(n_ptr * sizeof *s->values, touch);
     s->tiles = alloc_bytes(((size_t)n + 1) * sizeof *s->tiles, touch);
     s->rope = alloc_rows(2 * n, hp->rope_dims, touch);
-    s->has_split = split_for(hp, ex, &s->split);
-    if (s->has_split) {
+    if (split_for(hp, ex, &s->split)) {
         int32_t max_chunks = (int32_t)((s->ptr_stride + GRAFT_ATTN_CHUNK - 1) / GRAFT_ATTN_CHUNK);
         s->chunk_out = alloc_rows(max_chunks, (int64_t)hp->n_head * hp->head_dim_v, touch);
         s->chunk_max = alloc_rows(max_chunks, hp->n_head, touch);
@@ -199,7 +198,7 @@ static int scratch_alloc(scratch *s, const struct graft_model *m, const graft__e
     s->ex.work = alloc_bytes(s->ex.work_size, touch);
     if (!s->x || !s->h || !s->q || !s->k || !s->v || !s->att || !s->o || !s->gate || !s->up ||
         !s->keys || !s->values || !s->tiles || !s->rope || !s->ex.work ||
-        (s->has_split && (!s->chunk_out || !s->chunk_max || !s->chunk_sum))) {
+        (s->split.chunk && (!s->chunk_out || !s->chunk_max || !s->chunk_sum))) {
         scratch_free(s);
         return GRAFT_ENOMEM;
     }
@@ -458,7 +457,7 @@ static void attend_all(const graft__hparams *hp, graft__kv *kv, int32_t il,
                        scratch *s)
 {
     attend_job j = {hp, kv, il, e, q, att, s};
-    if (n == 1 && s->has_split) {
+    if (n == 1 && s->split.chunk != NULL) {
         const int32_t n_keys = e[0].pos - first_key(&j, 0) + 1;
         const int32_t n_chunks = (n_keys + GRAFT_ATTN_CHUNK - 1) / GRAFT_ATTN_CHUNK;
         graft__pool_run(s->ex.pool, n_chunks, attend_chunk_task, &j);

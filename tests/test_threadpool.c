@@ -1,7 +1,8 @@
 /*
  * test_threadpool.c: the persistent worker pool runs every task exactly once per job, for any
  * thread count, job after job (also back to back, with no gap for a late worker to fall
- * into), and shuts down cleanly (also run under TSan).
+ * into), when one thread is slow and the others steal its tasks, and over 65535 tasks
+ * (claimed in groups), and shuts down cleanly (also run under TSan).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -59,11 +60,11 @@ static void test_every_task_once(void **state)
 }
 
 /* Job after job with nothing between them, the task count changing each time: a worker that
- * has just finished the last task of a job must not claim a task of the next one from the
- * old job's claim word (which, read with the new job's task count, would run a task past
- * the old job's end and count it towards the new job, letting the caller return before the
- * new job is done). Tasks record misbehaviour in flags rather than asserting off the main
- * thread. */
+ * has just finished the last task of a job must not claim a task for the old job once the
+ * next one is being written (it would run a task past the old job's end, or one of the new
+ * job's with the old job's fields, and count it towards the new job, letting the caller
+ * return before the new job is done). Tasks record misbehaviour in flags rather than
+ * asserting off the main thread. */
 typedef struct quick_job {
     int64_t n_tasks;
     atomic_int runs[4];
@@ -100,6 +101,67 @@ static void test_back_to_back_jobs(void **state)
     graft__pool_free(pool);
     assert_int_equal(atomic_load(&out_of_range), 0);
     assert_int_equal(atomic_load(&unfinished), 0);
+}
+
+/* Tasks that thread 0 runs take about 20 us, the others' none: the other threads empty
+ * their own runs at once and then steal from thread 0's, again and again. */
+static void slow_on_caller_task(void *ctx, int64_t task, int thread)
+{
+    if (thread == 0)
+        for (volatile int spin = 0; spin < 20000; spin++)
+            ;
+    count_task(ctx, task, thread);
+}
+
+static void test_stealing(void **state)
+{
+    (void)state;
+    for (int threads = 2; threads <= 4; threads++) {
+        graft__pool *pool = NULL;
+        assert_int_equal(graft__pool_create(threads, &pool), GRAFT_OK);
+        static const int64_t sizes[] = {2, 3, 5, 17, 64, 333};
+        for (int round = 0; round < 24; round++) {
+            static job j;
+            memset(&j, 0, sizeof j);
+            j.n_tasks = sizes[round % 6];
+            graft__pool_run(pool, j.n_tasks, slow_on_caller_task, &j);
+            for (int64_t t = 0; t < j.n_tasks; t++)
+                assert_int_equal(atomic_load(&j.runs[t]), 1);
+        }
+        graft__pool_free(pool);
+    }
+}
+
+/* Over 65535 tasks a claim takes a group of consecutive tasks; every task still runs once,
+ * the last, shorter group included. */
+#define MANY_TASKS (3 * 65535 + 7)
+static atomic_uchar many_runs[MANY_TASKS];
+
+static void many_task(void *ctx, int64_t task, int thread)
+{
+    (void)ctx;
+    (void)thread;
+    if (task < 0 || task >= MANY_TASKS)
+        atomic_store(&out_of_range, 1);
+    else
+        atomic_fetch_add(&many_runs[task], 1);
+}
+
+static void test_many_tasks(void **state)
+{
+    (void)state;
+    graft__pool *pool = NULL;
+    assert_int_equal(graft__pool_create(3, &pool), GRAFT_OK);
+    static const int64_t sizes[] = {65535, 65536, MANY_TASKS};
+    for (int i = 0; i < 3; i++) {
+        for (int64_t t = 0; t < MANY_TASKS; t++)
+            atomic_store(&many_runs[t], 0);
+        graft__pool_run(pool, sizes[i], many_task, NULL);
+        for (int64_t t = 0; t < MANY_TASKS; t++)
+            assert_int_equal(atomic_load(&many_runs[t]), t < sizes[i] ? 1 : 0);
+    }
+    graft__pool_free(pool);
+    assert_int_equal(atomic_load(&out_of_range), 0);
 }
 
 static void test_limits(void **state)
@@ -141,6 +203,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_task_once),
         cmocka_unit_test(test_back_to_back_jobs),
+        cmocka_unit_test(test_stealing),
+        cmocka_unit_test(test_many_tasks),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_allocation_failures),
     };

@@ -9,49 +9,71 @@
  * Workers are created once. Between jobs a worker spins briefly (a job usually follows
  * within microseconds during a forward pass), then sleeps on a condition variable.
  *
- * Claiming. Tasks are claimed from one 64-bit atomic word, `claim` = (job << 32) | next
- * task, by compare-and-swap: a claim succeeds only while the word still names the job the
- * claimant read the job's fields for, so a worker that wakes late can never take a task of
- * a later job, nor run one with a later job's fields. The caller returns once `done` counts
- * every task: it waits only for tasks actually being run, never for a worker that was
- * asleep or descheduled and took none (on a machine with as many threads as cores, waiting
- * for every worker to check in cost up to a scheduler time slice per job whenever another
- * process held a core). The job number wraps after 2^32 jobs; a claim could only be
- * confused across a wrap by a worker stalled between two loads for all of them.
+ * Claiming. The tasks are cut into one contiguous run per thread, and each thread claims
+ * the tasks of its own run in order, one at a time. A thread whose run is empty steals the
+ * back half of what is left of another's, keeps the first stolen task and makes the rest
+ * its own run (which can be stolen from in turn). So a thread computing rows of a weight
+ * matrix reads them as one stream, and its claims touch a cache line of its own until a
+ * thief comes. Measured against one shared counter handing out the same tasks in turn
+ * (decode, 2 threads, alternated pairs): qwen3-0.6b Q4_K 1.027x, Q4_0 1.054x, llama-1b
+ * Q8_0 0.998x the speed.
  *
- * Publishing. While the caller writes a job's fields the word reads (job, NOT_PUBLISHED).
- * Without that step a worker that had just run the last task of the previous job could
- * load the old word (all its tasks claimed), then the new job's larger task count, and
- * claim one more task with the old word before the new one was stored: it would run a
- * task past the old job's end, or a task of the new job twice, and count it towards the
- * new job's `done`, letting the caller return while a real task still ran (seen as
- * rare wrong logits in decode; test_threadpool's back-to-back jobs catch it). Now a
- * worker that sees any field of the new job (acquire fence, paired with the caller's
- * release fence after the NOT_PUBLISHED store) finds the word already moved on, and its
- * exchange fails.
+ * A run is one 64-bit word, (job << 32) | (first << 16) | end, in units of a task or, over
+ * 65535 tasks, of a group of consecutive tasks claimed together (per_unit). Every claim is
+ * a compare-and-swap on such a word that names the job whose fields the claimant read, so
+ * a worker that wakes late can never take a task of a later job, nor run one with a later
+ * job's fields. The word holds the whole state of the run, so a claimant whose expected
+ * value is stale either fails or finds that very state (no ABA hazard within a job). The
+ * caller returns once `done` counts every task: it waits only for tasks actually being
+ * run, never for a worker that was asleep or descheduled and took none (on a machine with
+ * as many threads as cores, waiting for every worker to check in cost up to a scheduler
+ * time slice per job whenever another process held a core). The job number wraps after
+ * 2^32 jobs; a claim could only be confused across a wrap by a worker stalled between two
+ * loads for all of them.
  *
- * Memory order. The caller writes the job's fields (relaxed atomics), then publishes the
- * job with a store of `claim`; a worker that loads `claim` (acquire) and sees the job sees
- * its fields. A later job's fields are only written after `done` shows every task of this
- * one finished (acquire, paired with each task's release increment). Waking: the caller's
- * store of `claim` and load of `sleepers`, and a worker's increment of `sleepers` (under mu)
- * and load of `claim`, are sequentially consistent, so either the worker sees the job or
- * the caller sees the sleeper and broadcasts under mu.
+ * Publishing. A job is announced in `announce`, (job << 32) | state. While the caller
+ * writes a job's fields and runs the word reads (job, NOT_PUBLISHED), and a worker waits
+ * for a published job. A worker that had just run the last task of the previous job may
+ * still load the new job's fields before trying one more claim with the old job: every run
+ * word then names the new job, or is an empty run of the old one (the old job's runs were
+ * all empty before `done` let the caller return), so the exchange fails.
+ *
+ * Memory order. The caller writes the job's fields and runs (relaxed atomics) after a
+ * release fence that follows the NOT_PUBLISHED store, then publishes the job with a store
+ * of `announce`; a worker that loads `announce` (acquire) and sees the job sees its fields
+ * and runs. A claimant loads the fields (relaxed), then fences (acquire) before its
+ * exchange: had it read a later job's field, the fence would order its exchange after
+ * this job's end, when no run of it is left. A later job's fields are only written after
+ * `done` shows every task of this one finished (acquire, paired with each claimant's
+ * release increment after running its tasks). Waking: the caller's store of `announce`
+ * and load of `sleepers`, and a worker's increment of `sleepers` (under mu) and load of
+ * `announce`, are sequentially consistent, so either the worker sees the job or the caller
+ * sees the sleeper and broadcasts under mu.
  */
 #include <pthread.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 
 #include "kernels/kernels.h"
 
-enum { SPIN_ROUNDS = 20000 };
+enum {
+    SPIN_ROUNDS = 20000,
+    MAX_UNITS = 0xffff /* units of a job: a run's bounds are 16-bit fields */
+};
 
-/* The task field of the claim word while the caller writes a job's fields: above any task
- * count (at most INT32_MAX), so nothing can be claimed. */
-#define NOT_PUBLISHED UINT32_MAX
+/* The state field of `announce` while the caller writes a job; 0 once it is published. */
+#define NOT_PUBLISHED 1u
+
+/* One thread's run of a job's units, on a cache line of its own: claiming from one's own
+ * run touches no line another thread writes, until a thief comes. */
+typedef struct run_word {
+    alignas(64) atomic_uint_least64_t word; /* (job << 32) | (first << 16) | end */
+} run_word;
 
 struct graft__pool {
     int n_threads; /* participants, the caller included */
     pthread_t *threads;
+    run_word *runs; /* one per participant, caller first */
     pthread_mutex_t mu;
     pthread_cond_t wake;
     atomic_int sleepers; /* workers waiting on `wake` (or about to) */
@@ -62,8 +84,9 @@ struct graft__pool {
     _Atomic(graft__task_fn) fn;
     _Atomic(void *) ctx;
     atomic_llong n_tasks;
-    atomic_uint_least64_t claim; /* (job << 32) | next task */
-    atomic_llong done;           /* tasks of the job finished */
+    atomic_llong per_unit;          /* consecutive tasks claimed as one unit */
+    atomic_uint_least64_t announce; /* (job << 32) | NOT_PUBLISHED or 0 */
+    atomic_llong done;              /* tasks of the job finished */
 };
 
 typedef struct worker_arg {
@@ -76,61 +99,103 @@ static void cpu_relax(void)
     __builtin_ia32_pause();
 }
 
-static uint32_t job_of(uint64_t claim)
+static uint32_t job_of(uint64_t word)
 {
-    return (uint32_t)(claim >> 32);
+    return (uint32_t)(word >> 32);
 }
 
-/* Claims and runs tasks of the job in `claim` (as last loaded) until none is left or the
- * word names another job. */
-static void run_tasks(graft__pool *p, uint64_t claim, int thread)
+static uint64_t run_of(uint32_t job, uint32_t first, uint32_t end)
 {
-    uint32_t job = job_of(claim);
-    while (job_of(claim) == job) {
+    return (uint64_t)job << 32 | (uint64_t)first << 16 | end;
+}
+
+static uint32_t first_of(uint64_t run)
+{
+    return (uint32_t)(run >> 16) & MAX_UNITS;
+}
+
+static uint32_t end_of(uint64_t run)
+{
+    return (uint32_t)run & MAX_UNITS;
+}
+
+/* Takes the first unit of `thread`'s own run of `job`, or steals the back half of
+ * another's (the first stolen unit taken, the rest made the thread's own run). Returns
+ * the unit, or -1 when every run of the job is empty (or names another job). */
+static int64_t claim_unit(graft__pool *p, uint32_t job, int thread)
+{
+    atomic_uint_least64_t *own = &p->runs[thread].word;
+    uint64_t run = atomic_load_explicit(own, memory_order_relaxed);
+    while (job_of(run) == job && first_of(run) < end_of(run))
+        if (atomic_compare_exchange_weak_explicit(
+                own, &run, run_of(job, first_of(run) + 1, end_of(run)), memory_order_relaxed,
+                memory_order_relaxed))
+            return first_of(run);
+    for (int k = 1; k < p->n_threads; k++) {
+        atomic_uint_least64_t *other = &p->runs[(thread + k) % p->n_threads].word;
+        run = atomic_load_explicit(other, memory_order_relaxed);
+        while (job_of(run) == job && first_of(run) < end_of(run)) {
+            uint32_t first = first_of(run), end = end_of(run);
+            uint32_t cut = end - (end - first + 1) / 2;
+            if (atomic_compare_exchange_weak_explicit(other, &run, run_of(job, first, cut),
+                                                      memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                /* Own run is empty, and only its owner makes an empty run nonempty. */
+                atomic_store_explicit(own, run_of(job, cut + 1, end), memory_order_relaxed);
+                return cut;
+            }
+        }
+    }
+    return -1;
+}
+
+/* Claims and runs units of `job` until every run is empty or names another job. */
+static void run_tasks(graft__pool *p, uint32_t job, int thread)
+{
+    for (;;) {
         graft__task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
         long long n_tasks = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
-        uint32_t task = (uint32_t)claim;
-        if ((long long)task >= n_tasks)
-            return;
-        /* Pairs with the caller's release fence: fields of a later job imply the claim word
-         * has already left this job, so the exchange below fails. */
+        long long per_unit = atomic_load_explicit(&p->per_unit, memory_order_relaxed);
+        /* Pairs with the caller's release fence: fields of a later job imply every run of
+         * this job is already empty, so no claim below succeeds. */
         atomic_thread_fence(memory_order_acquire);
-        if (atomic_compare_exchange_weak_explicit(&p->claim, &claim, claim + 1,
-                                                  memory_order_acq_rel,
-                                                  memory_order_acquire)) {
+        int64_t unit = claim_unit(p, job, thread);
+        if (unit < 0)
+            return;
+        long long first = unit * per_unit;
+        long long end = first + per_unit < n_tasks ? first + per_unit : n_tasks;
+        for (long long task = first; task < end; task++)
             fn(ctx, task, thread);
-            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
-            claim = atomic_load_explicit(&p->claim, memory_order_acquire);
-        }
+        atomic_fetch_add_explicit(&p->done, end - first, memory_order_release);
     }
 }
 
-/* Whether `claim` names a published job other than `seen`. */
-static bool is_new_job(uint64_t claim, uint32_t seen)
+/* Whether `announce` names a published job other than `seen`. */
+static bool is_new_job(uint64_t announce, uint32_t seen)
 {
-    return job_of(claim) != seen && (uint32_t)claim != NOT_PUBLISHED;
+    return job_of(announce) != seen && (uint32_t)announce != NOT_PUBLISHED;
 }
 
-/* Waits until `claim` names a published job other than `seen` or the pool stops; returns
- * `claim`. */
-static uint64_t wait_for_job(graft__pool *p, uint32_t seen)
+/* Waits until `announce` names a published job other than `seen` or the pool stops;
+ * returns the job. */
+static uint32_t wait_for_job(graft__pool *p, uint32_t seen)
 {
-    uint64_t claim;
+    uint64_t announce;
     for (int i = 0; i < SPIN_ROUNDS; i++) {
-        claim = atomic_load_explicit(&p->claim, memory_order_acquire);
-        if (is_new_job(claim, seen) || atomic_load_explicit(&p->stop, memory_order_acquire))
-            return claim;
+        announce = atomic_load_explicit(&p->announce, memory_order_acquire);
+        if (is_new_job(announce, seen) || atomic_load_explicit(&p->stop, memory_order_acquire))
+            return job_of(announce);
         cpu_relax();
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
-    while (!is_new_job(claim = atomic_load(&p->claim), seen) &&
+    while (!is_new_job(announce = atomic_load(&p->announce), seen) &&
            !atomic_load_explicit(&p->stop, memory_order_acquire))
         pthread_cond_wait(&p->wake, &p->mu);
     atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->mu);
-    return claim;
+    return job_of(announce);
 }
 
 static void *worker_main(void *arg)
@@ -141,11 +206,10 @@ static void *worker_main(void *arg)
     graft__free(wa);
     uint32_t seen = 0;
     for (;;) {
-        uint64_t claim = wait_for_job(p, seen);
+        seen = wait_for_job(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        seen = job_of(claim);
-        run_tasks(p, claim, index);
+        run_tasks(p, seen, index);
     }
 }
 
@@ -169,10 +233,15 @@ int graft__pool_create(int n_threads, graft__pool **out)
         return GRAFT_ENOMEM;
     p->n_threads = n_threads;
     p->threads = graft__calloc((size_t)n_threads, sizeof *p->threads);
-    if (p->threads == NULL) {
+    p->runs = graft__malloc_aligned((size_t)n_threads * sizeof *p->runs, alignof(run_word));
+    if (p->threads == NULL || p->runs == NULL) {
+        graft__free(p->threads);
+        graft__free(p->runs);
         graft__free(p);
         return GRAFT_ENOMEM;
     }
+    for (int i = 0; i < n_threads; i++)
+        atomic_init(&p->runs[i].word, 0);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     for (int i = 1; i < n_threads; i++) {
@@ -198,6 +267,7 @@ void graft__pool_free(graft__pool *p)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     graft__free(p->threads);
+    graft__free(p->runs);
     graft__free(p);
 }
 
@@ -214,21 +284,29 @@ void graft__pool_run(graft__pool *p, int64_t n_tasks, graft__task_fn fn, void *c
         return;
     }
     GRAFT_ASSERT(n_tasks <= INT32_MAX);
-    p->job++;
-    atomic_store_explicit(&p->claim, (uint64_t)p->job << 32 | NOT_PUBLISHED, memory_order_relaxed);
+    const int64_t per_unit = (n_tasks + MAX_UNITS - 1) / MAX_UNITS;
+    const int64_t units = (n_tasks + per_unit - 1) / per_unit;
+    const uint32_t job = ++p->job;
+    atomic_store_explicit(&p->announce, (uint64_t)job << 32 | NOT_PUBLISHED,
+                          memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+    atomic_store_explicit(&p->per_unit, per_unit, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    uint64_t claim = (uint64_t)p->job << 32;
-    atomic_store(&p->claim, claim);
+    for (int i = 0; i < p->n_threads; i++)
+        atomic_store_explicit(&p->runs[i].word,
+                              run_of(job, (uint32_t)(units * i / p->n_threads),
+                                     (uint32_t)(units * (i + 1) / p->n_threads)),
+                              memory_order_relaxed);
+    atomic_store(&p->announce, (uint64_t)job << 32);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
     }
-    run_tasks(p, claim, 0);
+    run_tasks(p, job, 0);
     while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks)
         cpu_relax();
 }

@@ -344,6 +344,7 @@ typedef struct attend_job {
     const float *q;
     float *att;
     scratch *s;
+    int32_t parts; /* the chunk form: tasks per chunk, each a share of the KV heads */
 } attend_job;
 
 /* The first key position entry t attends to: 0, or the start of its sliding window. */
@@ -418,16 +419,18 @@ static int32_t plan_tiles(const attend_job *j, int32_t n)
     return n_tiles;
 }
 
-/* Task c (attend_all) of the chunk form for entry 0, alone in its batch: every query head
- * over chunk c of its keys [lo, pos], head hq reading its KV head's columns of each whole
- * row, into the chunk's slots of s->chunk_out, chunk_max and chunk_sum. */
+/* Task (chunk c, part) (attend_all) of the chunk form for entry 0, alone in its batch: the
+ * query heads of part's share of the KV heads over chunk c of their keys [lo, pos], head
+ * hq reading its KV head's columns of each whole row, into the chunk's slots of
+ * s->chunk_out, chunk_max and chunk_sum. */
 static void attend_chunk_task(void *ctx, int64_t task, int thread)
 {
     const attend_job *j = ctx;
     const graft__hparams *hp = j->hp;
     const scratch *s = j->s;
     const int32_t group = hp->n_head / hp->n_head_kv, seq = j->e[0].seq;
-    const int32_t lo = first_key(j, 0), c0 = (int32_t)task * GRAFT_ATTN_CHUNK;
+    const int64_t chunk = task / j->parts, part = task % j->parts;
+    const int32_t lo = first_key(j, 0), c0 = (int32_t)chunk * GRAFT_ATTN_CHUNK;
     const int32_t left = j->e[0].pos - lo + 1 - c0;
     const int32_t n_keys = left < GRAFT_ATTN_CHUNK ? left : GRAFT_ATTN_CHUNK;
     const void **keys = s->keys + thread * s->ptr_stride;
@@ -436,31 +439,52 @@ static void attend_chunk_task(void *ctx, int64_t task, int thread)
         keys[i] = j->kv->k_row(j->kv->self, j->il, seq, lo + c0 + i);
         values[i] = j->kv->v_row(j->kv->self, j->il, seq, lo + c0 + i);
     }
+    const int32_t h0 = (int32_t)(hp->n_head_kv * part / j->parts) * group;
+    const int32_t h1 = (int32_t)(hp->n_head_kv * (part + 1) / j->parts) * group;
     float *outs[GRAFT_ATTN_MAX_HEADS];
     const float *qs[GRAFT_ATTN_MAX_HEADS];
     int32_t col[GRAFT_ATTN_MAX_HEADS];
-    for (int32_t hq = 0; hq < hp->n_head; hq++) {
-        outs[hq] = s->chunk_out + (task * hp->n_head + hq) * hp->head_dim_v;
-        qs[hq] = j->q + (int64_t)hq * hp->head_dim;
-        col[hq] = hq / group * hp->head_dim;
+    for (int32_t hq = h0; hq < h1; hq++) {
+        outs[hq - h0] = s->chunk_out + (chunk * hp->n_head + hq) * hp->head_dim_v;
+        qs[hq - h0] = j->q + (int64_t)hq * hp->head_dim;
+        col[hq - h0] = hq / group * hp->head_dim;
     }
-    s->split.chunk(outs, s->chunk_max + task * hp->n_head, s->chunk_sum + task * hp->n_head, qs,
-                   col, hp->n_head, n_keys, keys, values, j->kv->type, hp->head_dim,
-                   hp->attn_scale);
+    s->split.chunk(outs, s->chunk_max + chunk * hp->n_head + h0,
+                   s->chunk_sum + chunk * hp->n_head + h0, qs, col, h1 - h0, n_keys, keys,
+                   values, j->kv->type, hp->head_dim, hp->attn_scale);
+}
+
+/* Tasks per chunk of the chunk form: 1, or, where the chunks do not share out evenly
+ * between the threads, threads / gcd(n_chunks, threads) parts of the KV heads if they
+ * divide evenly into so many (so that the tasks do). Each head's chunk is the same bits
+ * whichever heads share its call. Measured, qwen3-0.6b Q4_K decode over 513-576 keys (9
+ * chunks) on 2 threads: 1.017x the speed split in halves. */
+static int32_t chunk_parts(int32_t n_chunks, int threads, int32_t n_head_kv)
+{
+    int32_t a = n_chunks, b = threads;
+    while (b != 0) {
+        int32_t r = a % b;
+        a = b;
+        b = r;
+    }
+    int32_t parts = threads / a;
+    return n_head_kv % parts == 0 ? parts : 1;
 }
 
 /* att (n, n_head * head_dim_v): each entry's heads attend over [lo, pos] of its sequence.
- * A lone entry (a decode step) takes the chunk form where there is one: its chunks are the
- * pool's tasks, then the heads' chunks are merged in order. */
+ * A lone entry (a decode step) takes the chunk form where there is one: its chunks (or
+ * their parts, chunk_parts) are the pool's tasks, then the heads' chunks are merged in
+ * order. */
 static void attend_all(const graft__hparams *hp, graft__kv *kv, int32_t il,
                        const graft__batch_entry *e, int32_t n, const float *q, float *att,
                        scratch *s)
 {
-    attend_job j = {hp, kv, il, e, q, att, s};
+    attend_job j = {hp, kv, il, e, q, att, s, 1};
     if (n == 1 && s->split.chunk != NULL) {
         const int32_t n_keys = e[0].pos - first_key(&j, 0) + 1;
         const int32_t n_chunks = (n_keys + GRAFT_ATTN_CHUNK - 1) / GRAFT_ATTN_CHUNK;
-        graft__pool_run(s->ex.pool, n_chunks, attend_chunk_task, &j);
+        j.parts = chunk_parts(n_chunks, graft__pool_size(s->ex.pool), hp->n_head_kv);
+        graft__pool_run(s->ex.pool, (int64_t)n_chunks * j.parts, attend_chunk_task, &j);
         s->split.merge(att, s->chunk_out, s->chunk_max, s->chunk_sum, n_chunks, hp->n_head,
                        hp->head_dim_v);
         return;

@@ -136,7 +136,8 @@ void graft__attend_heads_by_runs(graft__attend_fn attend, float *const *out,
                                  const void *const *values, uint32_t kv_type,
                                  int32_t head_dim, float scale);
 
-/* The chunk form, for a decode step's attention shared between threads a chunk at a time.
+/* The chunk form, for a decode step's attention shared between threads a chunk (or a share
+ * of a chunk's heads) at a time.
  * chunk: query heads of one token over one chunk of n_keys (1 .. GRAFT_ATTN_CHUNK) rows
  * that hold every KV head of a position (the KV store's rows, listed whole), head h reading
  * elements [col[h], col[h] + head_dim) of each row, for h < n_heads <= GRAFT_ATTN_MAX_HEADS:

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "argmax.h"          /* graft's argmax (src/util), the same harness cost */
 #include "bandwidth_probe.h" /* graft's probe (src/cli), the same measurement */
 #include "ggml-backend.h"
 #include "llama.h"
@@ -150,7 +151,7 @@ static void parse_options(int argc, char **argv, options *o)
     }
 }
 
-/* ---- random tokens, argmax, medians ---------------------------------------------------- */
+/* ---- random tokens, medians ---------------------------------------------------- */
 
 static int32_t random_token(state *s)
 {
@@ -158,15 +159,6 @@ static int32_t random_token(state *s)
     s->rng ^= s->rng << 25;
     s->rng ^= s->rng >> 27;
     return (int32_t)((s->rng * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)s->n_vocab);
-}
-
-static int32_t argmax(const float *logits, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    return best;
 }
 
 static int compare_doubles(const void *a, const void *b)
@@ -315,7 +307,7 @@ static int measure_prefill_decode(state *s, const options *o, graft__probe *p, i
     int rc = decode(s->single, s->batch);
     double t1 = now_s();
     for (int i = 0; rc == 0 && i < o->n_gen; i++) {
-        int32_t next = argmax(llama_get_logits_ith(s->single, -1), s->n_vocab);
+        int32_t next = graft__argmax(llama_get_logits_ith(s->single, -1), s->n_vocab);
         s->batch.n_tokens = 0;
         batch_add(&s->batch, next, o->n_prompt + i, 0, 1);
         rc = decode(s->single, s->batch);
@@ -338,7 +330,7 @@ static int give_context(state *s, int32_t seq, int32_t *next)
         batch_add(&s->batch, random_token(s), i, seq, i + 1 == SEQ_CONTEXT);
     int rc = decode(s->multi, s->batch);
     if (rc == 0)
-        *next = argmax(llama_get_logits_ith(s->multi, -1), s->n_vocab);
+        *next = graft__argmax(llama_get_logits_ith(s->multi, -1), s->n_vocab);
     return rc;
 }
 
@@ -355,7 +347,7 @@ static int measure_aggregate(state *s, int n_seqs, double *tps)
             batch_add(&s->batch, next[seq], SEQ_CONTEXT + step, seq, 1);
         rc = decode(s->multi, s->batch);
         for (int seq = 0; rc == 0 && seq < n_seqs; seq++)
-            next[seq] = argmax(llama_get_logits_ith(s->multi, seq), s->n_vocab);
+            next[seq] = graft__argmax(llama_get_logits_ith(s->multi, seq), s->n_vocab);
     }
     *tps = rate((double)n_seqs * SEQ_GEN, now_s() - t0);
     return rc;

@@ -49,16 +49,18 @@ clone_source() {
 
 build_harness() {
     probe=$here/../src/cli/bandwidth_probe
+    argmax=$here/../src/util/argmax
     if [ -x "$exe" ] &&
-        [ -z "$(find "$here/llama_speed.c" "$probe.c" "$probe.h" -newer "$exe")" ]; then
+        [ -z "$(find "$here/llama_speed.c" "$probe.c" "$probe.h" "$argmax.c" "$argmax.h" \
+            -newer "$exe")" ]; then
         return
     fi
     echo "setup: compiling $exe"
     mkdir -p "$here/build"
     ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE \
-        -I"$src/include" -I"$src/ggml/include" -I"$here/../src/cli" \
+        -I"$src/include" -I"$src/ggml/include" -I"$here/../src/cli" -I"$here/../src/util" \
         -DLLAMA_BINS_DIR="\"$bins\"" \
-        "$here/llama_speed.c" "$probe.c" "$bins"/libllama.v*.so "$bins"/libggml.v*.so \
+        "$here/llama_speed.c" "$probe.c" "$argmax.c" "$bins"/libllama.v*.so "$bins"/libggml.v*.so \
         "$bins"/libggml-base.so -Wl,-rpath,"$bins" -lpthread -o "$exe"
 }
 

@@ -10,6 +10,7 @@
  *   dot in element order, and bit-identical whatever the batch (n_tok, token order, rows).
  * - RoPE on a hand-computed example; rmsnorm, softmax, the gated activations, softcap and
  *   attention against double-precision formulas; attention's determinism over prefixes.
+ * - graft__argmax (src/util/argmax.c, greedy sampling) against the plain one-pass loop.
  *   The AVX-512 rmsnorm and SwiGLU (ops_avx512.c) against the same formulas and tolerances,
  *   skipped where the processor lacks AVX-512.
  */
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "util/argmax.h"
 
 /* ------------------------------------------------------------------------------------
  * Helpers: a deterministic random source, bit casts, block byte writers.
@@ -1093,6 +1095,41 @@ static void test_swiglu_avx512(void **state)
     check_swiglu(graft__swiglu_avx512);
 }
 
+/* The plain loop: best moves only to a strictly larger value. */
+static int32_t argmax_plain(const float *x, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* Every length up to 40 (all tails of the lanes), values drawn from a few levels so that
+ * ties are common, with the largest first, last or repeated, NaNs and signed zeros. */
+static void test_argmax(void **state)
+{
+    (void)state;
+    enum { MAX_N = 40 };
+    float x[MAX_N] = {0};
+    rng_seed(17);
+    assert_int_equal(graft__argmax(x, 0), 0);
+    for (int32_t n = 1; n <= MAX_N; n++) {
+        for (int round = 0; round < 200; round++) {
+            for (int32_t i = 0; i < n; i++)
+                x[i] = (float)(int)(rng_u32() % 5) - 2.0f;
+            if (round % 4 == 1)
+                x[rng_u32() % (uint32_t)n] = NAN;
+            if (round % 4 == 2)
+                x[0] = NAN;
+            if (round % 4 == 3)
+                for (int32_t i = 0; i < n; i++)
+                    x[i] = rng_u32() % 2 ? 0.0f : -0.0f;
+            assert_int_equal(graft__argmax(x, n), argmax_plain(x, n));
+        }
+    }
+}
+
 static void test_softcap(void **state)
 {
     (void)state;
@@ -1255,6 +1292,7 @@ int main(void)
         cmocka_unit_test(test_gated_activations),
         cmocka_unit_test(test_swiglu_avx512),
         cmocka_unit_test(test_softcap),
+        cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_attend_against_two_pass),
         cmocka_unit_test(test_attend_deterministic_prefix),
         cmocka_unit_test(test_attend_no_keys),

@@ -37,6 +37,7 @@
 
 #include "bandwidth_probe.h"
 #include "bench.h"
+#include "util/argmax.h"
 
 #define SEQ_CONTEXT 64                 /* tokens each session holds before aggregate decode */
 #define SEQ_GEN 64                     /* tokens each session generates in aggregate decode */
@@ -120,18 +121,6 @@ typedef struct bench_state {
     graft__probe probe;    /* the bandwidth probe, one thread per compute thread */
 } bench_state;
 
-/* ---- argmax ------------------------------------------------------------------------------ */
-
-/* The index of the largest of n logits, the lowest on ties. */
-static int32_t argmax(const float *logits, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    return best;
-}
-
 static double *figure_samples(bench_state *s, const speed_options *o, int figure)
 {
     return s->samples + (size_t)figure * (size_t)o->reps;
@@ -160,7 +149,7 @@ static int measure_prefill_decode(bench_state *s, const speed_options *o, int re
     int rc = graft_context_eval(s->single, s->tokens, (size_t)o->n_prompt, s->logits);
     double t1 = graft__bench_now_s();
     for (int32_t i = 0; rc == GRAFT_OK && i < o->n_gen; i++) {
-        int32_t next = argmax(s->logits, n_vocab);
+        int32_t next = graft__argmax(s->logits, n_vocab);
         rc = graft_context_eval(s->single, &next, 1, s->logits);
     }
     double t2 = graft__bench_now_s();

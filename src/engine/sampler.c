@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "util/argmax.h"
 #include "util/util.h"
 
 typedef struct candidate {
@@ -89,15 +90,6 @@ static void apply_penalty(graft_sampler *s, float *logits, const int32_t *histor
             s->seen[history[i]] = 0;
 }
 
-static int32_t argmax(const float *logits, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    return best;
-}
-
 /* Descending logit; equal logits keep the lower id first, so the order is total. */
 static int by_logit_desc(const void *a, const void *b)
 {
@@ -137,7 +129,7 @@ int32_t graft_sampler_sample(graft_sampler *s, float *logits, const int32_t *his
 {
     apply_penalty(s, logits, history, n_history);
     if (s->params.temperature == 0.0f)
-        return argmax(logits, s->n_vocab);
+        return graft__argmax(logits, s->n_vocab);
     for (int32_t i = 0; i < s->n_vocab; i++)
         s->cand[i] = (candidate){i, logits[i], 0.0f};
     qsort(s->cand, (size_t)s->n_vocab, sizeof *s->cand, by_logit_desc);

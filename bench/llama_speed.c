@@ -151,7 +151,7 @@ static void parse_options(int argc, char **argv, options *o)
     }
 }
 
-/* ---- random tokens, medians ---------------------------------------------------- */
+/* ---- random tokens, medians ------------------------------------------------------------ */
 
 static int32_t random_token(state *s)
 {

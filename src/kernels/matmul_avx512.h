@@ -98,7 +98,7 @@ const graft__avx512_kernel *graft__avx512_kernel_kquant(uint32_t type);
  * cache. [T - 1] holds the tile for T tokens. */
 enum {
     GRAFT_R16_ROWS = 16,
-    GRAFT_R16_SEGMENTS = 4, /* row blocks of a stream_all tile */
+    GRAFT_R16_MAX_SEGMENTS = 4, /* the most row blocks of a stream_all tile */
     GRAFT_R16_MAX_T = 4,
     GRAFT_R16_AHEAD_BYTES = 2048
 };
@@ -116,9 +116,10 @@ typedef struct graft__r16_call {
 typedef void (*graft__r16_tile_fn)(const graft__r16_call *c, const int64_t *rbs);
 
 typedef struct graft__r16_kernel {
+    int segments; /* weight streams a call reads side by side (<= GRAFT_R16_MAX_SEGMENTS) */
     size_t (*row_block_bytes)(int64_t n_in);
     size_t (*act_bytes)(int64_t n_in);
-    graft__r16_tile_fn stream_all[GRAFT_R16_MAX_T]; /* GRAFT_R16_SEGMENTS row blocks */
+    graft__r16_tile_fn stream_all[GRAFT_R16_MAX_T]; /* `segments` row blocks */
     graft__r16_tile_fn stream_one[GRAFT_R16_MAX_T];
     graft__r16_tile_fn cached_two[GRAFT_R16_MAX_T];
     graft__r16_tile_fn cached_one[GRAFT_R16_MAX_T];

@@ -46,8 +46,9 @@
 enum {
     QK = 32,                           /* elements per block */
     ROWS = GRAFT_R16_ROWS,             /* rows per row block */
-    SEGMENTS = GRAFT_R16_SEGMENTS,     /* weight streams read side by side */
-    MAX_RB = SEGMENTS,                 /* row blocks per tile */
+    SEGMENTS = 4,                      /* weight streams read side by side (Q8_0, Q4_0) */
+    MAX_SEGMENTS = GRAFT_R16_MAX_SEGMENTS,
+    MAX_RB = MAX_SEGMENTS,             /* row blocks per tile */
     MAX_T = GRAFT_R16_MAX_T,           /* tokens per tile */
     PANEL_BYTES = 192 * 1024,          /* prepared activations per token panel (in L2) */
     AHEAD_BYTES = GRAFT_R16_AHEAD_BYTES
@@ -228,6 +229,7 @@ static inline __attribute__((always_inline)) void r16_tile(uint32_t ptype, int R
     R16_TILES_T(name, PTYPE, 3)                                                            \
     R16_TILES_T(name, PTYPE, 4)                                                            \
     static const graft__r16_kernel name = {                                                \
+        SEGMENTS,                                                                          \
         ROW_BLOCK_BYTES,                                                                   \
         graft__r16_act_size,                                                               \
         {name##_s4x1, name##_s4x2, name##_s4x3, name##_s4x4},                              \
@@ -265,11 +267,12 @@ static const graft__r16_kernel *kernel_of(uint32_t ptype)
     }
 }
 
-/* The row blocks [rb0, rb1) are cut into SEGMENTS contiguous segments, and step k takes
- * row block k of each. The first token tile of a panel streams a step's weights from
- * memory, all segments side by side, each with a prefetch running ahead through its
- * segment: a few concurrent sequential streams (one stream at a time was measured slower
- * on decode). The other token tiles of the panel find the step's weights in cache and
+/* The row blocks [rb0, rb1) are cut into the kernel's `segments` contiguous segments, and
+ * step k takes row block k of each. The first token tile of a panel streams a step's
+ * weights from memory, all segments side by side, each with a prefetch running ahead
+ * through its segment: a few concurrent sequential streams (one stream at a time was
+ * measured slower on decode; how many is best depends on the kernel, see its
+ * `segments`). The other token tiles of the panel find the step's weights in cache and
  * take its row blocks two at a time. */
 void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w, int64_t n_in,
                             int64_t o0, int64_t o1, const void *xa, int64_t n_tok)
@@ -282,16 +285,17 @@ void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w
     int64_t panel = (int64_t)(PANEL_BYTES / act_bytes);
     panel = panel < MAX_T ? MAX_T : panel / MAX_T * MAX_T;
     int64_t rb0 = o0 / ROWS, n_rb = o1 / ROWS - rb0;
-    int64_t seg_len = n_rb / SEGMENTS, rem = n_rb % SEGMENTS, seg_start[SEGMENTS];
-    for (int j = 0; j < SEGMENTS; j++)
+    const int segments = k->segments;
+    int64_t seg_len = n_rb / segments, rem = n_rb % segments, seg_start[MAX_SEGMENTS];
+    for (int j = 0; j < segments; j++)
         seg_start[j] = rb0 + j * seg_len + (j < rem ? j : rem);
     int64_t steps = seg_len + (rem > 0);
     for (int64_t tp = 0; tp < n_tok; tp += panel) {
         int64_t tp_end = n_tok - tp < panel ? n_tok : tp + panel;
         for (int64_t step = 0; step < steps; step++) {
-            int64_t rbs[SEGMENTS];
+            int64_t rbs[MAX_SEGMENTS];
             int n = 0;
-            for (int j = 0; j < SEGMENTS; j++)
+            for (int j = 0; j < segments; j++)
                 if (step < seg_len + (j < rem))
                     rbs[n++] = seg_start[j] + step;
             for (int64_t t0 = tp; t0 < tp_end; t0 += MAX_T) {
@@ -301,7 +305,7 @@ void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w
                     c.ys[t] = y + (t0 + t) * ldy;
                 }
                 int r = 0;
-                if (t0 == tp && n == SEGMENTS) {
+                if (t0 == tp && n == segments) {
                     k->stream_all[n_t - 1](&c, rbs);
                     r = n;
                 }

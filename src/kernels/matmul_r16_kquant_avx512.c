@@ -47,7 +47,7 @@ enum {
     QK = 32,                       /* elements per activation block and sub-block */
     QK_K = 256,                    /* elements per super-block */
     ROWS = GRAFT_R16_ROWS,         /* rows per row block */
-    SEGMENTS = 2,                  /* weight streams read side by side (see the kernel) */
+    SEGMENTS = 3,                  /* weight streams read side by side (see the kernel) */
     MAX_RB = SEGMENTS,             /* row blocks per tile */
     MAX_T = GRAFT_R16_MAX_T,       /* tokens per tile */
     IN_BLOCK = 144,                /* bytes of a GGUF Q4_K block */
@@ -205,7 +205,7 @@ static inline __attribute__((always_inline)) void k4_tile(int RB, int T, int pre
     }
 
 #define K4_TILES_T(T)                                                                      \
-    K4_TILE(q4_k_s2x##T, SEGMENTS, T, 1)                                                   \
+    K4_TILE(q4_k_s3x##T, SEGMENTS, T, 1)                                                   \
     K4_TILE(q4_k_s1x##T, 1, T, 1)                                                          \
     K4_TILE(q4_k_c2x##T, 2, T, 0)                                                          \
     K4_TILE(q4_k_c1x##T, 1, T, 0)
@@ -215,16 +215,18 @@ K4_TILES_T(2)
 K4_TILES_T(3)
 K4_TILES_T(4)
 
-/* Two weight streams, where Q8_0 and Q4_0 read four: each Q4_K sub-block takes more
+/* Three weight streams, where Q8_0 and Q4_0 read four: each Q4_K sub-block takes more
  * arithmetic per byte, and with four the decode's streams fell further behind memory
- * (measured, engine decode at 2 threads, alternated pairs: qwen3-0.6b Q4_K 1.039x and
- * 1.048x the speed with two, 8 and 12 pairs; llama-1b Q4_K 1.047x, 6 pairs; eight
- * streams 0.938x. For qwen3-0.6b Q4_0 two were 0.940x and for Q8_0 0.983x.) */
+ * (measured, engine decode at 2 threads, alternated pairs: qwen3-0.6b Q4_K with two
+ * against four 1.039x and 1.048x the speed, 8 and 12 pairs, llama-1b Q4_K 1.047x, 6
+ * pairs; three against two 1.035x and 1.028x, 8 and 10 pairs, llama-1b 1.036x, 6 pairs;
+ * eight against four 0.938x. For qwen3-0.6b Q4_0, two against four were 0.940x and three
+ * 0.993x; for Q8_0, two 0.983x.) */
 const graft__r16_kernel graft__r16_q4_k_kernel = {
     SEGMENTS,
     row_block_bytes,
     graft__r16_act_size,
-    {q4_k_s2x1, q4_k_s2x2, q4_k_s2x3, q4_k_s2x4},
+    {q4_k_s3x1, q4_k_s3x2, q4_k_s3x3, q4_k_s3x4},
     {q4_k_s1x1, q4_k_s1x2, q4_k_s1x3, q4_k_s1x4},
     {q4_k_c2x1, q4_k_c2x2, q4_k_c2x3, q4_k_c2x4},
     {q4_k_c1x1, q4_k_c1x2, q4_k_c1x3, q4_k_c1x4}};

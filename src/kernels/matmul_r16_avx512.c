@@ -47,12 +47,14 @@ enum {
     QK = 32,                           /* elements per block */
     ROWS = GRAFT_R16_ROWS,             /* rows per row block */
     SEGMENTS = 4,                      /* weight streams read side by side (Q8_0, Q4_0) */
-    MAX_SEGMENTS = GRAFT_R16_MAX_SEGMENTS,
+    MAX_SEGMENTS = GRAFT_R16_MAX_SEGMENTS, /* the most any packed kernel reads */
     MAX_RB = MAX_SEGMENTS,             /* row blocks per tile */
     MAX_T = GRAFT_R16_MAX_T,           /* tokens per tile */
     PANEL_BYTES = 192 * 1024,          /* prepared activations per token panel (in L2) */
     AHEAD_BYTES = GRAFT_R16_AHEAD_BYTES
 };
+
+_Static_assert((int)SEGMENTS <= (int)MAX_SEGMENTS, "the driver's segment arrays");
 
 #define Q8_0_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q8_0)
 #define Q4_0_R16 (GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_0)

@@ -222,6 +222,7 @@ K4_TILES_T(4)
  * pairs; three against two 1.035x and 1.028x, 8 and 10 pairs, llama-1b 1.036x, 6 pairs;
  * eight against four 0.938x. For qwen3-0.6b Q4_0, two against four were 0.940x and three
  * 0.993x; for Q8_0, two 0.983x.) */
+_Static_assert((int)SEGMENTS <= (int)GRAFT_R16_MAX_SEGMENTS, "the driver's segment arrays");
 const graft__r16_kernel graft__r16_q4_k_kernel = {
     SEGMENTS,
     row_block_bytes,

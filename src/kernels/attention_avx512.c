@@ -33,13 +33,19 @@
  * and V rows, and a row holds every KV head of its position. The forward pass makes each
  * chunk a task of the thread pool (or half of its heads, where that evens out the
  * threads' shares): a thread reads whole rows of its chunks (or their halves), one run
- * after another, and the merge takes the chunks in order afterwards. It scores every head
- * for 8 rows at a time, each run of heads' slice of those rows in turn (whole_rows in
- * chunk_scores), then adds the values a run of heads' slice of the chunk's rows at a time,
- * as the one-call form does. Both ask for the slices they will read PREFETCH_AHEAD rows
- * ahead (prefetch_slices), the scores on into the first value rows. Both forms call the
- * same functions on the same numbers in the same order, so a head's output is the same
- * bits in either form, whichever heads share a call and whichever thread computed a chunk.
+ * after another, and the merge takes the chunks in order afterwards. Memory serves such a
+ * reader at its rate only if the reader asks for lines well ahead of their use: the scores
+ * read the rows one after another, every head of a row in turn (row_scores), asking for
+ * the row ROW_AHEAD on and for the first value slice of the row being read; the values add
+ * a run of heads' slice of the chunk's rows at a time, as the one-call form does, each
+ * pass asking for the next slice of the rows it reads. Measured against reading 8 rows a
+ * slice after another, each slice asked for 8 rows ahead: one thread over 28 x 9 chunks of
+ * 64 rows from memory (16 heads of 128, F16), 0.70-0.81x the time in alternated runs;
+ * engine decode of qwen3-0.6b Q4_K after 512 tokens, alternated tokens, 1.026x the speed
+ * on 2 threads and 1.064x on one. Both forms compute each dot product, each group of 16
+ * keys and each value sum with the same operations in the same order, so a head's output
+ * is the same bits in either form, whichever heads share a call and whichever thread
+ * computed a chunk.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -53,10 +59,15 @@
 enum {
     LANES = 16,
     ACC_VECTORS = 16,    /* output accumulators kept in registers at once */
-    PREFETCH_AHEAD = 8,  /* rows ahead whose slices prefetch_slices is asked for */
+    PREFETCH_AHEAD = 8,  /* rows ahead whose slice the one-call form's values ask for */
+    ROW_AHEAD = 4,       /* rows ahead that the chunk form's scores ask for */
+    ROW_HEADS = 4,       /* heads of one slice whose dot products dot_row computes at once */
     SCORE_HEADS = 8,     /* heads whose partial sums chunk_scores keeps at once */
     SCORE_KEYS = 8       /* keys whose dot products dot_block computes at once */
 };
+
+/* The next_off of chunk_values when there is no next slice. */
+#define NO_SLICE ((size_t)-1)
 
 /* Vector v of a K or V row stored as kv_type. */
 static inline __attribute__((always_inline)) __m512 load_vec(const void *row, int32_t v,
@@ -79,24 +90,22 @@ static inline int32_t slice_bytes(uint32_t kv_type, int32_t nvec)
     return nvec * LANES * elem_bytes(kv_type);
 }
 
-/* Asks for the slices at off bytes of the rows [first, first + count) that exist: row i is
- * rows[i] below n_rows, then then_rows[i - n_rows] (the rows read next, when given) below
- * 2 n_rows. A reader calls this for the rows PREFETCH_AHEAD after the ones it reads, as it
- * reads them, so that memory serves several rows at once; the hardware prefetcher alone
- * does not, as a reader takes a slice of each of several rows in turn. */
-static inline __attribute__((always_inline)) void
-prefetch_slices(const void *const *rows, const void *const *then_rows, int64_t first, int count,
-                int64_t n_rows, size_t off, int32_t bytes)
+/* Asks for the bytes [lo, hi) of row, a cache line at a time. */
+static inline __attribute__((always_inline)) void prefetch_span(const char *row, size_t lo,
+                                                               size_t hi)
 {
-    for (int64_t i = first; i < first + count; i++) {
-        const char *row = i < n_rows                           ? rows[i]
-                          : then_rows != NULL && i < 2 * n_rows ? then_rows[i - n_rows]
-                                                                : NULL;
-        if (row == NULL)
-            return;
-        for (int32_t b = 0; b < bytes; b += 64)
-            _mm_prefetch(row + off + b, _MM_HINT_T0);
-    }
+    for (size_t b = lo; b < hi; b += 64)
+        _mm_prefetch(row + b, _MM_HINT_T0);
+}
+
+/* Asks for the slice of `bytes` at off of rows[i], if i < n_rows. The one-call form's
+ * values call this for the row PREFETCH_AHEAD after the one they read, so that memory
+ * serves several rows at once. */
+static inline __attribute__((always_inline)) void
+prefetch_slice(const void *const *rows, int64_t i, int64_t n_rows, size_t off, int32_t bytes)
+{
+    if (i < n_rows)
+        prefetch_span(rows[i], off, off + (size_t)bytes);
 }
 
 /* r[j] = the sum of the 16 lanes of v[j], for j < 16 (the network in the header). */
@@ -167,16 +176,14 @@ static inline int keys_at(int jj, int m)
     return m - jj < SCORE_KEYS ? 1 : SCORE_KEYS;
 }
 
-/* dot_heads for the nk (keys_at) keys at jj of the 16 at j0, keys[c0 + j0 + jj + k] + off
- * bytes. */
+/* dot_heads for the nk (keys_at) keys at jj of the 16 at j0, keys[c0 + j0 + jj + k]. */
 static inline __attribute__((always_inline)) void
 dot_keys(__m512 (*part)[LANES], int jj, int nk, const float *const *q, int32_t nh,
-         const void *const *keys, int64_t c0, int j0, size_t off, uint32_t kv_type,
-         int32_t nvec)
+         const void *const *keys, int64_t c0, int j0, uint32_t kv_type, int32_t nvec)
 {
     const void *slice[SCORE_KEYS];
     for (int k = 0; k < nk; k++)
-        slice[k] = (const char *)keys[c0 + j0 + jj + k] + off;
+        slice[k] = keys[c0 + j0 + jj + k];
     if (nk == SCORE_KEYS)
         dot_heads(part, jj, q, nh, SCORE_KEYS, slice, kv_type, nvec);
     else
@@ -201,50 +208,87 @@ store_scores(float (*scores)[GRAFT_ATTN_CHUNK], __m512 (*part)[LANES], int32_t h
 }
 
 /* scores[h][j] = scale * q[h] . k_j for the n[h] keys head h has in the chunk at c0 (n[h] <=
- * GRAFT_ATTN_CHUNK), k_j being keys[c0 + j] + off[h] bytes; n_max is the largest n[h]. A
- * head's entries from n[h] up to the next multiple of 16 are left as computed from zero
- * partials. Per 16 keys, SCORE_KEYS at a time (dot_keys, keys_at), in one of two orders:
- *   whole_rows  each group of keys once, all heads (the chunk form, whose heads read
- *               different slices: the group's rows are read a slice after another);
- *   otherwise   SCORE_HEADS heads of a slice at a time over the 16 keys, so that their
- *               partial sums stay in L1 (the one-call form: up to 32 heads read one slice).
- * whole_rows asks for each slice of the rows PREFETCH_AHEAD ahead as it reads it, and near
- * the chunk's end for those of the first value rows (measured, engine decode: 1.007x the
- * speed over 8 alternated pairs, within the machine's noise of about 3%). */
+ * GRAFT_ATTN_CHUNK), k_j being keys[c0 + j] (the one-call form: every head reads the rows
+ * as listed); n_max is the largest n[h]. A head's entries from n[h] up to the next multiple
+ * of 16 are left as computed from zero partials. Per 16 keys, SCORE_HEADS heads at a time
+ * over them, so that their partial sums stay in L1 (up to 32 heads read one slice),
+ * SCORE_KEYS keys at a time (dot_keys, keys_at). */
 static inline __attribute__((always_inline)) void
 chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int *n,
-             int n_max, int32_t n_heads, const void *const *keys, const void *const *values,
-             const size_t *off, int64_t c0, int64_t n_keys, uint32_t kv_type, int32_t nvec,
-             float scale, bool whole_rows)
+             int n_max, int32_t n_heads, const void *const *keys, int64_t c0, uint32_t kv_type,
+             int32_t nvec, float scale)
 {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int j0 = 0; j0 < n_max; j0 += LANES) {
         const int m = n_max - j0 < LANES ? n_max - j0 : LANES;
-        if (whole_rows) {
-            __m512 part[GRAFT_ATTN_MAX_HEADS][LANES]; // (heads, 16 keys) partial dot products
+        for (int32_t hb = 0; hb < n_heads; hb += SCORE_HEADS) {
+            const int32_t nh = n_heads - hb < SCORE_HEADS ? n_heads - hb : SCORE_HEADS;
+            __m512 part[SCORE_HEADS][LANES];
             for (int jj = 0; jj < m; jj += keys_at(jj, m))
-                for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
-                    for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
-                        ;
-                    prefetch_slices(keys, values, c0 + j0 + jj + PREFETCH_AHEAD,
-                                    keys_at(jj, m), n_keys, off[h0], slice_bytes(kv_type, nvec));
-                    dot_keys(part + h0, jj, keys_at(jj, m), q + h0, h1 - h0, keys, c0, j0,
-                             off[h0], kv_type, nvec);
-                }
-            store_scores(scores, part, 0, n_heads, n, j0, m, vscale);
-            continue;
+                dot_keys(part, jj, keys_at(jj, m), q + hb, nh, keys, c0, j0, kv_type, nvec);
+            store_scores(scores, part, hb, nh, n, j0, m, vscale);
         }
-        for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
-            for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
-                ;
-            for (int32_t hb = h0; hb < h1; hb += SCORE_HEADS) {
-                const int32_t nh = h1 - hb < SCORE_HEADS ? h1 - hb : SCORE_HEADS;
-                __m512 part[SCORE_HEADS][LANES];
-                for (int jj = 0; jj < m; jj += keys_at(jj, m))
-                    dot_keys(part, jj, keys_at(jj, m), q + hb, nh, keys, c0, j0, off[h0],
-                             kv_type, nvec);
-                store_scores(scores, part, hb, nh, n, j0, m, vscale);
+    }
+}
+
+/* part[h][jj] (h < NH <= ROW_HEADS) = the 16-lane partial dot product of query q[h] with
+ * the key slice at row: q_0 k_0, then fused multiply-adds of vectors 1 .. nvec - 1 in
+ * order, as dot_block computes it; each key vector is loaded once for the NH heads. */
+static inline __attribute__((always_inline)) void
+dot_row(__m512 (*part)[LANES], int jj, const float *const *q, int NH, const char *row,
+        uint32_t kv_type, int32_t nvec)
+{
+    __m512 acc[ROW_HEADS];
+    __m512 key = load_vec(row, 0, kv_type);
+    for (int h = 0; h < NH; h++)
+        acc[h] = _mm512_mul_ps(_mm512_loadu_ps(q[h]), key);
+    for (int32_t v = 1; v < nvec; v++) {
+        key = load_vec(row, v, kv_type);
+        for (int h = 0; h < NH; h++)
+            acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q[h] + v * LANES), key, acc[h]);
+    }
+    for (int h = 0; h < NH; h++)
+        part[h][jj] = acc[h];
+}
+
+/* The chunk form's scores: scores[h][j] = scale * q[h] . k_j for the n_keys keys of the
+ * chunk, k_j being keys[j] + off[h] bytes, the same bits as chunk_scores gives (each dot
+ * product and each group of 16 keys goes through the same operations). The heads read
+ * the bytes [lo, hi) of each row, off[0] first. The rows are read one after another, each
+ * for every head, so the memory is read in address order; each row asks for those bytes
+ * of the row ROW_AHEAD rows on, and for the first slice of its own value row (the first
+ * that the values read). */
+static inline __attribute__((always_inline)) void
+row_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, int32_t n_heads,
+           int n_keys, const void *const *keys, const void *const *values, const size_t *off,
+           size_t lo, size_t hi, uint32_t kv_type, int32_t nvec, float scale)
+{
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int j0 = 0; j0 < n_keys; j0 += LANES) {
+        const int m = n_keys - j0 < LANES ? n_keys - j0 : LANES;
+        __m512 part[GRAFT_ATTN_MAX_HEADS][LANES]; // (heads, 16 keys) partial dot products
+        for (int jj = 0; jj < m; jj++) {
+            const int j = j0 + jj;
+            if (j + ROW_AHEAD < n_keys)
+                prefetch_span(keys[j + ROW_AHEAD], lo, hi);
+            prefetch_span(values[j], off[0], off[0] + (size_t)slice_bytes(kv_type, nvec));
+            for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
+                for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
+                    ;
+                const char *row = (const char *)keys[j] + off[h0];
+                int32_t h = h0;
+                for (; h + ROW_HEADS <= h1; h += ROW_HEADS)
+                    dot_row(part + h, jj, q + h, ROW_HEADS, row, kv_type, nvec);
+                for (; h + 2 <= h1; h += 2)
+                    dot_row(part + h, jj, q + h, 2, row, kv_type, nvec);
+                if (h < h1)
+                    dot_row(part + h, jj, q + h, 1, row, kv_type, nvec);
             }
+        }
+        for (int32_t h = 0; h < n_heads; h++) {
+            for (int jj = m; jj < LANES; jj++)
+                part[h][jj] = _mm512_setzero_ps();
+            _mm512_storeu_ps(scores[h] + j0, _mm512_mul_ps(sum_lanes16(part[h]), vscale));
         }
     }
 }
@@ -319,14 +363,17 @@ static inline __m512 merge_vec(__m512 so_far, __m512 chunk, __m512 a, __m512 b)
  * (from zero, in key order), v_j being values[c0 + j] + off bytes, for heads [h0, h0 + nh)
  * and vectors [v0, v0 + nv) of each row, nh * nv <= ACC_VECTORS; stored into out[h] as they
  * are (raw), or merged into it with the factors a[h], b[h] (merge_vec). Heads without keys
- * in the chunk are left alone. The block that reads a slice first (first_block) asks for it
- * PREFETCH_AHEAD rows ahead. raw is the chunk form's, where every head has all the chunk's
- * keys, so no key is checked against n[h] (measured: the chunk kernel 2-4% faster). */
+ * in the chunk are left alone. The block that reads a slice first (first_block) asks for
+ * what is read next: in the one-call form the slice PREFETCH_AHEAD rows on, in the chunk
+ * form (raw) the next slice of the same row, at next_off (NO_SLICE: none), a whole pass
+ * over the chunk's rows ahead (in time, 8 rows of one slice are too few). raw is the chunk
+ * form's, where every head has all the chunk's keys, so no key is checked against n[h]
+ * (measured: the chunk kernel 2-4% faster). */
 static inline __attribute__((always_inline)) void
 chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int32_t h0,
              int32_t nh, int32_t v0, int32_t nv, const void *const *values, size_t off,
              int64_t c0, int64_t n_keys, uint32_t kv_type, int32_t nvec, bool first_block,
-             bool raw, const float *a, const float *b)
+             size_t next_off, bool raw, const float *a, const float *b)
 {
     int n_max = 0;
     for (int32_t h = 0; h < nh; h++)
@@ -336,9 +383,12 @@ chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int3
         acc[i] = _mm512_setzero_ps();
     for (int j = 0; j < n_max; j++) {
         const char *row = (const char *)values[c0 + j] + off;
-        if (first_block)
-            prefetch_slices(values, NULL, c0 + j + PREFETCH_AHEAD, 1, n_keys, off,
-                            slice_bytes(kv_type, nvec));
+        if (first_block && raw && next_off != NO_SLICE)
+            prefetch_span(values[c0 + j], next_off,
+                          next_off + (size_t)slice_bytes(kv_type, nvec));
+        else if (first_block && !raw)
+            prefetch_slice(values, c0 + j + PREFETCH_AHEAD, n_keys, off,
+                           slice_bytes(kv_type, nvec));
         for (int32_t v = 0; v < nv; v++) {
             __m512 x = load_vec(row, v0 + v, kv_type);
             for (int32_t h = 0; h < nh; h++)
@@ -379,13 +429,14 @@ chunk_values_all(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n,
             for (int32_t v0 = 0; v0 < nvec; v0 += ACC_VECTORS) {
                 const int32_t nv = nvec - v0 < ACC_VECTORS ? nvec - v0 : ACC_VECTORS;
                 const bool first_block = hb == h0 && v0 == 0;
+                const size_t next_off = h1 < n_heads ? off[h1] : NO_SLICE;
                 /* A whole block with constant sizes keeps its accumulators in registers. */
                 if (nh == heads_at_once && nv == nvec)
                     chunk_values(out, p, n, hb, heads_at_once, 0, nvec, values, off[h0], c0,
-                                 n_keys, kv_type, nvec, first_block, raw, a, b);
+                                 n_keys, kv_type, nvec, first_block, next_off, raw, a, b);
                 else
                     chunk_values(out, p, n, hb, nh, v0, nv, values, off[h0], c0, n_keys,
-                                 kv_type, nvec, first_block, raw, a, b);
+                                 kv_type, nvec, first_block, next_off, raw, a, b);
             }
         }
     }
@@ -419,8 +470,7 @@ heads_body(float *const *out, const float *const *q, const int64_t *n_keys, int3
             n[h] = left <= 0 ? 0 : left < GRAFT_ATTN_CHUNK ? (int)left : GRAFT_ATTN_CHUNK;
             n_max = n[h] > n_max ? n[h] : n_max;
         }
-        chunk_scores(scores, q, n, n_max, n_heads, keys, values, off, c0, most, kv_type, nvec,
-                     scale, false);
+        chunk_scores(scores, q, n, n_max, n_heads, keys, c0, kv_type, nvec, scale);
         for (int32_t h = 0; h < n_heads; h++)
             if (n[h] > 0)
                 max[h] = chunk_softmax(scores[h], n[h], &sum[h]);
@@ -444,12 +494,18 @@ chunk_body(float *const *out, float *max, float *sum, const float *const *q,
     float scores[GRAFT_ATTN_MAX_HEADS][GRAFT_ATTN_CHUNK]; // (heads, chunk keys); then p
     size_t off[GRAFT_ATTN_MAX_HEADS];
     int n[GRAFT_ATTN_MAX_HEADS];
+    if (n_heads == 0)
+        return;
+    size_t lo = (size_t)col[0] * (size_t)elem_bytes(kv_type), hi = lo;
     for (int32_t h = 0; h < n_heads; h++) {
         off[h] = (size_t)col[h] * (size_t)elem_bytes(kv_type);
         n[h] = n_keys;
+        lo = off[h] < lo ? off[h] : lo;
+        hi = off[h] + (size_t)slice_bytes(kv_type, nvec) > hi
+                 ? off[h] + (size_t)slice_bytes(kv_type, nvec)
+                 : hi;
     }
-    chunk_scores(scores, q, n, n_keys, n_heads, keys, values, off, 0, n_keys, kv_type, nvec,
-                 scale, true);
+    row_scores(scores, q, n_heads, n_keys, keys, values, off, lo, hi, kv_type, nvec, scale);
     for (int32_t h = 0; h < n_heads; h++)
         max[h] = chunk_softmax(scores[h], n_keys, &sum[h]);
     chunk_values_all(out, scores, n, n_heads, values, off, 0, n_keys, kv_type, nvec, true,

@@ -12,9 +12,10 @@
 # (default: one per online CPU). Progress goes to stderr; stdout is one markdown table per
 # model: metric | graft | llama.cpp | graft ÷ llama.cpp, with each engine's decode as a
 # percentage of its decode roofline: memory bandwidth ÷ the bytes a decoded token reads
-# (weights plus the F16 KV of its context, as graft bench speed counts them), and
-# bandwidth ÷ weight bytes alone; each run's decode is set against the roofline of the
-# bandwidth sampled around it in the same run, and the median of those percentages shown.
+# (weights plus the F16 KV of its context, as graft bench speed counts them), from the
+# bandwidth sampled during the decode and from the one sampled around it, and bandwidth
+# (around) ÷ weight bytes alone; each run's decode is set against the rooflines of its own
+# samples, and the median of those percentages shown.
 #
 # Needs sh bench/setup.sh first, and a graft built in release mode ($GRAFT_BIN, else
 # build/release/graft). Timings are only as quiet as the machine: see bench/README.md.
@@ -112,6 +113,8 @@ for r in llama or []:
     r["decode_roofline_weights_tps"] = r["decode_roofline_tps"]
     r["decode_roofline_tps"] = (r["bandwidth_gbs"] * 1e9 /
                                 (r["weight_bytes"] + g0["kv_bytes_per_token"]))
+    r["decode_roofline_during_tps"] = (r["bandwidth_during_gbs"] * 1e9 /
+                                       (r["weight_bytes"] + g0["kv_bytes_per_token"]))
 
 figures = [
     (f"prefill, tok/s ({g0['prompt_tokens']} tokens, one batch)", "prefill_tps", None),
@@ -121,9 +124,14 @@ for n in g0["aggregate_tps"]:
     figures.append((f"aggregate decode, tok/s, {n} sequence{'s' if n != '1' else ''}",
                     "aggregate_tps", n))
 figures += [
-    ("memory read bandwidth, GB/s", "bandwidth_gbs", None),
-    ("decode roofline, tok/s (bandwidth ÷ (weight + KV bytes))", "decode_roofline_tps", None),
-    ("decode roofline, tok/s (bandwidth ÷ weight bytes)", "decode_roofline_weights_tps", None),
+    ("memory read bandwidth during the decode, GB/s", "bandwidth_during_gbs", None),
+    ("memory read bandwidth around the decode, GB/s", "bandwidth_gbs", None),
+    ("decode roofline, tok/s (bandwidth during ÷ (weight + KV bytes))",
+     "decode_roofline_during_tps", None),
+    ("decode roofline, tok/s (bandwidth around ÷ (weight + KV bytes))", "decode_roofline_tps",
+     None),
+    ("decode roofline, tok/s (bandwidth around ÷ weight bytes)", "decode_roofline_weights_tps",
+     None),
 ]
 
 def cell(v):
@@ -151,8 +159,9 @@ for label, key, sub in figures:
 def pct(rows, key):  # each run's decode against the roofline measured around it
     return 100 * statistics.median(r["decode_tps"] / r[key] for r in rows)
 
-for what, key in (("weight + KV bytes", "decode_roofline_tps"),
-                  ("weight bytes only", "decode_roofline_weights_tps")):
+for what, key in (("bandwidth during, weight + KV bytes", "decode_roofline_during_tps"),
+                  ("bandwidth around, weight + KV bytes", "decode_roofline_tps"),
+                  ("bandwidth around, weight bytes only", "decode_roofline_weights_tps")):
     print(f"| decode, % of roofline ({what}) | {pct(graft, key):.1f}% | "
           f"{f'{pct(llama, key):.1f}%' if llama else 'n/a'} | |")
 print()

@@ -12,11 +12,12 @@
  *     previous logits;
  *   - aggregate decode: 1, 2, 4 and 8 sequences (a context with n_seq_max 8), each first
  *     given a 64-token context, then 64 llama_decode calls holding one token per sequence;
- *   - memory-read bandwidth: all threads streaming over a 512 MiB buffer, sampled just
- *     before and just after each prefill and decode run (the best of 3 reads each time,
- *     the larger of the two being the run's sample),
- *     and the decode roofline bandwidth / llama_model_size() (all tensor bytes, as graft
- *     counts them).
+ *   - memory-read bandwidth: all threads streaming over a 512 MiB buffer, sampled around
+ *     each prefill and decode run (just before and just after, the best of 3 reads each
+ *     time, the larger of the two being the run's sample) and during the decode (the
+ *     mean of one read every GRAFT_PROBE_EVERY decoded tokens, each after a pause, not
+ *     timed as decode), and the decode roofline bandwidth (around) / llama_model_size()
+ *     (all tensor bytes, as graft counts them).
  * n_threads and n_threads_batch are both --threads; everything else is llama.cpp's
  * default (F16 KV cache, flash attention "auto", which resolves to on for the CPU backend,
  * per-sequence KV streams). Each figure is the median of --reps runs, after an untimed
@@ -52,7 +53,7 @@ static const int seq_counts[] = {1, 2, 4, 8};
 #define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
 
 enum { FIG_PREFILL, FIG_DECODE, FIG_AGGREGATE, FIG_BANDWIDTH = FIG_AGGREGATE + N_SEQ_COUNTS,
-       N_FIGURES };
+       FIG_BANDWIDTH_DURING, N_FIGURES };
 
 static const char usage[] =
     "usage: llama_speed -m MODEL [--threads N] [--prompt N] [--gen N] [--reps N] [--json]\n"
@@ -292,32 +293,42 @@ static int probe_failed(void)
     return -1;
 }
 
-/* Prefill and decode; the rep's bandwidth sample is the larger of one taken just before and
- * one just after (as graft's). */
+/* Prefill and decode; the bandwidth is sampled around them (the larger of a sample just
+ * before and one just after) and during the decode (the mean of the samples between
+ * decoded tokens, not timed as decode), as graft's. */
 static int measure_prefill_decode(state *s, const options *o, graft__probe *p, int rep)
 {
     reset_seq(s->single, 0);
     s->batch.n_tokens = 0;
     for (int i = 0; i < o->n_prompt; i++)
         batch_add(&s->batch, random_token(s), i, 0, i + 1 == o->n_prompt);
-    double before, after;
+    double before, after, during = 0, sample, decode_s = 0;
+    int n_during = 0;
     if (graft__probe_sample(p, &before) != 0)
         return probe_failed();
     double t0 = now_s();
     int rc = decode(s->single, s->batch);
     double t1 = now_s();
     for (int i = 0; rc == 0 && i < o->n_gen; i++) {
+        if (graft__probe_during_at(i, o->n_gen)) {
+            if (graft__probe_sample_during(p, &sample) != 0)
+                return probe_failed();
+            during += sample;
+            n_during++;
+        }
+        double t = now_s();
         int32_t next = graft__argmax(llama_get_logits_ith(s->single, -1), s->n_vocab);
         s->batch.n_tokens = 0;
         batch_add(&s->batch, next, o->n_prompt + i, 0, 1);
         rc = decode(s->single, s->batch);
+        decode_s += now_s() - t;
     }
-    double t2 = now_s();
     if (graft__probe_sample(p, &after) != 0)
         return probe_failed();
     figure_samples(s, o, FIG_PREFILL)[rep] = rate(o->n_prompt, t1 - t0);
-    figure_samples(s, o, FIG_DECODE)[rep] = rate(o->n_gen, t2 - t1);
+    figure_samples(s, o, FIG_DECODE)[rep] = rate(o->n_gen, decode_s);
     figure_samples(s, o, FIG_BANDWIDTH)[rep] = before > after ? before : after;
+    figure_samples(s, o, FIG_BANDWIDTH_DURING)[rep] = n_during > 0 ? during / n_during : 0;
     return rc;
 }
 
@@ -407,8 +418,9 @@ static void print_json(state *s, const options *o, const double *fig, double roo
            fig[FIG_PREFILL], fig[FIG_DECODE]);
     for (int i = 0; i < N_SEQ_COUNTS; i++)
         printf("%s\"%d\": %.3f", i ? ", " : "", seq_counts[i], fig[FIG_AGGREGATE + i]);
-    printf("}, \"bandwidth_gbs\": %.3f, \"decode_roofline_tps\": %.3f}\n", fig[FIG_BANDWIDTH],
-           roofline);
+    printf("}, \"bandwidth_gbs\": %.3f, \"decode_roofline_tps\": %.3f, "
+           "\"bandwidth_during_gbs\": %.3f}\n",
+           fig[FIG_BANDWIDTH], roofline, fig[FIG_BANDWIDTH_DURING]);
 }
 
 static void print_table(state *s, const options *o, const double *fig, double roofline)
@@ -422,7 +434,8 @@ static void print_table(state *s, const options *o, const double *fig, double ro
     for (int i = 0; i < N_SEQ_COUNTS; i++)
         printf("  aggregate  %12.2f tok/s  (%d sequence%s)\n", fig[FIG_AGGREGATE + i],
                seq_counts[i], seq_counts[i] > 1 ? "s" : "");
-    printf("  bandwidth  %12.2f GB/s\n", fig[FIG_BANDWIDTH]);
+    printf("  bandwidth  %12.2f GB/s  (around the decode)\n", fig[FIG_BANDWIDTH]);
+    printf("             %12.2f GB/s  (during the decode)\n", fig[FIG_BANDWIDTH_DURING]);
     printf("  roofline   %12.2f tok/s  (%llu weight bytes)\n", roofline,
            (unsigned long long)llama_model_size(s->model));
 }

@@ -853,7 +853,8 @@ static void test_bench_speed(void **state)
     static const char *const fields[] = {
         "engine", "model", "arch", "threads", "kernels", "prompt_tokens", "gen_tokens",
         "seq_context_tokens", "seq_gen_tokens", "reps", "weight_bytes", "prefill_tps",
-        "decode_tps", "aggregate_tps", "bandwidth_gbs", "decode_roofline_tps", NULL};
+        "decode_tps", "aggregate_tps", "bandwidth_gbs", "decode_roofline_tps",
+        "bandwidth_during_gbs", "decode_roofline_during_tps", NULL};
     char path[512];
     synth_tiny(path, sizeof path);
     cli_result help = GRAFT("bench", "speed", "--help");
@@ -864,6 +865,8 @@ static void test_bench_speed(void **state)
     expect_documented(help.out, r.out, fields);
     assert_int_equal((int)json_number(r.out, "prompt_tokens"), 16);
     assert_int_equal((int)json_number(r.out, "seq_context_tokens"), 64);
+    assert_true(json_number(r.out, "bandwidth_during_gbs") > 0); /* one sample, before token 2 */
+    assert_true(json_number(r.out, "decode_roofline_during_tps") > 0);
     const char *agg = strstr(r.out, "\"aggregate_tps\": {");
     assert_non_null(agg);
     static const char *const counts[] = {"1", "2", "4", "8"};

@@ -1,6 +1,7 @@
 /*
  * bandwidth_probe.c: the memory-read bandwidth probe (bandwidth_probe.h).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,17 +88,44 @@ void graft__probe_free(graft__probe *p)
     free(p->buf);
 }
 
-int graft__probe_sample(graft__probe *p, double *gbs)
+/* *gbs = the bandwidth of one timed read of the buffer. */
+static int timed_read(graft__probe *p, double *gbs)
 {
     const double bytes = (double)p->per * sizeof *p->buf * (double)p->n_threads * PROBE_PASSES;
+    double t0 = now_s();
+    if (run_slices(p, 0) != 0)
+        return -1;
+    double seconds = now_s() - t0;
+    *gbs = seconds > 0 ? bytes / seconds * 1e-9 : 0;
+    return 0;
+}
+
+int graft__probe_sample(graft__probe *p, double *gbs)
+{
     *gbs = 0;
     for (int i = 0; i < PROBE_TRIES; i++) {
-        double t0 = now_s();
-        if (run_slices(p, 0) != 0)
+        double sample;
+        if (timed_read(p, &sample) != 0)
             return -1;
-        double seconds = now_s() - t0;
-        double sample = seconds > 0 ? bytes / seconds * 1e-9 : 0;
         *gbs = sample > *gbs ? sample : *gbs;
     }
+    return 0;
+}
+
+int graft__probe_sample_during(graft__probe *p, double *gbs)
+{
+    struct timespec pause = {0, GRAFT_PROBE_SETTLE_US * 1000L};
+    while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
+        ;
+    return timed_read(p, gbs);
+}
+
+int graft__probe_during_at(int32_t i, int32_t n_gen)
+{
+    int64_t k = n_gen / GRAFT_PROBE_EVERY > 1 ? n_gen / GRAFT_PROBE_EVERY : 1;
+    /* sample j (0 <= j < k) is before token floor((2j + 1) n_gen / 2k) */
+    for (int64_t j = 0; j < k; j++)
+        if ((int64_t)i == (2 * j + 1) * n_gen / (2 * k))
+            return 1;
     return 0;
 }

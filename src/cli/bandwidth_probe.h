@@ -10,6 +10,14 @@
  * the best of a few timed reads, as a read can start while a thread that just finished
  * computing still holds a core (a pool worker spins a while before it sleeps) and run at
  * half the rate.
+ *
+ * A sample taken during a decode is one read after a pause of GRAFT_PROBE_SETTLE_US, which
+ * outlasts the spin of graft's pool workers (about 0.5 ms): the benchmarks take a few of
+ * them between the decoded tokens (graft__probe_during_at says before which), not timed
+ * as decode, and their mean is the bandwidth of the memory system during the decode. On a
+ * machine whose bandwidth changes from second to second with where its virtual cores run
+ * (this one's reads by two threads alternate between about 40 and 70 GB/s), the samples
+ * around a decode can find a state the decode never ran in.
  */
 #ifndef GRAFT_BANDWIDTH_PROBE_H
 #define GRAFT_BANDWIDTH_PROBE_H
@@ -18,6 +26,8 @@
 #include <stdint.h>
 
 #define GRAFT_PROBE_BYTES ((size_t)512 << 20) /* the buffer, well beyond the caches */
+#define GRAFT_PROBE_EVERY 16                  /* decoded tokens per sample during a decode */
+#define GRAFT_PROBE_SETTLE_US 2000            /* pause before a sample during a decode */
 
 typedef struct graft__probe_slice graft__probe_slice;
 typedef struct graft__probe {
@@ -34,5 +44,11 @@ void graft__probe_free(graft__probe *p);
 /* *gbs = one sample of the read bandwidth, 1e9 bytes/s; 0, or -1 when a thread cannot be
  * started. */
 int graft__probe_sample(graft__probe *p, double *gbs);
+/* *gbs = one read after a pause of GRAFT_PROBE_SETTLE_US (a sample during a decode); 0, or
+ * -1 when a thread cannot be started. */
+int graft__probe_sample_during(graft__probe *p, double *gbs);
+/* Whether a decode of n_gen tokens takes a sample just before its token i (0 <= i < n_gen):
+ * max(1, n_gen / GRAFT_PROBE_EVERY) samples, each in the middle of its share of the tokens. */
+int graft__probe_during_at(int32_t i, int32_t n_gen);
 
 #endif

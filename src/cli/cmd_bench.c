@@ -14,11 +14,13 @@
  *     graft_session_generate calls that the engine's scheduler batches (tokens of all
  *     sessions / time from the first submission to the last generation done);
  *   - memory-read bandwidth: every thread streaming over its slice of a 512 MiB buffer
- *     (GB/s), sampled just before and just after each prefill and decode run, each sample
- *     the best of 3 reads, the larger of the two being the run's (this machine's bandwidth
- *     drifts by half from minute to minute, so the roofline is taken in the state the
- *     decode ran in, and at its best then), and the decode roofline it implies:
- *     bandwidth / bytes read per decoded token.
+ *     (GB/s), sampled during the decode (one read every GRAFT_PROBE_EVERY decoded tokens
+ *     after a short pause, not timed as decode; their mean), and around each prefill and
+ *     decode run (just before and just after, each sample the best of 3 reads, the larger
+ *     of the two being the run's). This machine's bandwidth changes from second to second
+ *     with where its virtual cores run (bandwidth_probe.h), so the roofline is taken in
+ *     the states the decode ran in; the one around it is the best the machine gave near
+ *     the run. The decode roofline each implies: bandwidth / bytes read per decoded token.
  *     Those bytes are the weights, counted as graft_model_info.weight_bytes (all tensor
  *     data: exact for a model whose output matrix is its token embedding, as in every graft
  *     synth preset; for an untied embedding, of which a step reads one row, it overcounts,
@@ -50,7 +52,7 @@ static const int32_t seq_counts[] = {1, 2, 4, 8};
 
 /* The figures, each sampled once per rep. */
 enum { FIG_PREFILL, FIG_DECODE, FIG_AGGREGATE, FIG_BANDWIDTH = FIG_AGGREGATE + N_SEQ_COUNTS,
-       N_FIGURES };
+       FIG_BANDWIDTH_DURING, N_FIGURES };
 
 static const char bench_usage[] =
     "usage: graft bench SUBCOMMAND [OPTIONS]\n"
@@ -76,13 +78,16 @@ static const char speed_usage[] =
     "             context, then all generating 64 greedy tokens concurrently (tokens of\n"
     "             all sessions / time from the first submission to the last one done)\n"
     "  bandwidth  memory read by all threads streaming over a 512 MiB buffer, sampled\n"
-    "             just before and just after each prefill and decode run (the best of 3\n"
-    "             reads each time, the larger of the two kept);\n"
+    "             around each prefill and decode run (just before and just after, the\n"
+    "             best of 3 reads each time, the larger of the two kept) and during the\n"
+    "             decode (one read every 16 decoded tokens after a 2 ms pause, not timed\n"
+    "             as decode; their mean);\n"
     "             the decode roofline is bandwidth / bytes a decoded token reads: the\n"
     "             weight bytes (all tensor data) plus the F16 keys and values of its\n"
     "             context (sliding-window layers: of their window), averaged over the\n"
-    "             decoded tokens; the weights-only roofline (bandwidth / weight bytes) is\n"
-    "             printed too\n"
+    "             decoded tokens, from the bandwidth during the decode and from the one\n"
+    "             around it; the weights-only roofline (bandwidth around / weight bytes)\n"
+    "             is printed too\n"
     "Each figure is the median of --reps runs, after an untimed warm-up.\n"
     "\n"
     "options:\n"
@@ -98,9 +103,11 @@ static const char speed_usage[] =
     "JSON fields: engine (\"graft\"), model (the path), arch, threads, kernels,\n"
     "prompt_tokens, gen_tokens, seq_context_tokens, seq_gen_tokens, reps, weight_bytes,\n"
     "prefill_tps, decode_tps, aggregate_tps ({\"1\": tok/s, \"2\": .., \"4\": .., \"8\": ..}),\n"
-    "bandwidth_gbs (1e9 bytes/s), kv_bytes_per_token (mean KV bytes a decoded token\n"
-    "reads), decode_roofline_tps (bandwidth / (weight_bytes + kv_bytes_per_token)),\n"
-    "decode_roofline_weights_tps (bandwidth / weight_bytes).\n";
+    "bandwidth_gbs (around the decode, 1e9 bytes/s), kv_bytes_per_token (mean KV bytes a\n"
+    "decoded token reads), decode_roofline_tps (bandwidth_gbs / (weight_bytes +\n"
+    "kv_bytes_per_token)), decode_roofline_weights_tps (bandwidth_gbs / weight_bytes),\n"
+    "bandwidth_during_gbs (during the decode), decode_roofline_during_tps\n"
+    "(bandwidth_during_gbs / (weight_bytes + kv_bytes_per_token)).\n";
 
 typedef struct speed_options {
     const char *model;
@@ -134,30 +141,40 @@ static int probe_failed(void)
     return GRAFT_CLI_FAILED;
 }
 
-/* Prefill of n_prompt tokens, then n_gen single-token decodes, on sequence 0; the bandwidth
- * sample of the rep is the larger of one taken just before and one just after, so the
- * roofline is measured in the memory system's state of the decode it is set against. */
+/* Prefill of n_prompt tokens, then n_gen single-token decodes, on sequence 0. The bandwidth
+ * is sampled twice: the larger of a sample just before and one just after (each the best
+ * of 3 reads), and the mean of the samples taken between decoded tokens
+ * (graft__probe_during_at; their pauses and reads are not timed as decode). */
 static int measure_prefill_decode(bench_state *s, const speed_options *o, int rep)
 {
     int32_t n_vocab = s->info.n_vocab;
     graft_context_seq_reset(s->single, 0);
     graft__bench_random_tokens(&s->rng, s->tokens, (size_t)o->n_prompt);
-    double before, after;
+    double before, after, during = 0, sample, decode_s = 0;
+    int n_during = 0;
     if (graft__probe_sample(&s->probe, &before) != 0)
         return probe_failed();
     double t0 = graft__bench_now_s();
     int rc = graft_context_eval(s->single, s->tokens, (size_t)o->n_prompt, s->logits);
     double t1 = graft__bench_now_s();
     for (int32_t i = 0; rc == GRAFT_OK && i < o->n_gen; i++) {
+        if (graft__probe_during_at(i, o->n_gen)) {
+            if (graft__probe_sample_during(&s->probe, &sample) != 0)
+                return probe_failed();
+            during += sample;
+            n_during++;
+        }
+        double t = graft__bench_now_s();
         int32_t next = graft__argmax(s->logits, n_vocab);
         rc = graft_context_eval(s->single, &next, 1, s->logits);
+        decode_s += graft__bench_now_s() - t;
     }
-    double t2 = graft__bench_now_s();
     if (graft__probe_sample(&s->probe, &after) != 0)
         return probe_failed();
     figure_samples(s, o, FIG_PREFILL)[rep] = graft__bench_rate(o->n_prompt, t1 - t0);
-    figure_samples(s, o, FIG_DECODE)[rep] = graft__bench_rate(o->n_gen, t2 - t1);
+    figure_samples(s, o, FIG_DECODE)[rep] = graft__bench_rate(o->n_gen, decode_s);
     figure_samples(s, o, FIG_BANDWIDTH)[rep] = before > after ? before : after;
+    figure_samples(s, o, FIG_BANDWIDTH_DURING)[rep] = n_during > 0 ? during / n_during : 0;
     if (rc != GRAFT_OK) {
         graft__cli_error(SPEED, "evaluation failed: %s", graft_status_str(rc));
         return GRAFT_CLI_FAILED;
@@ -326,6 +343,7 @@ typedef struct speed_results {
     double kv_bytes;       /* mean KV bytes read per decoded token */
     double roofline_tps;   /* bandwidth / (weight bytes + kv_bytes) */
     double roofline_weights_tps; /* bandwidth / weight bytes */
+    double roofline_during_tps;  /* bandwidth during the decode / (weight bytes + kv_bytes) */
 } speed_results;
 
 /* The KV bytes decode step t (0 <= t < n_gen) reads, averaged over the steps: step t
@@ -355,6 +373,8 @@ static void summarize(bench_state *s, const speed_options *o, speed_results *r)
                                         (double)s->info.weight_bytes + r->kv_bytes);
     r->roofline_weights_tps =
         graft__bench_rate(r->fig[FIG_BANDWIDTH] * 1e9, (double)s->info.weight_bytes);
+    r->roofline_during_tps = graft__bench_rate(r->fig[FIG_BANDWIDTH_DURING] * 1e9,
+                                               (double)s->info.weight_bytes + r->kv_bytes);
 }
 
 static void print_json(const bench_state *s, const speed_options *o, const speed_results *r)
@@ -374,8 +394,10 @@ static void print_json(const bench_state *s, const speed_options *o, const speed
     for (int i = 0; i < N_SEQ_COUNTS; i++)
         printf("%s\"%d\": %.3f", i ? ", " : "", (int)seq_counts[i], r->fig[FIG_AGGREGATE + i]);
     printf("}, \"bandwidth_gbs\": %.3f, \"kv_bytes_per_token\": %.0f, "
-           "\"decode_roofline_tps\": %.3f, \"decode_roofline_weights_tps\": %.3f}\n",
-           r->fig[FIG_BANDWIDTH], r->kv_bytes, r->roofline_tps, r->roofline_weights_tps);
+           "\"decode_roofline_tps\": %.3f, \"decode_roofline_weights_tps\": %.3f, "
+           "\"bandwidth_during_gbs\": %.3f, \"decode_roofline_during_tps\": %.3f}\n",
+           r->fig[FIG_BANDWIDTH], r->kv_bytes, r->roofline_tps, r->roofline_weights_tps,
+           r->fig[FIG_BANDWIDTH_DURING], r->roofline_during_tps);
 }
 
 /* "  decode     128 tokens after 512          1234.56 tok/s" */
@@ -397,7 +419,8 @@ static void print_table(const bench_state *s, const speed_options *o, const spee
     print_row("prefill", detail, r->fig[FIG_PREFILL], "tok/s\n");
     snprintf(detail, sizeof detail, "%d tokens after %d", (int)o->n_gen, (int)o->n_prompt);
     print_row("decode", detail, r->fig[FIG_DECODE], "tok/s");
-    printf("  (%.1f%% of the roofline, %.1f%% of weights only)\n",
+    printf("  (%.1f%% of the roofline during it; around it %.1f%%, %.1f%% of weights only)\n",
+           100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_during_tps),
            100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_tps),
            100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_weights_tps));
     for (int i = 0; i < N_SEQ_COUNTS; i++) {
@@ -407,10 +430,13 @@ static void print_table(const bench_state *s, const speed_options *o, const spee
     }
     snprintf(detail, sizeof detail, "memory read, %d threads, %zu MiB",
              (int)graft_context_threads(s->single), GRAFT_PROBE_BYTES >> 20);
-    print_row("bandwidth", detail, r->fig[FIG_BANDWIDTH], "GB/s\n");
-    print_row("roofline", "bandwidth / (weights + mean KV read)", r->roofline_tps, "tok/s");
+    print_row("bandwidth", detail, r->fig[FIG_BANDWIDTH], "GB/s  (around the decode)\n");
+    snprintf(detail, sizeof detail, "mean of samples between decoded tokens");
+    print_row("", detail, r->fig[FIG_BANDWIDTH_DURING], "GB/s  (during the decode)\n");
+    print_row("roofline", "during / (weights + mean KV read)", r->roofline_during_tps, "tok/s");
     printf("  (KV %.2f MiB a token)\n", r->kv_bytes / (1024.0 * 1024.0));
-    print_row("", "bandwidth / weight bytes", r->roofline_weights_tps, "tok/s\n");
+    print_row("", "around / (weights + mean KV read)", r->roofline_tps, "tok/s\n");
+    print_row("", "around / weight bytes", r->roofline_weights_tps, "tok/s\n");
 }
 
 static int bench_speed(int argc, char **argv)

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define GRAFT_PROBE_BYTES ((size_t)512 << 20) /* the buffer, well beyond the caches */
-#define GRAFT_PROBE_EVERY 16                  /* decoded tokens per sample during a decode */
+#define GRAFT_PROBE_EVERY 8                   /* decoded tokens per sample during a decode */
 #define GRAFT_PROBE_SETTLE_US 2000            /* pause before a sample during a decode */
 
 typedef struct graft__probe_slice graft__probe_slice;

@@ -80,7 +80,7 @@ static const char speed_usage[] =
     "  bandwidth  memory read by all threads streaming over a 512 MiB buffer, sampled\n"
     "             around each prefill and decode run (just before and just after, the\n"
     "             best of 3 reads each time, the larger of the two kept) and during the\n"
-    "             decode (one read every 16 decoded tokens after a 2 ms pause, not timed\n"
+    "             decode (one read every 8 decoded tokens after a 2 ms pause, not timed\n"
     "             as decode; their mean);\n"
     "             the decode roofline is bandwidth / bytes a decoded token reads: the\n"
     "             weight bytes (all tensor data) plus the F16 keys and values of its\n"

@@ -156,7 +156,7 @@ for label, key, sub in figures:
     ratio = f"{g / l:.2f}" if l else "n/a"
     print(f"| {label} | {cell(g)} | {cell(l)} | {ratio} |")
 
-def pct(rows, key):  # each run's decode against the roofline measured around it
+def pct(rows, key):  # each run's decode against that run's roofline `key`
     return 100 * statistics.median(r["decode_tps"] / r[key] for r in rows)
 
 for what, key in (("bandwidth during, weight + KV bytes", "decode_roofline_during_tps"),

@@ -302,7 +302,7 @@ static int measure_prefill_decode(state *s, const options *o, graft__probe *p, i
     s->batch.n_tokens = 0;
     for (int i = 0; i < o->n_prompt; i++)
         batch_add(&s->batch, random_token(s), i, 0, i + 1 == o->n_prompt);
-    double before, after, during = 0, sample, decode_s = 0;
+    double before, after, during = 0, decode_s = 0;
     int n_during = 0;
     if (graft__probe_sample(p, &before) != 0)
         return probe_failed();
@@ -310,12 +310,8 @@ static int measure_prefill_decode(state *s, const options *o, graft__probe *p, i
     int rc = decode(s->single, s->batch);
     double t1 = now_s();
     for (int i = 0; rc == 0 && i < o->n_gen; i++) {
-        if (graft__probe_during_at(i, o->n_gen)) {
-            if (graft__probe_sample_during(p, &sample) != 0)
-                return probe_failed();
-            during += sample;
-            n_during++;
-        }
+        if (graft__probe_during(p, i, o->n_gen, &during, &n_during) != 0)
+            return probe_failed();
         double t = now_s();
         int32_t next = graft__argmax(llama_get_logits_ith(s->single, -1), s->n_vocab);
         s->batch.n_tokens = 0;

@@ -112,20 +112,31 @@ int graft__probe_sample(graft__probe *p, double *gbs)
     return 0;
 }
 
-int graft__probe_sample_during(graft__probe *p, double *gbs)
+/* Whether a decode of n_gen tokens takes a sample just before its token i. */
+static int sample_due(int32_t i, int32_t n_gen)
 {
+    int64_t k = n_gen / GRAFT_PROBE_EVERY > 1 ? n_gen / GRAFT_PROBE_EVERY : 1;
+    /* sample j (0 <= j < k) is before token floor((2j + 1) n_gen / 2k), which lies in the
+     * j-th share [j n_gen / k, (j + 1) n_gen / k): only the share of i, or one beside it
+     * where a floor falls on its edge, can hold i's sample */
+    int64_t share = (int64_t)i * k / n_gen;
+    for (int64_t j = share - 1; j <= share + 1; j++)
+        if (j >= 0 && j < k && (int64_t)i == (2 * j + 1) * n_gen / (2 * k))
+            return 1;
+    return 0;
+}
+
+int graft__probe_during(graft__probe *p, int32_t i, int32_t n_gen, double *sum, int *count)
+{
+    if (!sample_due(i, n_gen))
+        return 0;
     struct timespec pause = {0, GRAFT_PROBE_SETTLE_US * 1000L};
     while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
         ;
-    return timed_read(p, gbs);
-}
-
-int graft__probe_during_at(int32_t i, int32_t n_gen)
-{
-    int64_t k = n_gen / GRAFT_PROBE_EVERY > 1 ? n_gen / GRAFT_PROBE_EVERY : 1;
-    /* sample j (0 <= j < k) is before token floor((2j + 1) n_gen / 2k) */
-    for (int64_t j = 0; j < k; j++)
-        if ((int64_t)i == (2 * j + 1) * n_gen / (2 * k))
-            return 1;
+    double gbs;
+    if (timed_read(p, &gbs) != 0)
+        return -1;
+    *sum += gbs;
+    (*count)++;
     return 0;
 }

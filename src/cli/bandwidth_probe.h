@@ -13,8 +13,8 @@
  *
  * A sample taken during a decode is one read after a pause of GRAFT_PROBE_SETTLE_US, which
  * outlasts the spin of graft's pool workers (about 0.5 ms): the benchmarks take a few of
- * them between the decoded tokens (graft__probe_during_at says before which), not timed
- * as decode, and their mean is the bandwidth of the memory system during the decode. On a
+ * them between the decoded tokens (graft__probe_during), not timed as decode, and their
+ * mean is the bandwidth of the memory system during the decode. On a
  * machine whose bandwidth changes from second to second with where its virtual cores run
  * (this one's reads by two threads alternate between about 40 and 70 GB/s), the samples
  * around a decode can find a state the decode never ran in.
@@ -44,11 +44,10 @@ void graft__probe_free(graft__probe *p);
 /* *gbs = one sample of the read bandwidth, 1e9 bytes/s; 0, or -1 when a thread cannot be
  * started. */
 int graft__probe_sample(graft__probe *p, double *gbs);
-/* *gbs = one read after a pause of GRAFT_PROBE_SETTLE_US (a sample during a decode); 0, or
- * -1 when a thread cannot be started. */
-int graft__probe_sample_during(graft__probe *p, double *gbs);
-/* Whether a decode of n_gen tokens takes a sample just before its token i (0 <= i < n_gen):
- * max(1, n_gen / GRAFT_PROBE_EVERY) samples, each in the middle of its share of the tokens. */
-int graft__probe_during_at(int32_t i, int32_t n_gen);
+/* Called just before token i (0 <= i < n_gen) of a decode of n_gen tokens: when a sample is
+ * due there, one read after a pause of GRAFT_PROBE_SETTLE_US, added to *sum (GB/s) and
+ * counted in *count. A decode takes max(1, n_gen / GRAFT_PROBE_EVERY) samples, each in the
+ * middle of its share of the tokens. 0, or -1 when a thread cannot be started. */
+int graft__probe_during(graft__probe *p, int32_t i, int32_t n_gen, double *sum, int *count);
 
 #endif

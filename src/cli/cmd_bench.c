@@ -144,13 +144,13 @@ static int probe_failed(void)
 /* Prefill of n_prompt tokens, then n_gen single-token decodes, on sequence 0. The bandwidth
  * is sampled twice: the larger of a sample just before and one just after (each the best
  * of 3 reads), and the mean of the samples taken between decoded tokens
- * (graft__probe_during_at; their pauses and reads are not timed as decode). */
+ * (graft__probe_during; their pauses and reads are not timed as decode). */
 static int measure_prefill_decode(bench_state *s, const speed_options *o, int rep)
 {
     int32_t n_vocab = s->info.n_vocab;
     graft_context_seq_reset(s->single, 0);
     graft__bench_random_tokens(&s->rng, s->tokens, (size_t)o->n_prompt);
-    double before, after, during = 0, sample, decode_s = 0;
+    double before, after, during = 0, decode_s = 0;
     int n_during = 0;
     if (graft__probe_sample(&s->probe, &before) != 0)
         return probe_failed();
@@ -158,12 +158,8 @@ static int measure_prefill_decode(bench_state *s, const speed_options *o, int re
     int rc = graft_context_eval(s->single, s->tokens, (size_t)o->n_prompt, s->logits);
     double t1 = graft__bench_now_s();
     for (int32_t i = 0; rc == GRAFT_OK && i < o->n_gen; i++) {
-        if (graft__probe_during_at(i, o->n_gen)) {
-            if (graft__probe_sample_during(&s->probe, &sample) != 0)
-                return probe_failed();
-            during += sample;
-            n_during++;
-        }
+        if (graft__probe_during(&s->probe, i, o->n_gen, &during, &n_during) != 0)
+            return probe_failed();
         double t = graft__bench_now_s();
         int32_t next = graft__argmax(s->logits, n_vocab);
         rc = graft_context_eval(s->single, &next, 1, s->logits);

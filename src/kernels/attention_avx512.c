@@ -61,7 +61,7 @@ enum {
     ACC_VECTORS = 16,    /* output accumulators kept in registers at once */
     PREFETCH_AHEAD = 8,  /* rows ahead whose slice the one-call form's values ask for */
     ROW_AHEAD = 4,       /* rows ahead that the chunk form's scores ask for */
-    ROW_HEADS = 4,       /* heads of one slice whose dot products dot_row computes at once */
+    ROW_HEADS = 4,       /* heads of one slice whose dot products row_scores takes at once */
     SCORE_HEADS = 8,     /* heads whose partial sums chunk_scores keeps at once */
     SCORE_KEYS = 8       /* keys whose dot products dot_block computes at once */
 };
@@ -128,16 +128,16 @@ static inline __m512 sum_lanes16(const __m512 *v)
                          _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* part[h][jj + k] (h < NH <= 2, k < NK <= SCORE_KEYS) = the 16-lane partial dot product
- * of query q[h] with the key slice rows[k]: q_0 k_0, then fused multiply-adds of vectors
- * 1 .. nvec - 1 in order. The NH x NK chains are interleaved, so that the processor
- * overlaps their latencies, and each vector of a query or a key is loaded once for all
- * of them. */
+/* part[h][jj + k] (h < NH <= ROW_HEADS, k < NK <= SCORE_KEYS, NH * NK <= 16) = the 16-lane
+ * partial dot product of query q[h] with the key slice rows[k]: q_0 k_0, then fused
+ * multiply-adds of vectors 1 .. nvec - 1 in order. The NH x NK chains are interleaved, so
+ * that the processor overlaps their latencies, and each vector of a query or a key is
+ * loaded once for all of them. */
 static inline __attribute__((always_inline)) void
 dot_block(__m512 (*part)[LANES], int jj, const float *const *q, int NH, int NK,
           const void *const *rows, uint32_t kv_type, int32_t nvec)
 {
-    __m512 acc[2][SCORE_KEYS];
+    __m512 acc[ROW_HEADS][SCORE_KEYS];
     for (int h = 0; h < NH; h++)
         for (int k = 0; k < NK; k++)
             acc[h][k] = _mm512_mul_ps(_mm512_loadu_ps(q[h]), load_vec(rows[k], 0, kv_type));
@@ -231,37 +231,17 @@ chunk_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int
     }
 }
 
-/* part[h][jj] (h < NH <= ROW_HEADS) = the 16-lane partial dot product of query q[h] with
- * the key slice at row: q_0 k_0, then fused multiply-adds of vectors 1 .. nvec - 1 in
- * order, as dot_block computes it; each key vector is loaded once for the NH heads. */
-static inline __attribute__((always_inline)) void
-dot_row(__m512 (*part)[LANES], int jj, const float *const *q, int NH, const char *row,
-        uint32_t kv_type, int32_t nvec)
-{
-    __m512 acc[ROW_HEADS];
-    __m512 key = load_vec(row, 0, kv_type);
-    for (int h = 0; h < NH; h++)
-        acc[h] = _mm512_mul_ps(_mm512_loadu_ps(q[h]), key);
-    for (int32_t v = 1; v < nvec; v++) {
-        key = load_vec(row, v, kv_type);
-        for (int h = 0; h < NH; h++)
-            acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q[h] + v * LANES), key, acc[h]);
-    }
-    for (int h = 0; h < NH; h++)
-        part[h][jj] = acc[h];
-}
-
 /* The chunk form's scores: scores[h][j] = scale * q[h] . k_j for the n_keys keys of the
- * chunk, k_j being keys[j] + off[h] bytes, the same bits as chunk_scores gives (each dot
- * product and each group of 16 keys goes through the same operations). The heads read
+ * chunk (n[h] = n_keys for every head), k_j being keys[j] + off[h] bytes, the same bits
+ * as chunk_scores gives (the same dot_block and store_scores, one key at a time). The heads read
  * the bytes [lo, hi) of each row, off[0] first. The rows are read one after another, each
  * for every head, so the memory is read in address order; each row asks for those bytes
  * of the row ROW_AHEAD rows on, and for the first slice of its own value row (the first
  * that the values read). */
 static inline __attribute__((always_inline)) void
-row_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, int32_t n_heads,
-           int n_keys, const void *const *keys, const void *const *values, const size_t *off,
-           size_t lo, size_t hi, uint32_t kv_type, int32_t nvec, float scale)
+row_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, const int *n,
+           int32_t n_heads, int n_keys, const void *const *keys, const void *const *values,
+           const size_t *off, size_t lo, size_t hi, uint32_t kv_type, int32_t nvec, float scale)
 {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int j0 = 0; j0 < n_keys; j0 += LANES) {
@@ -275,21 +255,17 @@ row_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *const *q, int32_t n_h
             for (int32_t h0 = 0, h1; h0 < n_heads; h0 = h1) { /* heads reading one slice */
                 for (h1 = h0 + 1; h1 < n_heads && off[h1] == off[h0]; h1++)
                     ;
-                const char *row = (const char *)keys[j] + off[h0];
+                const void *row[1] = {(const char *)keys[j] + off[h0]};
                 int32_t h = h0;
                 for (; h + ROW_HEADS <= h1; h += ROW_HEADS)
-                    dot_row(part + h, jj, q + h, ROW_HEADS, row, kv_type, nvec);
+                    dot_block(part + h, jj, q + h, ROW_HEADS, 1, row, kv_type, nvec);
                 for (; h + 2 <= h1; h += 2)
-                    dot_row(part + h, jj, q + h, 2, row, kv_type, nvec);
+                    dot_block(part + h, jj, q + h, 2, 1, row, kv_type, nvec);
                 if (h < h1)
-                    dot_row(part + h, jj, q + h, 1, row, kv_type, nvec);
+                    dot_block(part + h, jj, q + h, 1, 1, row, kv_type, nvec);
             }
         }
-        for (int32_t h = 0; h < n_heads; h++) {
-            for (int jj = m; jj < LANES; jj++)
-                part[h][jj] = _mm512_setzero_ps();
-            _mm512_storeu_ps(scores[h] + j0, _mm512_mul_ps(sum_lanes16(part[h]), vscale));
-        }
+        store_scores(scores, part, 0, n_heads, n, j0, m, vscale);
     }
 }
 
@@ -500,12 +476,11 @@ chunk_body(float *const *out, float *max, float *sum, const float *const *q,
     for (int32_t h = 0; h < n_heads; h++) {
         off[h] = (size_t)col[h] * (size_t)elem_bytes(kv_type);
         n[h] = n_keys;
+        const size_t end = off[h] + (size_t)slice_bytes(kv_type, nvec);
         lo = off[h] < lo ? off[h] : lo;
-        hi = off[h] + (size_t)slice_bytes(kv_type, nvec) > hi
-                 ? off[h] + (size_t)slice_bytes(kv_type, nvec)
-                 : hi;
+        hi = end > hi ? end : hi;
     }
-    row_scores(scores, q, n_heads, n_keys, keys, values, off, lo, hi, kv_type, nvec, scale);
+    row_scores(scores, q, n, n_heads, n_keys, keys, values, off, lo, hi, kv_type, nvec, scale);
     for (int32_t h = 0; h < n_heads; h++)
         max[h] = chunk_softmax(scores[h], n_keys, &sum[h]);
     chunk_values_all(out, scores, n, n_heads, values, off, 0, n_keys, kv_type, nvec, true,

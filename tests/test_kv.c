@@ -562,16 +562,18 @@ static void test_sliding_window(void **state)
     for (int32_t pos = 40; pos < 100; pos++)
         assert_int_equal(append(&r, p, a, hist + pos, 1, NULL), GRAFT_OK);
 
-    /* A keeps sliding-window entries 2 and 3 only (from 84 on); 0 and 1 live on in snap. */
+    /* A keeps sliding-window entries 2 and 3 only (from 84 on); 0 and 1 live on in snap. A
+     * clone at 79 keeps its window: its next query reads keys [64, 79]. */
     assert_true(graft__kv_seq_retains(p, a, 100));
     assert_true(graft__kv_seq_retains(p, a, 80));
-    assert_false(graft__kv_seq_retains(p, a, 79));
+    assert_true(graft__kv_seq_retains(p, a, 79));
+    assert_false(graft__kv_seq_retains(p, a, 78));
     assert_false(graft__kv_seq_retains(p, a, 40));
     assert_true(graft__kv_seq_retains(p, a, 0));
     graft__kv_stats st = stats_of(p);
     int32_t x;
     assert_int_equal(graft__kv_seq_clone(p, a, 40, &x), GRAFT_ERETENTION);
-    assert_int_equal(graft__kv_seq_clone(p, a, 79, &x), GRAFT_ERETENTION);
+    assert_int_equal(graft__kv_seq_clone(p, a, 78, &x), GRAFT_ERETENTION);
     assert_int_equal(graft__kv_seq_truncate(p, a, 70), GRAFT_ERETENTION);
     graft__kv_stats after = stats_of(p);
     expect_same_stats(&st, &after);
@@ -591,7 +593,7 @@ static void test_sliding_window(void **state)
     random_tokens(&r, shist + 40, 30);
     append_expect(&r, p, from_snap, shist, 40, shist + 40, 30, "clone of the snapshot");
     expect_continues(&r, p, a, hist, 100, "A after the snapshot's clone");
-    expect_continues(&r, p, a, hist, 80, "A cloned at its earliest kept boundary");
+    expect_continues(&r, p, a, hist, 79, "A cloned at its earliest kept boundary");
 
     /* Truncating within the window works; A then continues like a cold recomputation. */
     assert_int_equal(graft__kv_seq_truncate(p, a, 90), GRAFT_OK);
@@ -835,15 +837,27 @@ typedef struct world {
     int lost;       /* clones and truncations refused for retention */
 } world;
 
-/* The first sliding-window position a sequence of len positions must hold. */
+/* The first sliding-window position a sequence of len positions keeps: the block of the
+ * first key its last position reads (so a clone at len - 1 keeps its window). */
 static int32_t window_from(const world *w, int32_t len)
 {
     return w->window > 0 && len > w->window ? (len - w->window) / B * B : 0;
 }
 
+/* The first key the forward pass reads for a query at pos in a sliding-window layer. */
+static int32_t first_key_read(const world *w, int32_t pos)
+{
+    const graft__hparams *hp = &w->r->m->hp;
+    for (int32_t il = 0; il < hp->n_layer; il++)
+        if (hp->layer_is_swa[il])
+            return graft__model_first_key(hp, il, pos);
+    return 0;
+}
+
+/* A clone at upto keeps what the next query reads: [first_key_read(upto), upto). */
 static bool keeps(const world *w, const model_seq *m, int32_t upto)
 {
-    return upto == 0 || window_from(w, upto) >= m->kept;
+    return upto == 0 || first_key_read(w, upto) / B * B >= m->kept;
 }
 
 static int pick(const world *w, bool live)

@@ -10,11 +10,14 @@
  * blocks covering [0, upto) instead of copying them, and the first write into a block whose
  * count is above one copies that block (copy-on-write), so writers never disturb sharers.
  *
- * Sliding-window retention: once a sequence's length L passes a sliding-window block's end
- * by more than the window W (block end <= L - W), the sequence drops its reference to it (no
- * future query of this sequence can see it). clone(upto) needs, in the sliding-window group,
- * the blocks covering [max(0, upto - W), upto): if any is gone the clone is refused with
- * GRAFT_ERETENTION. A clone (a snapshot) holds its own references, so its window stays.
+ * Sliding-window retention: a query at position p reads the keys [p - W + 1, p] of a
+ * sliding-window layer (W the window). A sequence of length L keeps, in the sliding-window
+ * group, the blocks that reach past L - W: the window of its last position L - 1, so that a
+ * clone one position shorter still has its window; a block whose end is at or below L - W
+ * leaves the sequence (no future query of it can see the block). clone(upto) needs the
+ * blocks covering [max(0, upto - W + 1), upto), the keys the next query reads besides its
+ * own: if any is gone the clone is refused with GRAFT_ERETENTION. A clone (a snapshot) holds
+ * its own references, so its window stays.
  *
  * Threads: a pool and its sequences belong to one thread (the engine thread). Nothing here
  * locks.
@@ -58,6 +61,9 @@ typedef struct graft__kv_stats {
     /* With two groups, blocks_total, blocks_free and bytes_per_block count blocks of the
      * larger group (a block of the smaller one takes less); blocks_used, blocks_shared and
      * cow_copies count blocks of both groups. With one group every count is exact. */
+    int64_t slices_total;  /* the budget in slices (B positions of one layer): exact in both
+                              groups, where a block of a group of n layers takes n slices */
+    int64_t slices_free;
     int64_t bytes_total;   /* the block memory the budget bought */
     int64_t bytes_used;    /* of which held by blocks in use */
     int32_t n_groups;      /* 1 or 2: group[0] is the global group when the model has one */
@@ -100,16 +106,27 @@ int32_t graft__kv_seq_length(const graft__kv_pool *pool, int32_t seq);
 int graft__kv_seq_commit(graft__kv_pool *pool, int32_t seq, int32_t length);
 /* Forgets positions [length, old length) and anything reserved beyond (a cancelled or
  * failed step); 0 <= length <= current, else GRAFT_EINVAL. GRAFT_ERETENTION (nothing
- * changes) when the sliding-window blocks for [length - W, length) were already dropped. */
+ * changes) when the sliding-window blocks for [length - W + 1, length) were already dropped. */
 int graft__kv_seq_truncate(graft__kv_pool *pool, int32_t seq, int32_t length);
 
 /* Opens a new sequence holding exactly [0, upto) of `seq`, sharing its blocks.
  * GRAFT_EBOUNDARY: upto < 0 or upto > length. GRAFT_ERETENTION: a sliding-window block
- * needed for [upto - W, upto) is gone. GRAFT_ECAPACITY: no sequence id left. GRAFT_ENOMEM.
+ * needed for [upto - W + 1, upto) is gone. GRAFT_ECAPACITY: no sequence id left. GRAFT_ENOMEM.
  * The source is unchanged whatever the outcome. */
 int graft__kv_seq_clone(graft__kv_pool *pool, int32_t seq, int32_t upto, int32_t *clone);
 /* Whether a clone at `upto` would keep its sliding window (no allocation). */
 bool graft__kv_seq_retains(const graft__kv_pool *pool, int32_t seq, int32_t upto);
+
+/* Slices that making positions [from, from + n) of `seq` writable takes now: a fresh block
+ * for each entry it lacks, a copy of each entry it shares, in every group (0 for a sequence
+ * not open). The exact count reserve would take for this sequence alone. No allocation. */
+int64_t graft__kv_seq_write_slices(const graft__kv_pool *pool, int32_t seq, int32_t from,
+                                   int32_t n);
+/* Slices of the blocks `seq` references (shared or not); 0 for an id not open. */
+int64_t graft__kv_seq_held_slices(const graft__kv_pool *pool, int32_t seq);
+/* Whether `seq` holds the KV of position pos in every layer group (pos below its length and
+ * not dropped by the sliding window). For tests of retention. */
+bool graft__kv_seq_holds(const graft__kv_pool *pool, int32_t seq, int32_t pos);
 
 /* Bytes of the blocks (every group, each at its own block size) referenced only by the
  * sequences `seqs` (distinct ids; ids not open are skipped): what closing all of them would

@@ -244,6 +244,8 @@ void graft__kv_pool_stats(const graft__kv_pool *pool, graft__kv_stats *st)
     st->blocks_total = pool->slices_total / largest;
     st->blocks_free = pool->n_free_slices / largest;
     st->bytes_per_block = (int64_t)largest * (int64_t)pool->slice_bytes;
+    st->slices_total = pool->slices_total;
+    st->slices_free = pool->n_free_slices;
     st->bytes_total = (int64_t)pool->slices_total * (int64_t)pool->slice_bytes;
     st->bytes_used = (int64_t)used_slices * (int64_t)pool->slice_bytes;
     st->cow_copies = pool->cow_copies;

@@ -8,16 +8,27 @@
  * no KV bytes move. In the sliding-window group a sequence of length L keeps the blocks
  * that reach past L - W; a block whose end is at or below L - W is dropped at commit
  * (kv.h). A clone at upto takes, in that group, only the entries covering
- * [max(0, upto - W), upto); the entries before are left empty, since no query of the clone
- * can read them. The memory side (blocks, counts) is kv_pool.c; reserve is kv_reserve.c.
+ * [max(0, upto - W), upto) that the source still holds (at least [upto - W + 1, upto), which
+ * the next query reads); the entries before are left empty, since no query of the clone can
+ * read them. The memory side (blocks, counts) is kv_pool.c; reserve is kv_reserve.c.
  */
 #include "kv/kv_impl.h"
 
-/* First sliding-window entry a sequence of `length` positions needs: the block holding
- * position length - W (the window of the next query, with one position to spare). */
-static int32_t window_first(const kv_group *g, int32_t length)
+/* First sliding-window entry a sequence of `length` positions keeps: the block holding
+ * position length - W, the first key of the window of its last position length - 1, so that
+ * a clone one position shorter (a cached prompt repeated, whose last token is computed
+ * again) still has its window. */
+static int32_t window_keep_first(const kv_group *g, int32_t length)
 {
     int32_t lo = length - g->window;
+    return g->sliding && lo > 0 ? lo / KV_B : 0;
+}
+
+/* First sliding-window entry a clone at `upto` needs: the block holding the first key of the
+ * window of the next query, upto - W + 1 (the forward pass reads keys [pos - W + 1, pos]). */
+static int32_t window_need_first(const kv_group *g, int32_t upto)
+{
+    int32_t lo = upto - g->window + 1;
     return g->sliding && lo > 0 ? lo / KV_B : 0;
 }
 
@@ -25,7 +36,7 @@ static int32_t window_first(const kv_group *g, int32_t length)
 static bool keeps_window(const graft__kv_pool *p, const kv_seq *s, int32_t upto)
 {
     for (int g = 0; g < p->n_groups; g++)
-        if (upto > 0 && s->first[g] > window_first(&p->groups[g], upto))
+        if (upto > 0 && s->first[g] > window_need_first(&p->groups[g], upto))
             return false;
     return true;
 }
@@ -48,7 +59,7 @@ static void release_from(graft__kv_pool *p, kv_seq *s, int32_t from)
 static void drop_window(graft__kv_pool *p, kv_seq *s)
 {
     for (int g = 0; g < p->n_groups; g++) {
-        const int32_t keep = window_first(&p->groups[g], s->length);
+        const int32_t keep = window_keep_first(&p->groups[g], s->length);
         for (; s->first[g] < keep; s->first[g]++) {
             graft__kv_block_unref(p, g, s->table[g][s->first[g]]);
             s->table[g][s->first[g]] = KV_NO_BLOCK;
@@ -134,12 +145,16 @@ bool graft__kv_seq_retains(const graft__kv_pool *pool, int32_t seq, int32_t upto
     return s != NULL && upto >= 0 && upto <= s->length && keeps_window(pool, s, upto);
 }
 
-/* The clone c takes references to the entries of s that a sequence cut at upto needs. */
+/* The clone c takes references to the entries of s that a sequence of length upto keeps
+ * (those s still holds: at least what the clone needs, keeps_window checked it). */
 static void share_prefix(graft__kv_pool *p, const kv_seq *s, kv_seq *c, int32_t upto)
 {
     const int32_t end = graft__kv_entries_for(upto);
     for (int g = 0; g < p->n_groups; g++) {
-        c->first[g] = window_first(&p->groups[g], upto);
+        const int32_t keep = window_keep_first(&p->groups[g], upto);
+        c->first[g] = keep > s->first[g] ? keep : s->first[g];
+        if (c->first[g] > end)
+            c->first[g] = end;
         for (int32_t i = c->first[g]; i < end; i++) {
             c->table[g][i] = s->table[g][i];
             graft__kv_block_ref(p, g, c->table[g][i]);
@@ -164,4 +179,46 @@ int graft__kv_seq_clone(graft__kv_pool *pool, int32_t seq, int32_t upto, int32_t
     share_prefix(pool, s, c, upto);
     GRAFT_DEBUG_ASSERT(graft__kv_pool_check(pool));
     return GRAFT_OK;
+}
+
+int64_t graft__kv_seq_write_slices(const graft__kv_pool *pool, int32_t seq, int32_t from,
+                                   int32_t n)
+{
+    const kv_seq *s = graft__kv_seq_at(pool, seq);
+    if (s == NULL || n <= 0)
+        return 0;
+    int64_t slices = 0;
+    const int32_t last = (int32_t)(((int64_t)from + n - 1) / KV_B);
+    for (int g = 0; g < pool->n_groups; g++) {
+        const kv_group *gr = &pool->groups[g];
+        for (int32_t i = from / KV_B; i <= last && i < pool->n_entries; i++) {
+            const int32_t b = i >= s->first[g] ? s->table[g][i] : KV_NO_BLOCK;
+            if (b == KV_NO_BLOCK || gr->refs[b] > 1)
+                slices += gr->n_layers;
+        }
+    }
+    return slices;
+}
+
+int64_t graft__kv_seq_held_slices(const graft__kv_pool *pool, int32_t seq)
+{
+    const kv_seq *s = graft__kv_seq_at(pool, seq);
+    if (s == NULL)
+        return 0;
+    int64_t slices = 0;
+    const int32_t end = graft__kv_entries_for(s->writable);
+    for (int g = 0; g < pool->n_groups; g++)
+        slices += (int64_t)(end - s->first[g]) * pool->groups[g].n_layers;
+    return slices;
+}
+
+bool graft__kv_seq_holds(const graft__kv_pool *pool, int32_t seq, int32_t pos)
+{
+    const kv_seq *s = graft__kv_seq_at(pool, seq);
+    if (s == NULL || pos < 0 || pos >= s->length)
+        return false;
+    for (int g = 0; g < pool->n_groups; g++)
+        if (pos / KV_B < s->first[g] || s->table[g][pos / KV_B] == KV_NO_BLOCK)
+            return false;
+    return true;
 }

@@ -347,14 +347,17 @@ typedef struct attend_job {
     int32_t parts; /* the chunk form: tasks per chunk, each a share of the KV heads */
 } attend_job;
 
-/* The first key position entry t attends to: 0, or the start of its sliding window. */
-static int32_t first_key(const attend_job *j, int32_t t)
+int32_t graft__model_first_key(const graft__hparams *hp, int32_t layer, int32_t pos)
 {
-    const graft__hparams *hp = j->hp;
-    int32_t pos = j->e[t].pos;
-    if (hp->layer_is_swa[j->il] && pos >= hp->sliding_window)
+    if (hp->layer_is_swa[layer] && pos >= hp->sliding_window)
         return pos - hp->sliding_window + 1;
     return 0;
+}
+
+/* The first key position entry t attends to. */
+static int32_t first_key(const attend_job *j, int32_t t)
+{
+    return graft__model_first_key(j->hp, j->il, j->e[t].pos);
 }
 
 /* Task (tile, kv head kvh): the query heads of that group, for every entry of the tile,

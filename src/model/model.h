@@ -142,6 +142,15 @@ const char *graft__arch_name(graft__arch arch);
 int graft__forward(const struct graft_model *m, const graft__exec *ex, graft__kv *kv,
                    const graft__batch_entry *entries, int32_t n, float *logits, char **errmsg);
 
+/* Bytes of K and V of one position over every layer, in KV type kv_type (GRAFT_TYPE_F16 or
+ * GRAFT_TYPE_F32): what the KV pool stores per position (model_api.c). */
+size_t graft__model_kv_bytes_per_position(const graft__hparams *hp, uint32_t kv_type);
+
+/* The first key position a query at `pos` reads in `layer`: 0, or in a sliding-window layer
+ * the start of its window, pos - sliding_window + 1. The forward pass reads keys
+ * [graft__model_first_key, pos]; the KV pool's retention rule (kv.h) keeps what it reads. */
+int32_t graft__model_first_key(const graft__hparams *hp, int32_t layer, int32_t pos);
+
 /* Buffers for forward passes of up to max_tokens entries at positions up to max_pos on ex's
  * threads and path, allocated and written once here, so that a caller running many passes
  * (the engine) holds its working memory from the start and allocates nothing per pass.

@@ -52,7 +52,8 @@ extern "C" {
     XX(EBOUNDARY, -10, "bad boundary")                                        \
     XX(ERETENTION, -11, "retention lost")                                     \
     XX(ESHUTDOWN, -12, "shutting down")                                       \
-    XX(ECANCELLED, -13, "cancelled")
+    XX(ECANCELLED, -13, "cancelled")                                          \
+    XX(ECLOSED, -14, "session closed")
 
 typedef enum graft_status {
 #define GRAFT_STATUS_ENUM_(name, value, msg) GRAFT_##name = (value),
@@ -65,6 +66,9 @@ const char *graft_status_str(int status);
 
 /* Frees memory graft handed to the caller (error messages, token arrays). NULL is fine. */
 void graft_free(void *ptr);
+
+/* The most compute threads a context or an engine runs (n_threads). */
+#define GRAFT_MAX_THREADS 256
 
 /* ---------------------------------------------------------------------------------------
  * Models.
@@ -92,6 +96,7 @@ typedef struct graft_model_info {
     int32_t n_head;
     int32_t n_head_kv;
     int32_t head_dim;            /* per-head width of queries and keys */
+    int32_t head_dim_v;          /* per-head width of values */
     int32_t n_ff;
     int32_t sliding_window;      /* 0 when no layer uses a sliding window */
     int32_t n_swa_layers;        /* layers with sliding-window attention */
@@ -101,6 +106,9 @@ typedef struct graft_model_info {
     int32_t bos;                 /* -1 when absent */
     int32_t eos;                 /* -1 when absent */
     int32_t add_bos;             /* 1 when tokenizing a prompt adds BOS */
+    int64_t kv_bytes_per_position; /* K and V of one position over every layer in float16
+                                      (twice that in float32): n_layer * n_head_kv *
+                                      (head_dim + head_dim_v) * 2 */
     uint64_t n_params;           /* elements over all weight tensors */
     uint64_t weight_bytes;       /* bytes of all tensor data */
     uint64_t file_bytes;
@@ -285,10 +293,21 @@ typedef struct graft_engine_options {
                                  online CPU) */
     const char *kernels;      /* as in graft_context_options; read at create only */
     int32_t kv_f32;           /* nonzero: keep K and V in float32 (default: float16) */
+    int32_t kv_wait_ms;       /* how long a generation may wait for KV room before it fails
+                                 with GRAFT_ECAPACITY (0: 10000) */
 } graft_engine_options;
 
 /* All zero: the defaults above. */
 graft_engine_options graft_engine_default_options(void);
+
+/* The spare KV the default kv_mem gives each session beyond max_context positions: room for
+ * the copies a clone's first writes take. */
+#define GRAFT_ENGINE_SPARE_POSITIONS 64
+/* The most sessions an engine holds (max_sessions), and its default max_context cap. */
+#define GRAFT_ENGINE_MAX_SESSIONS 4096
+#define GRAFT_ENGINE_DEFAULT_CONTEXT 4096
+/* Positions per KV block: the unit of sharing, copy-on-write and retention. */
+#define GRAFT_KV_BLOCK_POSITIONS 32
 
 /* Validates every limit, then allocates the KV pool (all of kv_mem, up front), the forward
  * pass's buffers (for max_batch_tokens, written at once so that they are resident from the
@@ -298,6 +317,28 @@ graft_engine_options graft_engine_default_options(void);
  * nothing is left to free. */
 int graft_engine_create(const graft_model *model, const graft_engine_options *opts,
                         graft_engine **out, char **errmsg);
+
+/* What an engine runs with, resolved at create: its options with no zero default left
+ * (kernels: the set in use, a static string), and what its KV pool holds. */
+typedef struct graft_engine_config {
+    graft_engine_options options;
+    int64_t kv_bytes_per_position; /* K and V of one position over every layer, in the
+                                      engine's KV type */
+    int32_t kv_block_positions;    /* GRAFT_KV_BLOCK_POSITIONS */
+    int64_t kv_blocks_total;       /* blocks of the pool (of the larger layer group) */
+} graft_engine_config;
+
+/* Fills *out. Any thread, callback-safe (fixed at create). */
+void graft_engine_get_config(const graft_engine *engine, graft_engine_config *out);
+
+/* The default kv_mem of an engine with these limits on this model: max_sessions times
+ * (max_context + GRAFT_ENGINE_SPARE_POSITIONS) positions of KV (kv_f32 doubles it); 0 when it
+ * overflows. Zero limits take their defaults, as graft_engine_create does. */
+size_t graft_engine_default_kv_mem(const graft_model *model, const graft_engine_options *opts);
+
+/* Nonzero when called on the engine's thread, that is from one of its callbacks. Any
+ * thread. */
+int graft_engine_on_thread(const graft_engine *engine);
 
 /* Stops the engine and frees it: every queued command is answered (opens and probes with
  * GRAFT_ESHUTDOWN, clones through on_done with GRAFT_ESHUTDOWN, queued generations settle
@@ -328,7 +369,12 @@ typedef struct graft_engine_metrics {
     uint64_t kv_cow_copies;       /* blocks copied on first write since create */
     uint64_t clones_done;
     uint64_t clones_refused_boundary, clones_refused_retention, clones_refused_capacity,
-        clones_refused_nomem, clones_refused_shutdown;
+        clones_refused_nomem, clones_refused_shutdown, clones_refused_closed;
+    uint64_t kv_waits;            /* generations that had to wait for KV room */
+    uint64_t kv_wait_failures;    /* of them, failed with GRAFT_ECAPACITY (waited kv_wait_ms,
+                                     or could never fit) */
+    uint64_t kv_reclaims;         /* calls of the reclaim hooks */
+    int32_t generations_waiting_kv; /* now */
 } graft_engine_metrics;
 
 /* A consistent snapshot of the engine's counters, taken between steps. Any thread (it waits
@@ -354,10 +400,12 @@ void graft_session_close(graft_session *session);
 int32_t graft_session_position(const graft_session *session);
 
 /* Called on the engine thread once a clone is done. status: GRAFT_OK (clone is a new idle
- * session the callee owns and must close), or the refusal: GRAFT_EBOUNDARY (upto < 0 or
- * above the committed position), GRAFT_ERETENTION (sliding-window KV needed for [upto -
- * window, upto) is gone), GRAFT_ECAPACITY (max_sessions open, or no KV room), GRAFT_ENOMEM,
- * GRAFT_ESHUTDOWN; clone is then NULL. The source session is unaffected either way. */
+ * session the callee owns and must close; its position is the boundary the clone was made
+ * at), or the refusal: GRAFT_EBOUNDARY (upto < 0 or above the committed position),
+ * GRAFT_ERETENTION (sliding-window KV needed for [upto - window + 1, upto) is gone),
+ * GRAFT_ECAPACITY (max_sessions open), GRAFT_ENOMEM, GRAFT_ECLOSED (the source was closed
+ * before the clone ran), GRAFT_ESHUTDOWN; clone is then NULL. The source session is
+ * unaffected either way. */
 typedef void (*graft_clone_cb)(int status, graft_session *clone, void *user);
 
 /* Queues a clone of `session` at `upto`: a new, independently writable session holding
@@ -373,6 +421,28 @@ int graft_session_clone(graft_session *session, int32_t upto, graft_clone_cb on_
  * (GRAFT_EINVAL). */
 int graft_session_clone_wait(graft_session *session, int32_t upto, graft_session **out,
                              char **errmsg);
+
+/* A clone whose boundary is chosen when it runs, on the engine thread: the longest
+ * b <= min(max_upto, committed position at that moment) at which retention allows a clone
+ * (graft_session_retained_boundary), refused when b < min_upto: GRAFT_EBOUNDARY when the
+ * committed position is below min_upto (or min_upto < 0, or max_upto < min_upto),
+ * GRAFT_ERETENTION when the sliding window lost what a boundary in [min_upto, ...] needs.
+ * on_done learns b as the clone's position. A caller cloning a session that is still
+ * running (a donor) thus never races its progress: whatever it committed by then counts, and
+ * nothing beyond max_upto. graft_session_clone(s, upto) is the range [upto, upto]. Any
+ * thread, callback-safe; errors as graft_session_clone. */
+int graft_session_clone_range(graft_session *session, int32_t min_upto, int32_t max_upto,
+                              graft_clone_cb on_done, void *user);
+/* The same, waiting for the result (as graft_session_clone_wait). Not callbacks. */
+int graft_session_clone_range_wait(graft_session *session, int32_t min_upto,
+                                   int32_t max_upto, graft_session **out, char **errmsg);
+
+/* METHOD: graft_session. A copy of the session's committed tokens: *tokens (free with
+ * graft_free; NULL when there are none) holds *n of them, the history its KV was computed
+ * from. Any thread: from other threads blocking (an engine round trip), from a callback
+ * read directly. Errors: GRAFT_EINVAL (NULL argument), GRAFT_ENOMEM, GRAFT_ECLOSED (closed
+ * before the request ran), GRAFT_ESHUTDOWN; then *tokens is NULL and *n 0. */
+int graft_session_tokens(graft_session *session, int32_t **tokens, size_t *n);
 
 typedef enum graft_finish {
     GRAFT_FINISH_NONE,      /* still running */
@@ -409,9 +479,19 @@ typedef void (*graft_settled_cb)(graft_generation *gen, void *user);
  * callback may be NULL. *out receives a handle (the caller frees it with
  * graft_generation_free). Any thread, callback-safe. Errors (no handle, no callback):
  * GRAFT_EINVAL (NULL argument, n < 1, a token out of the vocabulary, bad sampling),
- * GRAFT_ENOMEM, GRAFT_ESHUTDOWN. Once queued, failures arrive as the finish reason: a prompt
- * beyond max_context fails with GRAFT_ERANGE, a step that fails fails only its own
- * generations (KV capacity, memory) and leaves their sessions at their committed position. */
+ * GRAFT_ERANGE (n above max_context), GRAFT_ENOMEM, GRAFT_ESHUTDOWN. Once queued, failures
+ * arrive as the finish reason: the committed position plus n beyond max_context fails with
+ * GRAFT_ERANGE; a session closed before the generation was admitted settles it cancelled
+ * with GRAFT_ECLOSED.
+ *
+ * KV room: a generation starts (takes its first step) only when the pool can hold all it may
+ * still write, [position, position + prompt + max_new_tokens) capped at max_context, on top
+ * of what the generations already started may still write; started generations are thus
+ * never starved by later ones. Until then it waits, in arrival order, while the engine asks
+ * the reclaim hooks (a prefix cache's) to give KV back; after kv_wait_ms of waiting, or at
+ * once when it could never fit in the whole pool, it fails with GRAFT_ECAPACITY. A step that
+ * fails fails only its own generations (memory) and leaves their sessions at their
+ * committed position; one of them cancelled meanwhile settles cancelled. */
 int graft_session_generate(graft_session *session, const int32_t *tokens, size_t n,
                            const graft_generate_config *config, graft_update_cb on_update,
                            graft_settled_cb on_settled, void *user, graft_generation **out);
@@ -444,6 +524,7 @@ typedef struct graft_generation_metrics {
     int32_t prompt_tokens_reused;    /* committed tokens already in the session's KV when
                                         admitted (not recomputed) */
     int32_t generated_tokens;        /* tokens sampled, stop token included */
+    uint64_t kv_wait_ns;             /* time it waited for KV room before it started */
     double prefill_tokens_per_s;     /* computed prompt tokens / (first token - first step) */
     double decode_tokens_per_s;      /* (generated - 1) / (last token - first token) */
     uint64_t inter_token_mean_ns;    /* mean gap between sampled tokens */
@@ -471,8 +552,9 @@ void graft_generation_free(graft_generation *gen);
 uint64_t graft_session_id(const graft_session *session);
 
 /* METHOD: graft_generation. The session the generation was queued on (borrowed). It is open
- * at least while the generation's on_update runs; from another thread or after the
- * generation settled it may be closed, and then the handle must not be used. Any thread,
+ * at least while the generation's on_update and on_settled run (when on_settled runs from the
+ * session's close, it is closed right after); from another thread or after the generation
+ * settled it may be closed, and then the handle must not be used. Any thread,
  * callback-safe. */
 graft_session *graft_generation_session(const graft_generation *gen);
 
@@ -481,18 +563,35 @@ graft_session *graft_generation_session(const graft_generation *gen);
  * when its sliding-window KV is there, 0 at worst (a clone at 0 is always possible). On a
  * model without sliding windows it is upto. Blocking (it waits for the engine thread); any
  * thread, not callbacks (GRAFT_EINVAL). Errors: GRAFT_EINVAL (NULL argument),
- * GRAFT_EBOUNDARY (upto outside [0, position]), GRAFT_ESHUTDOWN; *boundary is then -1. */
+ * GRAFT_EBOUNDARY (upto outside [0, position]), GRAFT_ECLOSED, GRAFT_ESHUTDOWN; *boundary is
+ * then -1. */
 int graft_session_retained_boundary(graft_session *session, int32_t upto, int32_t *boundary);
 
 /* METHOD: graft_engine. *bytes receives the KV bytes of the blocks referenced by the given
  * sessions and by no other session: what closing all of them would give back to the pool.
  * A block shared with any session outside the set counts nothing, so the figure grows when
- * such a sharer closes. The sessions must be distinct open sessions of this engine that no
- * other thread closes during the call. O(KV blocks of the set) on the engine thread.
- * Blocking; any thread, not callbacks (GRAFT_EINVAL). Errors: GRAFT_EINVAL (NULL argument, a
- * session of another engine), GRAFT_ENOMEM, GRAFT_ESHUTDOWN; *bytes is then 0. */
+ * such a sharer closes. The sessions must be distinct open sessions of this engine.
+ * O(KV blocks of the set) on the engine thread. Any thread: from other threads blocking,
+ * from a callback computed directly. Errors: GRAFT_EINVAL (NULL argument, a session of
+ * another engine), GRAFT_ENOMEM, GRAFT_ECLOSED (one was closed before the request ran),
+ * GRAFT_ESHUTDOWN; *bytes is then 0. */
 int graft_engine_kv_exclusive_bytes(graft_engine *engine, graft_session *const *sessions,
                                     size_t n, int64_t *bytes);
+
+/* Reclaim hooks: a cache above the engine that holds KV only as an optimisation (the prefix
+ * cache's snapshots) registers one, and the engine calls it, on its thread, when a
+ * generation has to wait for KV room, once per step while any waits; bytes_short is the KV
+ * the first waiting generation lacks. The hook must not block: it gives KV back by closing
+ * sessions it owns (graft_session_close: the closes run before the next step), and returns
+ * at once when it has nothing to give. */
+typedef void (*graft_reclaim_cb)(graft_engine *engine, int64_t bytes_short, void *user);
+/* METHOD: graft_engine. Registers (cb, user). Blocking; any thread, not callbacks
+ * (GRAFT_EINVAL). Errors: GRAFT_EINVAL (NULL argument), GRAFT_ENOMEM, GRAFT_ESHUTDOWN. */
+int graft_engine_reclaim_add(graft_engine *engine, graft_reclaim_cb cb, void *user);
+/* Removes the registration of (cb, user); once it returns the hook never runs again.
+ * Blocking; any thread, not callbacks (GRAFT_EINVAL). GRAFT_ENOTFOUND when not registered,
+ * GRAFT_ESHUTDOWN while the engine shuts down (no hook runs then). */
+int graft_engine_reclaim_remove(graft_engine *engine, graft_reclaim_cb cb, void *user);
 
 /* ---------------------------------------------------------------------------------------
  * The prefix cache: snapshot sessions of prompts already computed, indexed by their tokens
@@ -529,10 +628,16 @@ int graft_engine_kv_exclusive_bytes(graft_engine *engine, graft_session *const *
  * sessions, so they count against the engine's max_sessions. The index itself (4 bytes per
  * key token, plus nodes) is ordinary memory, not counted in max_bytes.
  *
+ * Giving back: the cache registers a reclaim hook with its engine (graft_engine_reclaim_add):
+ * when a generation waits for KV room, the least recently used snapshots no lookup is using
+ * are evicted until what they held alone covers the shortfall (counted in evictions and
+ * reclaim_evictions), before any generation fails for KV.
+ *
  * Threads: the cache may be used from any number of threads at once (an internal mutex
- * guards it, never held while waiting for the engine), but never from an engine callback:
- * lookup, stats and insert (with max_bytes) wait for the engine thread, which a callback
- * would deadlock; the engine refuses them there (GRAFT_EINVAL).
+ * guards it, never held while waiting for the engine), but not from an engine callback:
+ * lookup, stats, trim, collect and insert with max_bytes wait for the engine thread, which a
+ * callback would deadlock; they return GRAFT_EINVAL there (an insert closes its snapshot).
+ * An insert without a byte bound may be made from a callback.
  * graft_prefix_cache_destroy must not race with any other call on the same cache.
  *
  * Lifetimes: the engine must outlive the cache: destroy the cache (and free its captures)
@@ -575,20 +680,24 @@ void graft_prefix_cache_clear(graft_prefix_cache *cache);
 int graft_prefix_cache_lookup(graft_prefix_cache *cache, const int32_t *tokens, size_t n,
                               graft_session **out, int32_t *matched);
 
-/* Gives the cache `snapshot`, a session whose committed history is tokens[0, n) (the cache
- * cannot check the tokens; it checks the position) and that nothing else uses: the caller
- * must not use the handle after this call. Then, while a bound is exceeded, evicts the
- * least recently used snapshots. With max_bytes set it measures the bytes through the engine
- * (blocking; a measurement that fails, for memory, leaves the bound to the next insert).
- * Any thread, not callbacks. Returns:
+/* Gives the cache `snapshot`, a session whose committed history is tokens[0, n) (checked
+ * against graft_session_tokens, so that no bookkeeping error can file KV under the wrong
+ * key) and that nothing else uses: the caller must not use the handle after this call.
+ * Then, while a bound is exceeded, evicts the least recently used snapshots. With max_bytes
+ * set it measures the bytes through the engine (blocking; a measurement that fails, for
+ * memory, leaves the bound to the next insert). Any thread; from a callback only without a
+ * byte bound. Returns:
  *   GRAFT_OK        kept (the most recently used); or the key was already cached: that
  *                   snapshot becomes the most recently used and `snapshot` is closed;
- *   GRAFT_EINVAL    NULL cache or tokens, or n < 1: `snapshot` is closed, the cache is
- *                   unchanged (an entry already cached for the key stays);
+ *   GRAFT_EINVAL    NULL cache or tokens, n < 1, the snapshot's tokens are not tokens[0, n),
+ *                   or called from a callback with max_bytes set: `snapshot` is closed, the
+ *                   cache is unchanged (an entry already cached for the key stays);
  *   GRAFT_EBOUNDARY the snapshot's position is not n: closed likewise;
- *   GRAFT_ECAPACITY the cache is disabled (max_entries 0), or the snapshot alone holds more
- *                   than max_bytes: closed, and nothing else is evicted for it;
- *   GRAFT_ENOMEM    closed, the cache unchanged.
+ *   GRAFT_ECAPACITY the cache is disabled (max_entries 0), or the snapshot was evicted at
+ *                   this insert (it alone held more than max_bytes, or it was the last one
+ *                   over the bound): closed;
+ *   GRAFT_ENOMEM    closed, the cache unchanged;
+ *   GRAFT_ECLOSED   the snapshot was closed already (a caller's error): nothing to close.
  * A NULL snapshot is GRAFT_EINVAL. */
 int graft_prefix_cache_insert(graft_prefix_cache *cache, const int32_t *tokens, size_t n,
                               graft_session *snapshot);
@@ -612,7 +721,8 @@ typedef struct graft_prefix_cache_stats {
     uint64_t inserts;            /* snapshots kept */
     uint64_t inserts_duplicate;  /* keys already cached (recency refreshed) */
     uint64_t inserts_refused;    /* invalid, disabled, too large or out of memory */
-    uint64_t evictions;          /* snapshots closed to respect a bound */
+    uint64_t evictions;          /* snapshots closed to respect a bound or to give KV back */
+    uint64_t reclaim_evictions;  /* of them, closed because a generation waited for KV room */
     uint64_t captures;           /* prompt captures collected that inserted a snapshot */
     uint64_t captures_missed;    /* collected with nothing to insert */
 } graft_prefix_cache_stats;
@@ -636,7 +746,8 @@ int graft_prefix_cache_stats_get(graft_prefix_cache *cache, graft_prefix_cache_s
  * caller may move, copy or close its session handle afterwards. The clone is only taken when
  * the generation's session is that session and its committed position at the first update
  * is n (tokens[0, n) is then what it holds, when the caller passed its history); otherwise
- * the capture misses.
+ * the capture misses. A generation whose first sampled token stops it gives no update; its
+ * session then holds exactly the prompt, and the clone is queued when it settles.
  *
  * Lifetimes: the capture is the `user` of the wrapped callbacks, so it must stay alive until
  * the generation settled (or graft_session_generate refused it); collect and free come after.
@@ -665,9 +776,10 @@ int graft_prompt_capture_wrap(graft_prompt_capture *capture, graft_update_cb *on
  * the reason nothing was captured: GRAFT_ENOTFOUND (no update with tokens came: the
  * generation failed, was cancelled before its first token, or was never queued),
  * GRAFT_EBOUNDARY (the session or its position did not match), or the clone's refusal
- * (GRAFT_ECAPACITY, GRAFT_ENOMEM, GRAFT_ESHUTDOWN). Once per capture: a later call, or an
- * update after it, does nothing (GRAFT_EINVAL for a second call). Any thread but engine
- * callbacks; the cache must still exist. */
+ * (GRAFT_ECAPACITY, GRAFT_ENOMEM, GRAFT_ECLOSED: the session was closed before the clone
+ * ran, GRAFT_ESHUTDOWN). Once per capture: a later call, or an update after it, does nothing
+ * (GRAFT_EINVAL for a second call). Any thread but engine callbacks (GRAFT_EINVAL there,
+ * nothing changed); the cache must still exist. */
 int graft_prompt_capture_collect(graft_prompt_capture *capture);
 
 /* DESTRUCTOR. Frees the capture; a snapshot not collected is closed (now, or when its clone

@@ -411,8 +411,9 @@ static void test_invalid_insert_keeps_existing(void **state)
 
 /* ---------------------------------------------------------------------------------------
  * Retention (gemma3 tiny: window 16, blocks of 32). A snapshot of L tokens keeps the
- * sliding-window blocks from ((L - 16) / 32) * 32 on, so it can be cloned at u <= L only
- * where (u - 16) / 32 reaches that block: u >= 80 for L = 100, u >= 48 for L = 50 or 75.
+ * sliding-window blocks from ((L - 16) / 32) * 32 on; a clone at u reads keys from u - 15
+ * on (the next query's window), so it can be cloned at u <= L only where (u - 15) / 32
+ * reaches that block: u >= 79 for L = 100, u >= 47 for L = 50 or 75.
  */
 
 static int32_t window_first(int32_t length)
@@ -420,10 +421,15 @@ static int32_t window_first(int32_t length)
     return length > WINDOW ? (length - WINDOW) / B : 0;
 }
 
+static int32_t window_needed(int32_t u)
+{
+    return u > WINDOW - 1 ? (u - WINDOW + 1) / B : 0;
+}
+
 /* Whether a snapshot of `length` tokens can be cloned at u (kv.h's rule). */
 static bool retains(int32_t length, int32_t u)
 {
-    return u == 0 || u == length || window_first(u) >= window_first(length);
+    return u == 0 || window_needed(u) >= window_first(length);
 }
 
 static void test_retention_refusal_keeps_snapshot(void **state)
@@ -919,29 +925,30 @@ static int captured_run(graft_prefix_cache *c, graft_session *s, const int32_t *
     return rc;
 }
 
-/* gemma3, a prompt of 79 tokens: at 80 committed the session drops the sliding-window block
- * that position 79 needs, so only a snapshot taken before the next forward pass holds it. */
+/* gemma3, a prompt of 105 tokens: at 112 committed the session drops the sliding-window
+ * block that a clone at 105 needs (keys from 90 on), so only a snapshot taken before the
+ * next forward pass holds it. */
 static void test_capture_precedes_retention_loss(void **state)
 {
     (void)state;
     fx f;
     fx_start(&f, gemma, 8);
     graft_prefix_cache *c = cache_new(&f, 4, 0);
-    int32_t t[88];
-    make_tokens(gemma, 36, t, 88);
+    int32_t t[120];
+    make_tokens(gemma, 36, t, 120);
     graft_session *s = NULL;
     assert_int_equal(graft_session_open(f.e, &s, NULL), GRAFT_OK);
     user_cb u = {0};
     int gen_rc;
-    assert_int_equal(captured_run(c, s, t, 0, 79, 8, &u, &gen_rc), GRAFT_OK);
+    assert_int_equal(captured_run(c, s, t, 0, 105, 8, &u, &gen_rc), GRAFT_OK);
     assert_int_equal(gen_rc, GRAFT_OK);
     assert_int_equal(u.updates, 8);
-    assert_int_equal(graft_session_position(s), 86);
+    assert_int_equal(graft_session_position(s), 112);
     graft_session *late = NULL;
-    assert_int_equal(graft_session_clone_wait(s, 79, &late, NULL), GRAFT_ERETENTION);
+    assert_int_equal(graft_session_clone_wait(s, 105, &late, NULL), GRAFT_ERETENTION);
     graft_session_close(s);
     assert_int_equal(stats(c).captures, 1);
-    expect_hit(&f, c, t, 80, 79);
+    expect_hit(&f, c, t, 106, 105);
     graft_prefix_cache_destroy(c);
     fx_end(&f);
 }

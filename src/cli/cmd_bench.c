@@ -257,7 +257,7 @@ static int parse_speed_options(int argc, char **argv, speed_options *o)
     o->reps = 3;
     const graft__cli_opt opts[] = {
         {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
-        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, 4096, 0},
+        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
         {"--prompt", NULL, GRAFT_CLI_INT, &o->n_prompt, 1, 1 << 20, 0},
         {"--gen", NULL, GRAFT_CLI_INT, &o->n_gen, 1, 1 << 20, 0},
@@ -344,11 +344,11 @@ typedef struct speed_results {
 
 /* The KV bytes decode step t (0 <= t < n_gen) reads, averaged over the steps: step t
  * attends over n_prompt + t + 1 positions (a sliding-window layer over at most its
- * window), each holding n_head_kv * head_dim F16 values for K and as many for V per layer
- * (the context's default KV type; head_dim_v = head_dim in every supported architecture). */
+ * window), each holding one layer's share of kv_bytes_per_position (F16 K and V, the
+ * context's default KV type). */
 static double kv_bytes_per_token(const graft_model_info *info, int32_t n_prompt, int32_t n_gen)
 {
-    double row = 2.0 * info->n_head_kv * info->head_dim * 2.0, sum = 0;
+    double row = (double)info->kv_bytes_per_position / info->n_layer, sum = 0;
     int32_t n_global = info->n_layer - info->n_swa_layers;
     for (int32_t t = 0; t < n_gen; t++) {
         double keys = (double)n_prompt + t + 1;

@@ -117,7 +117,7 @@ static int parse_clone_options(int argc, char **argv, clone_options *o)
     o->reps = 31;
     const graft__cli_opt opts[] = {
         {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
-        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, 4096, 0},
+        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--max-context", NULL, GRAFT_CLI_INT, &o->max_context, MIN_CONTEXT, 1 << 24, 0},
         {"--reps", NULL, GRAFT_CLI_INT, &o->reps, 1, 100000, 0},
         {"--json", NULL, GRAFT_CLI_FLAG, &o->json, 0, 0, 1},

@@ -106,7 +106,7 @@ static int parse_prefix_options(int argc, char **argv, prefix_options *o)
     o->reps = 3;
     const graft__cli_opt opts[] = {
         {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
-        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, 4096, 0},
+        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--max-prefix", NULL, GRAFT_CLI_INT, &o->max_prefix, MIN_PREFIX, 1 << 24, 0},
         {"--reps", NULL, GRAFT_CLI_INT, &o->reps, 1, 1000, 0},
         {"--json", NULL, GRAFT_CLI_FLAG, &o->json, 0, 0, 1},

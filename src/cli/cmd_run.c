@@ -31,11 +31,13 @@
 #include "run.h"
 
 #define DEFAULT_CACHE_ENTRIES 16
-#define FILE_CONTEXT 4096   /* the longest default context with --prompt-file */
-#define SPARE_POSITIONS 64  /* per session or snapshot: room for the partly filled blocks it
-                               may copy on write (two blocks of 32 positions) */
-#define MAX_CACHE_ENTRIES 4094 /* the engine's 4096 sessions, less the prompt's session and
-                                  the capture's snapshot on its way into the cache */
+#define FILE_CONTEXT GRAFT_ENGINE_DEFAULT_CONTEXT /* the longest default context with
+                                                     --prompt-file: the engine's default */
+#define MAX_CACHE_ENTRIES 4094 /* the engine's sessions, less the prompt's session and the
+                                  capture's snapshot on its way into the cache */
+_Static_assert(MAX_CACHE_ENTRIES == GRAFT_ENGINE_MAX_SESSIONS - 2, "MAX_CACHE_ENTRIES");
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
 
 static const char run_usage[] =
     "usage: graft run [-m MODEL] [-p PROMPT]... [--prompt-file FILE] [-n N] [OPTIONS]\n"
@@ -56,7 +58,8 @@ static const char run_usage[] =
     "                          replies) in a prefix cache: a prompt that starts as an earlier\n"
     "                          one did computes only the rest; stderr tells per prompt the\n"
     "                          tokens reused and computed, then sums up the cache\n"
-    "  --cache-entries N       snapshots the cache holds at most (default 16, at most 4094)\n"
+    "  --cache-entries N       snapshots the cache holds at most (default "
+    STRINGIFY(DEFAULT_CACHE_ENTRIES) ", at most " STRINGIFY(MAX_CACHE_ENTRIES) ")\n"
     "  --cache-mem SIZE        KV bytes the cache holds alone at most, with an optional K, M or\n"
     "                          G suffix (default: the KV of --ctx positions, plus 64 per\n"
     "                          entry for the partly filled blocks of snapshots)\n"
@@ -162,7 +165,7 @@ static int parse_run_options(int argc, char **argv, run_options *o)
         {"--seed", NULL, GRAFT_CLI_U64, &sp->seed, 0, 0, 0},
         {"--ctx", NULL, GRAFT_CLI_INT, &o->n_ctx, 0, INT32_MAX, 0},
         {"--kv-mem", NULL, GRAFT_CLI_SIZE, &o->kv_mem, 1, (double)SIZE_MAX, 0},
-        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, 4096, 0},
+        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
         {"--logits-out", NULL, GRAFT_CLI_STRING, &o->logits_out, 0, 0, 0},
     };
@@ -251,13 +254,15 @@ static graft_engine_options engine_options(const run_options *o, run_state *s)
     eo.kernels = o->kernels;
     if (!o->prompt_cache)
         return eo;
-    size_t per_position = graft__run_kv_bytes_per_position(&s->info);
+    size_t per_position = (size_t)s->info.kv_bytes_per_position;
     int32_t entries = o->cache_entries > 0 ? o->cache_entries : DEFAULT_CACHE_ENTRIES;
     eo.max_sessions = entries + 2;
-    size_t cache_positions = (size_t)s->n_ctx + (size_t)SPARE_POSITIONS * (size_t)entries;
+    size_t cache_positions =
+        (size_t)s->n_ctx + (size_t)GRAFT_ENGINE_SPARE_POSITIONS * (size_t)entries;
     s->cache_mem = o->cache_mem > 0 ? o->cache_mem : per_position * cache_positions;
     if (o->kv_mem == 0) {
-        size_t positions = (size_t)s->n_ctx + (size_t)SPARE_POSITIONS * (size_t)eo.max_sessions;
+        size_t positions =
+            (size_t)s->n_ctx + (size_t)GRAFT_ENGINE_SPARE_POSITIONS * (size_t)eo.max_sessions;
         eo.kv_mem = add_sizes(per_position * positions, s->cache_mem);
     }
     return eo;

@@ -91,9 +91,6 @@ void graft__run_stream_print(graft__run_stream *st, graft_detok *detok, size_t l
 
 /* ---- run_cache.c ----------------------------------------------------------------------- */
 
-/* KV bytes the engine's pool spends on one position (float16 K and V on every layer). */
-size_t graft__run_kv_bytes_per_position(const graft_model_info *info);
-
 /* Where one prompt runs. */
 typedef struct graft__run_turn {
     graft_session *session;

@@ -15,14 +15,6 @@
 
 #include "run.h"
 
-size_t graft__run_kv_bytes_per_position(const graft_model_info *info)
-{
-    /* K and V, float16, n_head_kv heads of head_dim on every layer (V rows are head_dim
-     * wide on every supported architecture). */
-    return 2 * sizeof(uint16_t) * (size_t)info->n_layer * (size_t)info->n_head_kv *
-           (size_t)info->head_dim;
-}
-
 static int open_session(graft_engine *engine, graft_session **session)
 {
     char *err = NULL;

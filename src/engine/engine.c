@@ -2,11 +2,13 @@
  * engine.c: the engine's lifecycle, its thread and its command queue (graft_engine in
  * include/graft.h; the internal interface is engine.h).
  *
- * The engine thread loops: take every queued command, run them in order, then run one step
- * of the scheduler. Callbacks run inside commands and steps and may queue more commands;
- * those are taken at the top of the next turn, so they run before the next forward pass
- * (DESIGN.md invariant 5). With nothing queued and no live generation the thread sleeps on
- * `wake`.
+ * The engine thread loops: take every queued command and run them in order, again and again
+ * until the queue is empty, then run one step of the scheduler. Callbacks run inside
+ * commands and steps and may queue more commands; since the queue is drained before each
+ * step, those run before the next forward pass (DESIGN.md invariant 5), even when they were
+ * queued by a callback of a command. With nothing queued and no live generation the thread
+ * sleeps on `wake`; likewise while every live generation waits for KV room (`stalled`),
+ * until a command arrives, a KV wait deadline passes or a short poll finds a cancel.
  *
  * Shutdown: the caller sets `stopping` and joins the thread. The thread then drains: it
  * answers every queued command with a refusal (closes still run), settles every live
@@ -19,13 +21,15 @@
  * running a command, a step or a callback.
  */
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
 #include "kernels/matmul_path.h"
 
-enum { DEFAULT_MAX_SESSIONS = 8, DEFAULT_MAX_CONTEXT = 4096, DEFAULT_BATCH = 512 };
-enum { MAX_SESSIONS = 4096, MAX_BATCH = 65536 };
+enum { DEFAULT_MAX_SESSIONS = 8, DEFAULT_MAX_CONTEXT = GRAFT_ENGINE_DEFAULT_CONTEXT,
+       DEFAULT_BATCH = 512, DEFAULT_KV_WAIT_MS = 10000 };
+enum { MAX_SESSIONS = GRAFT_ENGINE_MAX_SESSIONS, MAX_BATCH = 65536 };
 
 /* The engine whose thread this is (NULL on other threads). */
 static _Thread_local const graft_engine *current_engine;
@@ -35,6 +39,11 @@ bool graft__engine_on_thread(const graft_engine *e)
     return current_engine == e;
 }
 
+int graft_engine_on_thread(const graft_engine *e)
+{
+    return e != NULL && graft__engine_on_thread(e);
+}
+
 graft_engine_options graft_engine_default_options(void)
 {
     graft_engine_options o;
@@ -42,12 +51,9 @@ graft_engine_options graft_engine_default_options(void)
     return o;
 }
 
-/* KV bytes of one position over all layers (both K and V). */
-static size_t kv_bytes_per_position(const graft__hparams *hp, bool f32)
+static uint32_t kv_type(const graft_engine_options *o)
 {
-    size_t elem = f32 ? 4 : 2;
-    size_t row = (size_t)hp->n_head_kv * (size_t)(hp->head_dim + hp->head_dim_v) * elem;
-    return row * (size_t)hp->n_layer;
+    return o->kv_f32 ? GRAFT_TYPE_F32 : GRAFT_TYPE_F16;
 }
 
 /* Fills the zero options with defaults. */
@@ -64,6 +70,27 @@ static void resolve_defaults(const graft_model *m, graft_engine_options *o)
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         o->n_threads = cpus < 1 ? 1 : cpus > GRAFT_MAX_THREADS ? GRAFT_MAX_THREADS : (int32_t)cpus;
     }
+    if (o->kv_wait_ms == 0)
+        o->kv_wait_ms = DEFAULT_KV_WAIT_MS;
+}
+
+/* max_sessions * (max_context + spare) positions of KV; false on overflow. */
+static bool default_kv_mem(const graft_model *m, const graft_engine_options *o, size_t *bytes)
+{
+    size_t positions = (size_t)o->max_sessions *
+                       ((size_t)o->max_context + GRAFT_ENGINE_SPARE_POSITIONS);
+    return graft__mul_size(positions, graft__model_kv_bytes_per_position(&m->hp, kv_type(o)),
+                           bytes);
+}
+
+size_t graft_engine_default_kv_mem(const graft_model *model, const graft_engine_options *opts)
+{
+    if (model == NULL)
+        return 0;
+    graft_engine_options o = opts ? *opts : graft_engine_default_options();
+    resolve_defaults(model, &o);
+    size_t bytes;
+    return default_kv_mem(model, &o, &bytes) ? bytes : 0;
 }
 
 static int check_limits(const graft_model *m, graft_engine_options *o, char **errmsg)
@@ -82,13 +109,11 @@ static int check_limits(const graft_model *m, graft_engine_options *o, char **er
     if (o->n_threads < 1 || o->n_threads > GRAFT_MAX_THREADS)
         return graft__errmsg(errmsg, GRAFT_ERANGE, "engine: n_threads %d is outside [1, %d]",
                              o->n_threads, GRAFT_MAX_THREADS);
-    if (o->kv_mem == 0) {
-        size_t positions = (size_t)o->max_sessions * (size_t)o->max_context;
-        size_t spare = (size_t)o->max_sessions * 2 * GRAFT_KV_BLOCK_TOKENS;
-        if (!graft__mul_size(positions + spare, kv_bytes_per_position(&m->hp, o->kv_f32),
-                             &o->kv_mem))
-            return graft__errmsg(errmsg, GRAFT_ERANGE, "engine: default kv_mem overflows");
-    }
+    if (o->kv_wait_ms < 0)
+        return graft__errmsg(errmsg, GRAFT_ERANGE, "engine: kv_wait_ms %d is below 0",
+                             o->kv_wait_ms);
+    if (o->kv_mem == 0 && !default_kv_mem(m, o, &o->kv_mem))
+        return graft__errmsg(errmsg, GRAFT_ERANGE, "engine: default kv_mem overflows");
     return GRAFT_OK;
 }
 
@@ -97,12 +122,15 @@ static int alloc_buffers(graft_engine *e)
 {
     size_t rows = (size_t)e->opts.max_sessions, vocab = (size_t)e->model->hp.n_vocab, bytes;
     e->active = graft__calloc(rows, sizeof *e->active);
+    e->step_gens = graft__calloc(rows, sizeof *e->step_gens);
     e->slots = graft__calloc(rows, sizeof *e->slots);
     e->entries = graft__calloc((size_t)e->opts.max_batch_tokens, sizeof *e->entries);
     if (!graft__mul_size(rows * sizeof(float), vocab, &bytes))
         return GRAFT_ENOMEM;
     e->logits = graft__malloc(bytes);
-    return e->active && e->slots && e->entries && e->logits ? GRAFT_OK : GRAFT_ENOMEM;
+    if (!e->active || !e->step_gens || !e->slots || !e->entries || !e->logits)
+        return GRAFT_ENOMEM;
+    return graft__sessions_init(e);
 }
 
 static int init_sync(graft_engine *e)
@@ -127,6 +155,8 @@ static void free_parts(graft_engine *e)
     graft__scratch_free(e->scratch);
     graft__pool_free(e->pool);
     graft__free(e->active);
+    graft__free(e->step_gens);
+    graft__sessions_free(e);
     graft__free(e->slots);
     graft__free(e->entries);
     graft__free(e->logits);
@@ -151,7 +181,7 @@ static int build(graft_engine *e, const graft_engine_options *o, char **errmsg)
     rc = graft__model_pack(e->model, e->ex.path, e->pool, errmsg);
     if (rc != GRAFT_OK)
         return rc;
-    rc = graft__kv_pool_create(hp, o->kv_f32 ? GRAFT_TYPE_F32 : GRAFT_TYPE_F16, e->opts.kv_mem,
+    rc = graft__kv_pool_create(hp, kv_type(o), e->opts.kv_mem,
                                e->opts.max_sessions + 1, e->opts.max_context, &e->kv, errmsg);
     if (rc != GRAFT_OK)
         return rc;
@@ -221,6 +251,19 @@ int graft_engine_shutdown(graft_engine *e)
     return GRAFT_OK;
 }
 
+void graft_engine_get_config(const graft_engine *e, graft_engine_config *out)
+{
+    graft__kv_stats stats;
+    graft__kv_pool_stats(e->kv, &stats);
+    memset(out, 0, sizeof *out);
+    out->options = e->opts;
+    out->options.kernels = e->ex.path->name;
+    out->kv_bytes_per_position =
+        (int64_t)graft__model_kv_bytes_per_position(&e->model->hp, kv_type(&e->opts));
+    out->kv_block_positions = GRAFT_KV_BLOCK_TOKENS;
+    out->kv_blocks_total = stats.blocks_total;
+}
+
 int graft__engine_submit(graft_engine *e, graft__cmd *cmd)
 {
     cmd->next = NULL;
@@ -279,20 +322,87 @@ void graft__engine_set_tap(graft_engine *e, graft__logits_tap tap, void *user)
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Waits until there is something to do; takes the queued commands (and the test hook's
- * tap). Returns whether a shutdown was requested. */
+void graft__engine_set_step_hook(graft_engine *e, graft__step_hook hook, void *user)
+{
+    pthread_mutex_lock(&e->mu);
+    e->step_hook_set = hook;
+    e->step_hook_set_user = user;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Whether the thread has nothing to do now: no command, and no live generation that can
+ * run (none, or all waiting for KV with no cancel pending). Under mu. */
+static bool idle(const graft_engine *e)
+{
+    if (e->paused)
+        return true;
+    if (e->head != NULL || e->n_active == 0)
+        return e->head == NULL;
+    if (!e->stalled)
+        return false;
+    for (int32_t i = 0; i < e->n_active; i++)
+        if (atomic_load(&e->active[i]->cancel))
+            return false;
+    return true;
+}
+
+/* When a stalled thread looks again: the earliest moment a waiting generation's kv_wait_ms
+ * runs out, or STALL_POLL_MS from now if sooner (a cancel sets a flag without waking the
+ * thread: the generation handle may outlive the engine, so it cannot reach the lock). */
+enum { STALL_POLL_MS = 10 };
+static struct timespec stall_deadline(const graft_engine *e)
+{
+    uint64_t first = UINT64_MAX;
+    for (int32_t i = 0; i < e->n_active; i++)
+        if (e->active[i]->kv_wait_since != 0 && e->active[i]->kv_wait_since < first)
+            first = e->active[i]->kv_wait_since;
+    uint64_t now = graft__now_ns();
+    uint64_t at = first == UINT64_MAX ? now : first + (uint64_t)e->opts.kv_wait_ms * 1000000u;
+    uint64_t left = at > now ? at - now : 0;
+    if (left > (uint64_t)STALL_POLL_MS * 1000000u)
+        left = (uint64_t)STALL_POLL_MS * 1000000u;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + left % 1000000000u + 1000000u; /* 1 ms past it */
+    ts.tv_sec += (time_t)(left / 1000000000u + ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    return ts;
+}
+
+/* Waits until there is something to do; takes the queued commands (and the test hooks).
+ * Returns whether a shutdown was requested. */
 static bool take_commands(graft_engine *e, graft__cmd **cmds)
 {
     pthread_mutex_lock(&e->mu);
-    while (!e->stopping && (e->paused || (e->head == NULL && e->n_active == 0)))
-        pthread_cond_wait(&e->wake, &e->mu);
+    while (!e->stopping && idle(e)) {
+        if (e->stalled && !e->paused) {
+            struct timespec until = stall_deadline(e);
+            if (pthread_cond_timedwait(&e->wake, &e->mu, &until) != 0)
+                break; /* a deadline: the step fails the generation that waited too long */
+        } else {
+            pthread_cond_wait(&e->wake, &e->mu);
+        }
+    }
     *cmds = e->head;
     e->head = e->tail = NULL;
     e->tap = e->tap_set;
     e->tap_user = e->tap_set_user;
+    e->step_hook = e->step_hook_set;
+    e->step_hook_user = e->step_hook_set_user;
     bool stop = e->stopping;
     pthread_mutex_unlock(&e->mu);
     return stop;
+}
+
+/* Takes whatever is queued now, without waiting. */
+static graft__cmd *take_queued(graft_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    graft__cmd *cmds = e->paused ? NULL : e->head;
+    if (cmds != NULL)
+        e->head = e->tail = NULL;
+    pthread_mutex_unlock(&e->mu);
+    return cmds;
 }
 
 /* Runs a command, or answers it with a refusal when draining. */
@@ -303,7 +413,7 @@ static void run_command(graft_engine *e, graft__cmd *cmd)
         graft__session_run_open(e, cmd);
         break;
     case GRAFT__CMD_CLOSE:
-        graft__session_run_close(e, cmd->session);
+        graft__session_run_close(e, cmd);
         break;
     case GRAFT__CMD_CLONE:
         graft__session_run_clone(e, cmd);
@@ -321,8 +431,14 @@ static void run_command(graft_engine *e, graft__cmd *cmd)
     case GRAFT__CMD_RETAINED:
         graft__session_run_retained(e, cmd);
         break;
+    case GRAFT__CMD_TOKENS:
+        graft__session_run_tokens(e, cmd);
+        break;
     case GRAFT__CMD_EXCLUSIVE:
         graft__accounting_run_exclusive(e, cmd);
+        break;
+    case GRAFT__CMD_RECLAIM:
+        graft__accounting_run_reclaim(e, cmd);
         break;
     }
 }
@@ -363,7 +479,8 @@ static void drain(graft_engine *e, graft__cmd *cmds)
             break;
     }
     while (e->sessions != NULL)
-        graft__session_run_close(e, e->sessions);
+        graft__session_close_now(e, e->sessions);
+    graft__accounting_free_hooks(e);
 }
 
 static void *engine_main(void *arg)
@@ -376,7 +493,9 @@ static void *engine_main(void *arg)
             drain(e, cmds);
             break;
         }
-        run_commands(e, cmds);
+        do
+            run_commands(e, cmds);
+        while ((cmds = take_queued(e)) != NULL);
         graft__sched_step(e);
     }
     current_engine = NULL;

@@ -8,12 +8,17 @@
  * and reference count, a session's committed position).
  *
  * Files:
- *   engine.c      create / shutdown, the thread's loop, the command queue, the pause hook
- *   session.c     open, close, clone (async and blocking), position, the probe test hook
+ *   engine.c      create / shutdown, the thread's loop, the command queue, the test hooks
+ *   session.c     open, close, clone (async and blocking), position, tokens, the probe hook
+ *   session_table.c  the index of open sessions by id, through which commands find theirs
  *   generation.c  generation handles: submit, admit, deliver a token, settle, the getters
- *   scheduler.c   one step: decode first, chunked prefill under the token budget, forward
+ *   scheduler.c   one step: decode first, chunked prefill under the token and KV budgets,
+ *                 KV reservations, reclaim requests, the forward pass
  *   metrics.c     engine metrics
- *   accounting.c  KV accounting for caches: bytes a set of sessions holds alone
+ *   accounting.c  KV accounting for caches: bytes a set of sessions holds alone; reclaim hooks
+ *
+ * Commands name their session by id (session_table.c), looked up when they run: a command
+ * never holds a pointer that a command earlier in the queue (a close) can free.
  *
  * Locking: engine->mu guards the queue fields (head, tail, stopping, closed, paused, tap_set)
  * and the `replied` flags of blocking commands. gen->mu guards a generation's metrics and its
@@ -32,27 +37,38 @@
 #include "util/util.h"
 
 typedef enum graft__cmd_kind {
-    GRAFT__CMD_OPEN,     /* blocking: open cmd.session */
-    GRAFT__CMD_CLOSE,    /* close cmd.session and free it */
-    GRAFT__CMD_CLONE,    /* clone cmd.session at u.clone.upto, answer through on_done */
-    GRAFT__CMD_GENERATE, /* admit u.gen */
-    GRAFT__CMD_PROBE,    /* blocking test hook: next-token logits of cmd.session */
+    GRAFT__CMD_OPEN,     /* blocking: open u.open (a new session) */
+    GRAFT__CMD_CLOSE,    /* close session_id and free it */
+    GRAFT__CMD_CLONE,    /* clone session_id in [min_upto, max_upto], answer through on_done */
+    GRAFT__CMD_GENERATE, /* admit u.gen on session_id */
+    GRAFT__CMD_PROBE,    /* blocking test hook: next-token logits of session_id */
     GRAFT__CMD_METRICS,  /* blocking: fill u.metrics */
-    GRAFT__CMD_RETAINED, /* blocking: longest clonable boundary of cmd.session <= upto */
-    GRAFT__CMD_EXCLUSIVE /* blocking: KV bytes held only by the sessions u.exclusive.sessions */
+    GRAFT__CMD_RETAINED, /* blocking: longest clonable boundary of session_id <= upto */
+    GRAFT__CMD_TOKENS,   /* blocking: copy the committed tokens of session_id */
+    GRAFT__CMD_EXCLUSIVE, /* blocking: KV bytes held only by the sessions u.exclusive.ids */
+    GRAFT__CMD_RECLAIM   /* blocking: add or remove the reclaim hook u.reclaim */
 } graft__cmd_kind;
+
+/* A registered reclaim hook (accounting.c), in the engine's list. */
+typedef struct graft__reclaim_hook graft__reclaim_hook;
+struct graft__reclaim_hook {
+    graft_reclaim_cb cb;
+    void *user;
+    graft__reclaim_hook *next;
+};
 
 typedef struct graft__cmd graft__cmd;
 struct graft__cmd {
     graft__cmd_kind kind;
     graft__cmd *next;
-    graft_session *session;
+    uint64_t session_id; /* the session the command is about, found when it runs */
     bool heap;    /* allocated for this command alone: the engine frees it after running it */
     bool replied; /* blocking commands: set under engine->mu once `status` is final */
     int status;
     union {
+        graft_session *open;
         struct {
-            int32_t upto;
+            int32_t min_upto, max_upto;
             graft_clone_cb on_done;
             void *user;
         } clone;
@@ -68,11 +84,21 @@ struct graft__cmd {
             int32_t *boundary;
         } retained;
         struct {
-            graft_session *const *sessions;
-            int32_t *seqs; /* (n) scratch for their sequence ids */
+            int32_t **tokens_out; /* a copy, graft__malloc'd on the engine thread */
+            size_t *n;
+        } tokens;
+        struct {
+            const uint64_t *ids; /* (n) the sessions' ids */
+            int32_t *seqs;       /* (n) scratch for their sequence ids */
             size_t n;
             int64_t *bytes;
         } exclusive;
+        struct {
+            graft__reclaim_hook *hook; /* to add (allocated by the caller) */
+            graft_reclaim_cb cb;       /* to remove: the hook with this cb and user */
+            void *user;
+            bool add;
+        } reclaim;
     } u;
 };
 
@@ -113,6 +139,8 @@ struct graft_generation {
     int32_t n_out, cap_out;
     bool has_pending; /* out[n_out - 1] was sampled and is not fed back yet */
     bool admitted;    /* in the engine's active list */
+    bool started;     /* took its first step: its KV reservation counts (scheduler.c) */
+    uint64_t kv_wait_since; /* when it began waiting for KV, 0 when not waiting */
 
     /* Results: status and error are written by the engine thread before `finish` is stored
      * (release), which happens before on_settled runs. */
@@ -126,6 +154,12 @@ struct graft_generation {
         uint64_t submit, start, first, last;
     } t;
 };
+
+/* Test hook: runs on the engine thread before each forward pass with the generations of the
+ * step; a status other than GRAFT_OK makes the step fail with it as if the forward pass had
+ * (the forward pass does not run). */
+typedef int (*graft__step_hook)(graft_engine *e, graft_generation *const *gens, int32_t n,
+                                void *user);
 
 /* Test hook: sees each logits row a generation samples from, before sampling (engine
  * thread). */
@@ -158,11 +192,18 @@ struct graft_engine {
     bool paused;   /* test hook: the engine thread runs nothing until unpaused */
     graft__logits_tap tap_set; /* test hook as last set; copied to `tap` by the thread */
     void *tap_set_user;
+    graft__step_hook step_hook_set; /* test hook as last set; copied likewise */
+    void *step_hook_set_user;
+    bool stalled; /* set by the thread: live generations all wait for KV; it sleeps until a
+                     command, the next KV wait deadline or a poll (engine.c) */
 
     /* Engine thread only. */
     bool draining; /* answering commands for shutdown */
     graft_session *sessions;
     int32_t n_sessions;
+    graft_session **by_id; /* (id_cap) open sessions by id (session_table.c) */
+    size_t id_cap;
+    graft__reclaim_hook *reclaim; /* hooks caches registered */
     uint64_t last_session_id;  /* the id given to the last session opened or cloned */
     graft_generation **active; /* (max_sessions) admitted generations, in arrival order */
     int32_t n_active;
@@ -173,6 +214,9 @@ struct graft_engine {
     graft_engine_metrics counters; /* the counting fields of the metrics */
     graft__logits_tap tap;
     void *tap_user;
+    graft__step_hook step_hook;
+    void *step_hook_user;
+    graft_generation **step_gens; /* (max_sessions) the step hook's argument */
 };
 
 /* engine.c */
@@ -189,13 +233,26 @@ void graft__engine_pause(graft_engine *e, bool paused);
 /* Test hook: installs a logits tap (NULL removes it); the engine thread picks it up before
  * it next runs commands or a step. */
 void graft__engine_set_tap(graft_engine *e, graft__logits_tap tap, void *user);
+/* Test hook: installs a step hook (NULL removes it), picked up like the tap. */
+void graft__engine_set_step_hook(graft_engine *e, graft__step_hook hook, void *user);
+
+/* session_table.c (engine thread; init at create) */
+int graft__sessions_init(graft_engine *e);
+void graft__sessions_free(graft_engine *e);
+void graft__sessions_put(graft_engine *e, graft_session *s);
+void graft__sessions_remove(graft_engine *e, const graft_session *s);
+/* The open session with this id, or NULL (closed, or never opened). */
+graft_session *graft__sessions_find(const graft_engine *e, uint64_t id);
 
 /* session.c (engine thread) */
 void graft__session_run_open(graft_engine *e, graft__cmd *cmd);
-void graft__session_run_close(graft_engine *e, graft_session *s);
+/* Closes and frees s: its live generation settles cancelled, its KV references drop. */
+void graft__session_close_now(graft_engine *e, graft_session *s);
+void graft__session_run_close(graft_engine *e, graft__cmd *cmd);
 void graft__session_run_clone(graft_engine *e, graft__cmd *cmd);
 void graft__session_run_probe(graft_engine *e, graft__cmd *cmd);
 void graft__session_run_retained(graft_engine *e, graft__cmd *cmd);
+void graft__session_run_tokens(graft_engine *e, graft__cmd *cmd);
 /* Commits positions [position, position + n) of tokens to the session. */
 int graft__session_commit(graft_engine *e, graft_session *s, const graft__batch_entry *entries,
                           int32_t n);
@@ -231,5 +288,10 @@ void graft__metrics_count_clone(graft_engine *e, int status);
 
 /* accounting.c (engine thread) */
 void graft__accounting_run_exclusive(graft_engine *e, graft__cmd *cmd);
+void graft__accounting_run_reclaim(graft_engine *e, graft__cmd *cmd);
+/* Asks every reclaim hook to give back `bytes_short` of KV (they queue closes). */
+void graft__accounting_reclaim(graft_engine *e, int64_t bytes_short);
+/* Frees the hooks left at shutdown. */
+void graft__accounting_free_hooks(graft_engine *e);
 
 #endif /* GRAFT_ENGINE_H */

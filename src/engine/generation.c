@@ -61,9 +61,10 @@ static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
                       const graft_generate_config *c, graft_generation **out)
 {
     if (s == NULL || tokens == NULL || c == NULL || out == NULL || n < 1 ||
-        n > (size_t)s->engine->opts.max_context || c->max_new_tokens < 0 ||
-        (c->n_stop_tokens > 0 && c->stop_tokens == NULL))
+        c->max_new_tokens < 0 || (c->n_stop_tokens > 0 && c->stop_tokens == NULL))
         return GRAFT_EINVAL;
+    if (n > (size_t)s->engine->opts.max_context)
+        return GRAFT_ERANGE;
     const graft_model *m = s->engine->model;
     if (!tokens_valid(m, tokens, n) || !tokens_valid(m, c->stop_tokens, c->n_stop_tokens))
         return GRAFT_EINVAL;
@@ -136,7 +137,7 @@ int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
     gen->user = user;
     gen->metrics.prompt_tokens = (int32_t)n;
     gen->t.submit = graft__now_ns();
-    gen->cmd = (graft__cmd){.kind = GRAFT__CMD_GENERATE, .session = s, .u.gen = gen};
+    gen->cmd = (graft__cmd){.kind = GRAFT__CMD_GENERATE, .session_id = s->id, .u.gen = gen};
     rc = graft__engine_submit(s->engine, &gen->cmd);
     if (rc != GRAFT_OK) {
         gen_destroy(gen);
@@ -148,12 +149,15 @@ int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
 
 void graft__gen_admit(graft_engine *e, graft_generation *gen)
 {
-    graft_session *s = gen->session;
-    int32_t position = atomic_load(&s->position);
+    graft_session *s = graft__sessions_find(e, gen->cmd.session_id);
+    int32_t position = s != NULL ? atomic_load(&s->position) : 0;
     char message[160];
     if (e->draining) {
         graft__gen_settle(e, gen, GRAFT_FINISH_CANCELLED, GRAFT_ESHUTDOWN,
                           "the engine is shutting down");
+    } else if (s == NULL) {
+        graft__gen_settle(e, gen, GRAFT_FINISH_CANCELLED, GRAFT_ECLOSED,
+                          "the session was closed before the generation started");
     } else if (s->gen != NULL) {
         graft__gen_settle(e, gen, GRAFT_FINISH_FAILED, GRAFT_EINVAL,
                           "the session already has a live generation");

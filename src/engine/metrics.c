@@ -15,6 +15,9 @@ void graft__metrics_fill(graft_engine *e, graft_engine_metrics *m)
     *m = e->counters;
     m->sessions_open = e->n_sessions;
     m->generations_live = e->n_active;
+    m->generations_waiting_kv = 0;
+    for (int32_t i = 0; i < e->n_active; i++)
+        m->generations_waiting_kv += e->active[i]->kv_wait_since != 0;
     m->kv_block_tokens = GRAFT_KV_BLOCK_TOKENS;
     m->kv_block_bytes = kv.bytes_per_block;
     m->kv_blocks_total = kv.blocks_total;
@@ -41,6 +44,9 @@ void graft__metrics_count_clone(graft_engine *e, int status)
         break;
     case GRAFT_ESHUTDOWN:
         e->counters.clones_refused_shutdown++;
+        break;
+    case GRAFT_ECLOSED:
+        e->counters.clones_refused_closed++;
         break;
     default:
         e->counters.clones_refused_nomem++;

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "graft.h"
 #include "gguf/gguf.h"
 
 /* Scalar conversions (IEEE half with subnormals; bfloat16 rounds to nearest even). */
@@ -186,7 +187,6 @@ void graft__store_row_f16c(uint32_t type, void *dst, const float *src, int64_t n
  * all are done. One caller at a time per pool. A NULL pool runs everything on the caller.
  * CONSTRUCTOR: graft__pool_create   DESTRUCTOR: graft__pool_free
  */
-#define GRAFT_MAX_THREADS 256
 typedef struct graft__pool graft__pool;
 typedef void (*graft__task_fn)(void *ctx, int64_t task, int thread);
 int graft__pool_create(int n_threads, graft__pool **out);

@@ -52,6 +52,13 @@ static void count_tensors(const graft__gguf *g, graft_model_info *info)
     }
 }
 
+size_t graft__model_kv_bytes_per_position(const graft__hparams *hp, uint32_t kv_type)
+{
+    const uint64_t k = graft__type_row_bytes(kv_type, (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim);
+    const uint64_t v = graft__type_row_bytes(kv_type, (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim_v);
+    return (size_t)((k + v) * (uint64_t)hp->n_layer);
+}
+
 void graft_model_get_info(const graft_model *m, graft_model_info *info)
 {
     const graft__hparams *hp = &m->hp;
@@ -69,6 +76,8 @@ void graft_model_get_info(const graft_model *m, graft_model_info *info)
     info->n_head = hp->n_head;
     info->n_head_kv = hp->n_head_kv;
     info->head_dim = hp->head_dim;
+    info->head_dim_v = hp->head_dim_v;
+    info->kv_bytes_per_position = (int64_t)graft__model_kv_bytes_per_position(hp, GRAFT_TYPE_F16);
     info->n_ff = hp->n_ff;
     info->sliding_window = hp->sliding_window;
     for (int32_t il = 0; il < hp->n_layer; il++)

@@ -4,11 +4,11 @@
  * on the caller's thread.
  *
  * The capture replaces the generation's callbacks and user pointer with its own. At the
- * first update that carries tokens, on the engine thread, the update wrapper finds the
- * generation's session (graft_generation_session), checks that it is the session the
- * capture is bound to (by id: the handle the caller passed may be gone or reused) and that
- * its committed position is the full prompt, and queues a clone there before it calls the
- * caller's on_update. Commands queued from a callback run before the next forward pass, and
+ * first update that carries tokens (or, when the first sampled token stopped the generation,
+ * at its settling), on the engine thread, the wrapper finds the generation's session
+ * (graft_generation_session), checks that it is the session the capture is bound to (by id:
+ * the handle the caller passed may be gone or reused) and that its committed position is the
+ * full prompt, and queues a clone there before it calls the caller's callback. Commands queued from a callback run before the next forward pass, and
  * in order, so the clone holds exactly the prompt, with its sliding window, and runs before
  * a close or cancel queued by the caller's callback. Nothing blocks on the engine thread.
  * collect, on the caller's thread, waits for that clone's answer (certain: every clone is
@@ -141,13 +141,13 @@ static graft_session *bound_session(graft_prompt_capture *c, graft_generation *g
     return s;
 }
 
-/* graft_update_cb wrapper: queues the clone, then calls the caller's on_update. */
-static void capture_on_update(graft_generation *gen, const int32_t *tokens, size_t n, void *user)
+/* Engine thread, the prompt complete: queues the clone of the bound session at n (unless
+ * the capture was past WAITING already). */
+static void request_snapshot(graft_prompt_capture *c, graft_generation *gen)
 {
-    graft_prompt_capture *c = user;
     graft_session *source = NULL;
     pthread_mutex_lock(&c->mu);
-    if (c->state == CAPTURE_WAITING && n > 0)
+    if (c->state == CAPTURE_WAITING)
         source = bound_session(c, gen);
     pthread_mutex_unlock(&c->mu);
     if (source != NULL) {
@@ -161,14 +161,29 @@ static void capture_on_update(graft_generation *gen, const int32_t *tokens, size
             pthread_mutex_unlock(&c->mu);
         }
     }
+}
+
+/* graft_update_cb wrapper: at the first update with tokens, queues the clone, then calls
+ * the caller's on_update. */
+static void capture_on_update(graft_generation *gen, const int32_t *tokens, size_t n, void *user)
+{
+    graft_prompt_capture *c = user;
+    if (n > 0)
+        request_snapshot(c, gen);
     if (c->on_update != NULL)
         c->on_update(gen, tokens, n, c->user);
 }
 
-/* graft_settled_cb wrapper. */
+/* graft_settled_cb wrapper. A generation whose first sampled token was a stop token gave no
+ * update, yet its session holds exactly the prompt: the clone is queued here, before the
+ * caller's on_settled (and whatever close it queues). */
 static void capture_on_settled(graft_generation *gen, void *user)
 {
     graft_prompt_capture *c = user;
+    graft_generation_metrics m;
+    graft_generation_metrics_get(gen, &m);
+    if (m.generated_tokens > 0)
+        request_snapshot(c, gen);
     if (c->on_settled != NULL)
         c->on_settled(gen, c->user);
 }
@@ -190,8 +205,8 @@ int graft_prompt_capture_wrap(graft_prompt_capture *c, graft_update_cb *on_updat
 
 int graft_prompt_capture_collect(graft_prompt_capture *c)
 {
-    if (c == NULL)
-        return GRAFT_EINVAL;
+    if (c == NULL || graft_engine_on_thread(c->cache->engine))
+        return GRAFT_EINVAL; /* waiting for the clone would wait for this very thread */
     pthread_mutex_lock(&c->mu);
     while (c->state == CAPTURE_REQUESTED)
         pthread_cond_wait(&c->answered, &c->mu);

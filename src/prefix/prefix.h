@@ -16,8 +16,10 @@
  * the counters. It is never held while waiting for the engine: an entry in use outside the
  * lock is pinned instead, and an entry evicted while pinned leaves the index at once but
  * keeps its snapshot open until the last unpin. Lock order: cache->mu, then the engine's
- * queue lock (graft_session_close under cache->mu). A capture has its own mutex, taken on
- * the engine thread by its callbacks; cache->mu is never taken there.
+ * queue lock (graft_session_close under cache->mu). On the engine thread cache->mu is only
+ * tried (the reclaim hook, which gives nothing when it is busy) or taken by an insert
+ * without a byte bound, both of which never wait for the engine while holding it. A capture
+ * has its own mutex, taken on the engine thread by its callbacks.
  */
 #ifndef GRAFT_PREFIX_H
 #define GRAFT_PREFIX_H
@@ -75,7 +77,6 @@ struct graft__prefix_entry {
     uint64_t stamp;            /* recency: the cache clock at its last insert or hit */
     graft__prefix_entry *newer, *older; /* the LRU list, while indexed */
     int32_t pins;              /* users outside the lock (lookups, measurements) */
-    bool too_big;              /* evicted at its insert: it alone held more than max_bytes */
 };
 
 struct graft_prefix_cache {

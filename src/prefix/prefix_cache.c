@@ -16,11 +16,20 @@
  * over max_bytes: evicting the oldest entry and measuring again, or refusing the new
  * snapshot at once when it alone is over), on trim, and for stats.
  *
- * Locking: cache->mu (prefix.h). Engine calls happen with it released.
+ * Reclaim: the cache registers a reclaim hook with the engine at create. When a generation
+ * waits for KV room, the engine calls it on its thread: it evicts the least recently used
+ * snapshots that no lookup is using until what they held alone covers the shortfall (their
+ * closes run before the next step). It never blocks: when the lock is busy it gives nothing
+ * this time, and the engine asks again at its next step.
+ *
+ * Locking: cache->mu (prefix.h). Engine calls happen with it released, but for the reclaim
+ * hook, which runs on the engine thread and measures there directly.
  */
 #include <string.h>
 
 #include "prefix/prefix.h"
+
+static void reclaim(graft_engine *engine, int64_t bytes_short, void *user);
 
 int graft_prefix_cache_create(graft_engine *engine, int32_t max_entries, size_t max_bytes,
                               graft_prefix_cache **out, char **errmsg)
@@ -44,6 +53,14 @@ int graft_prefix_cache_create(graft_engine *engine, int32_t max_entries, size_t 
     cache->engine = engine;
     cache->max_entries = max_entries;
     cache->max_bytes = max_bytes;
+    int rc = graft_engine_reclaim_add(engine, reclaim, cache);
+    if (rc != GRAFT_OK) {
+        graft__radix_free(cache->index);
+        pthread_mutex_destroy(&cache->mu);
+        graft__free(cache);
+        return graft__errmsg(errmsg, rc, "prefix cache: cannot register with the engine: %s",
+                             graft_status_str(rc));
+    }
     *out = cache;
     return GRAFT_OK;
 }
@@ -161,7 +178,7 @@ static int measure_all(graft_prefix_cache *cache, int64_t *bytes)
 
 /* Under mu: while the bytes held alone exceed max_bytes, evicts the oldest entry, unless
  * `fresh` (pinned, just inserted; may be NULL) alone is over (checked once, the first time
- * the bound is exceeded): then it goes, marked too big, and nothing else. Returns the status
+ * the bound is exceeded): then it goes, and nothing else. Returns the status
  * of the last measurement. */
 static int enforce_bytes(graft_prefix_cache *cache, graft__prefix_entry *fresh)
 {
@@ -172,7 +189,6 @@ static int enforce_bytes(graft_prefix_cache *cache, graft__prefix_entry *fresh)
         if (fresh != NULL && fresh->node != NULL &&
             measure_entries(cache, &fresh, 1, one, &alone) == GRAFT_OK &&
             (size_t)alone > cache->max_bytes && fresh->node != NULL) {
-            fresh->too_big = true;
             evict(cache, fresh);
             return GRAFT_OK;
         }
@@ -183,6 +199,34 @@ static int enforce_bytes(graft_prefix_cache *cache, graft__prefix_entry *fresh)
         cache->stats.evictions++;
     }
     return rc;
+}
+
+/* ---- reclaim --------------------------------------------------------------------------------- */
+
+/* graft_reclaim_cb (engine thread): evicts the oldest unpinned snapshots until those evicted
+ * held at least bytes_short alone, each measured alone (a block two of them shared counts
+ * for neither, so this may evict one more than needed). */
+static void reclaim(graft_engine *engine, int64_t bytes_short, void *user)
+{
+    graft_prefix_cache *cache = user;
+    if (pthread_mutex_trylock(&cache->mu) != 0)
+        return;
+    int64_t given = 0;
+    graft__prefix_entry *e = cache->oldest;
+    while (e != NULL && given < bytes_short) {
+        graft__prefix_entry *newer = e->newer;
+        if (e->pins == 0) {
+            int64_t alone = 0;
+            graft_session *one[1] = {e->snapshot};
+            if (graft_engine_kv_exclusive_bytes(engine, one, 1, &alone) == GRAFT_OK)
+                given += alone;
+            evict(cache, e);
+            cache->stats.evictions++;
+            cache->stats.reclaim_evictions++;
+        }
+        e = newer;
+    }
+    pthread_mutex_unlock(&cache->mu);
 }
 
 /* ---- insert ---------------------------------------------------------------------------------- */
@@ -230,6 +274,19 @@ static int add_entry(graft_prefix_cache *cache, const int32_t *tokens, size_t n,
     return GRAFT_OK;
 }
 
+/* Whether the snapshot's committed history is tokens[0, n): GRAFT_OK, GRAFT_EINVAL when it
+ * is not, or the query's failure. */
+static int check_key(graft_session *snapshot, const int32_t *tokens, size_t n)
+{
+    int32_t *held = NULL;
+    size_t n_held = 0;
+    int rc = graft_session_tokens(snapshot, &held, &n_held);
+    if (rc == GRAFT_OK && (n_held != n || memcmp(held, tokens, n * sizeof *tokens) != 0))
+        rc = GRAFT_EINVAL;
+    graft_free(held);
+    return rc;
+}
+
 int graft_prefix_cache_insert(graft_prefix_cache *cache, const int32_t *tokens, size_t n,
                               graft_session *snapshot)
 {
@@ -237,17 +294,25 @@ int graft_prefix_cache_insert(graft_prefix_cache *cache, const int32_t *tokens, 
         return refuse(cache, NULL, GRAFT_EINVAL);
     if (cache == NULL || tokens == NULL || n < 1 || n > INT32_MAX)
         return refuse(cache, snapshot, GRAFT_EINVAL);
+    if (cache->max_bytes > 0 && graft_engine_on_thread(cache->engine))
+        return refuse(cache, snapshot, GRAFT_EINVAL); /* measuring would wait for itself */
     if (graft_session_position(snapshot) != (int32_t)n)
         return refuse(cache, snapshot, GRAFT_EBOUNDARY);
     if (cache->max_entries == 0)
         return refuse(cache, snapshot, GRAFT_ECAPACITY);
+    int checked = check_key(snapshot, tokens, n);
+    if (checked == GRAFT_ECLOSED || checked == GRAFT_ESHUTDOWN)
+        return refuse(cache, NULL, checked); /* nothing left to close */
+    if (checked != GRAFT_OK)
+        return refuse(cache, snapshot, checked);
     pthread_mutex_lock(&cache->mu);
     graft__prefix_entry *fresh;
     int rc = add_entry(cache, tokens, n, snapshot, &fresh);
     if (rc == GRAFT_OK && fresh != NULL) {
         if (cache->max_bytes > 0)
             (void)enforce_bytes(cache, fresh); /* a failed measurement waits for the next */
-        rc = fresh->too_big ? GRAFT_ECAPACITY : GRAFT_OK;
+        /* evicted already: too big alone, or by the bound once the others were gone */
+        rc = fresh->node == NULL ? GRAFT_ECAPACITY : GRAFT_OK;
         if (rc == GRAFT_OK)
             cache->stats.inserts++;
         else
@@ -264,7 +329,7 @@ int graft_prefix_cache_insert(graft_prefix_cache *cache, const int32_t *tokens, 
 
 int graft_prefix_cache_trim(graft_prefix_cache *cache)
 {
-    if (cache == NULL)
+    if (cache == NULL || graft_engine_on_thread(cache->engine))
         return GRAFT_EINVAL;
     pthread_mutex_lock(&cache->mu);
     int rc = cache->max_bytes > 0 ? enforce_bytes(cache, NULL) : GRAFT_OK;
@@ -288,6 +353,7 @@ void graft_prefix_cache_destroy(graft_prefix_cache *cache)
 {
     if (cache == NULL)
         return;
+    (void)graft_engine_reclaim_remove(cache->engine, reclaim, cache);
     graft_prefix_cache_clear(cache);
     graft__radix_free(cache->index);
     pthread_mutex_destroy(&cache->mu);
@@ -296,7 +362,7 @@ void graft_prefix_cache_destroy(graft_prefix_cache *cache)
 
 int graft_prefix_cache_stats_get(graft_prefix_cache *cache, graft_prefix_cache_stats *out)
 {
-    if (cache == NULL || out == NULL)
+    if (cache == NULL || out == NULL || graft_engine_on_thread(cache->engine))
         return GRAFT_EINVAL;
     pthread_mutex_lock(&cache->mu);
     *out = cache->stats;

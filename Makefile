@@ -1,5 +1,5 @@
 # The commands the README tells people to type. Each one installs missing Debian packages first.
-#   make run    build, then generate from BOS on the default model (stories260K, greedy)
+#   make run    build, then serve the default model (stories260K) over HTTP until Ctrl-C
 #   make test   build and run every test flavour: release, ASan+UBSan, TSan (engine), fuzz (bounded time)
 #   make bench  graft against llama.cpp side by side on BENCH_MODELS (see bench/README.md)
 JOBS ?= $(shell nproc)
@@ -35,7 +35,7 @@ fuzz: deps
 	@cmake --build build/fuzz -j $(JOBS)
 
 run: release
-	./build/release/graft run --temp 0 -n 60
+	./build/release/graft serve
 
 test-release: release
 	cd build/release && ctest --output-on-failure -j $(JOBS)

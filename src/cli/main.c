@@ -17,6 +17,7 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"serve", graft__cli_serve, "serve the model over HTTP (OpenAI-compatible API)"},
     {"run", graft__cli_run, "generate text from a prompt"},
     {"info", graft__cli_info, "describe a GGUF model"},
     {"tokenize", graft__cli_tokenize, "show the tokens of a text"},

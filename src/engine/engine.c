@@ -369,6 +369,15 @@ static struct timespec stall_deadline(const graft_engine *e)
     return ts;
 }
 
+/* Under mu: the test hooks as last set. */
+static void pick_up_hooks(graft_engine *e)
+{
+    e->tap = e->tap_set;
+    e->tap_user = e->tap_set_user;
+    e->step_hook = e->step_hook_set;
+    e->step_hook_user = e->step_hook_set_user;
+}
+
 /* Waits until there is something to do; takes the queued commands (and the test hooks).
  * Returns whether a shutdown was requested. */
 static bool take_commands(graft_engine *e, graft__cmd **cmds)
@@ -385,22 +394,20 @@ static bool take_commands(graft_engine *e, graft__cmd **cmds)
     }
     *cmds = e->head;
     e->head = e->tail = NULL;
-    e->tap = e->tap_set;
-    e->tap_user = e->tap_set_user;
-    e->step_hook = e->step_hook_set;
-    e->step_hook_user = e->step_hook_set_user;
+    pick_up_hooks(e);
     bool stop = e->stopping;
     pthread_mutex_unlock(&e->mu);
     return stop;
 }
 
-/* Takes whatever is queued now, without waiting. */
+/* Takes whatever is queued now, without waiting (and the test hooks). */
 static graft__cmd *take_queued(graft_engine *e)
 {
     pthread_mutex_lock(&e->mu);
     graft__cmd *cmds = e->paused ? NULL : e->head;
     if (cmds != NULL)
         e->head = e->tail = NULL;
+    pick_up_hooks(e);
     pthread_mutex_unlock(&e->mu);
     return cmds;
 }

@@ -1,0 +1,231 @@
+/*
+ * cmd_serve.c: `graft serve`: the OpenAI-compatible HTTP server on one model (src/server/).
+ *
+ * Order of start: parse and validate every option, start listening (GET /health answers 503
+ * while loading), load the model, start the engine and the prefix cache, mark the server
+ * ready and print "graft: listening on http://HOST:PORT" with a curl command to paste. Then
+ * the main thread waits for SIGINT or SIGTERM (blocked in every thread, taken here with
+ * sigwait), drains the server (running requests finish within --grace-ms, the rest are
+ * cancelled) and releases everything; the exit status is 0.
+ *
+ * Engine limits: --max-sessions requests generate at once; the engine holds one session per
+ * running request, one for its prompt's snapshot on its way into the cache, and the cache's
+ * snapshots (--cache-entries). Its KV budget (--kv-mem, default: what the engine gives that
+ * many sessions of --ctx) is shared, and the prefix cache gives blocks back when a request
+ * waits for KV.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "server/server.h"
+
+#define DEFAULT_PORT 8080
+#define DEFAULT_SLOTS 4
+#define DEFAULT_CACHE_ENTRIES 32
+#define DEFAULT_MAX_BODY (1 << 20)
+#define DEFAULT_MAX_QUEUE 64
+#define DEFAULT_TIMEOUT_S 600
+#define DEFAULT_GRACE_MS 5000
+
+static const char serve_usage[] =
+    "usage: graft serve [-m MODEL] [OPTIONS]\n"
+    "\n"
+    "Serves the model over HTTP with an OpenAI-compatible API: POST /v1/completions and\n"
+    "/v1/chat/completions (streamed as server-sent events with \"stream\": true), GET\n"
+    "/v1/models, /health and /metrics (Prometheus), POST /tokenize and /detokenize. Prompts\n"
+    "that begin as an earlier one did reuse its KV from the prefix cache; the answer is the\n"
+    "same bits either way. Runs until SIGINT or SIGTERM, then finishes running requests.\n"
+    "\n"
+    "options:\n"
+    "  -m, --model FILE        GGUF model (default: $GRAFT_MODEL, else stories260K.gguf in\n"
+    "                          $GRAFT_MODELS_DIR, ../shared/models/ or next to the binary)\n"
+    "  --host ADDR             IPv4 address to listen on (default 127.0.0.1)\n"
+    "  --port N                port (default 8080; 0: any free port)\n"
+    "  --alias NAME            the model id in responses (default: the file's name)\n"
+    "  --ctx N                 positions per request, prompt and output (default: the\n"
+    "                          model's context length, at most 4096)\n"
+    "  --max-sessions N        requests generating at once (default 4); more wait\n"
+    "  --max-queue N           requests waiting beyond those; more get 429 (default 64)\n"
+    "  --kv-mem SIZE           KV budget in bytes, with an optional K, M or G suffix\n"
+    "                          (default: what the engine gives its sessions of --ctx)\n"
+    "  --cache-entries N       prompt snapshots the prefix cache holds (default 32)\n"
+    "  --cache-mem SIZE        KV bytes the cache holds alone at most (default: no bound\n"
+    "                          but --kv-mem; it gives blocks back when a request waits)\n"
+    "  --threads N             compute threads (default: one per online CPU)\n"
+    "  --kernels K             scalar, avx2 or avx512 (default: the best this CPU runs)\n"
+    "  --api-key KEY           require 'Authorization: Bearer KEY' (not on /health)\n"
+    "  --max-body SIZE         request body bytes at most (default 1M); more get 413\n"
+    "  --timeout S             seconds an idle connection is kept (default 600)\n"
+    "  --grace-ms N            on SIGINT/SIGTERM, how long running requests may finish\n"
+    "                          before they are cancelled (default 5000)\n"
+    "  -h, --help              this text\n";
+
+typedef struct serve_options {
+    const char *model;
+    const char *host;
+    const char *alias;
+    const char *api_key;
+    const char *kernels;
+    int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, grace_ms;
+    size_t kv_mem, cache_mem, max_body;
+} serve_options;
+
+static int parse(int argc, char **argv, serve_options *o)
+{
+    *o = (serve_options){.host = "127.0.0.1", .port = DEFAULT_PORT, .slots = DEFAULT_SLOTS,
+                         .queue = DEFAULT_MAX_QUEUE, .cache_entries = DEFAULT_CACHE_ENTRIES,
+                         .timeout_s = DEFAULT_TIMEOUT_S, .grace_ms = DEFAULT_GRACE_MS,
+                         .max_body = DEFAULT_MAX_BODY};
+    const graft__cli_opt opts[] = {
+        {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
+        {"--host", NULL, GRAFT_CLI_STRING, &o->host, 0, 0, 0},
+        {"--port", NULL, GRAFT_CLI_INT, &o->port, 0, 65535, 0},
+        {"--alias", NULL, GRAFT_CLI_STRING, &o->alias, 0, 0, 0},
+        {"--ctx", NULL, GRAFT_CLI_INT, &o->ctx, 1, INT32_MAX, 0},
+        {"--max-sessions", NULL, GRAFT_CLI_INT, &o->slots, 1, 1000, 0},
+        {"--max-queue", NULL, GRAFT_CLI_INT, &o->queue, 0, 100000, 0},
+        {"--kv-mem", NULL, GRAFT_CLI_SIZE, &o->kv_mem, 1, (double)SIZE_MAX, 0},
+        {"--cache-entries", NULL, GRAFT_CLI_INT, &o->cache_entries, 0, 2000, 0},
+        {"--cache-mem", NULL, GRAFT_CLI_SIZE, &o->cache_mem, 1, (double)SIZE_MAX, 0},
+        {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
+        {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
+        {"--api-key", NULL, GRAFT_CLI_STRING, &o->api_key, 0, 0, 0},
+        {"--max-body", NULL, GRAFT_CLI_SIZE, &o->max_body, 64, (double)SIZE_MAX, 0},
+        {"--timeout", NULL, GRAFT_CLI_INT, &o->timeout_s, 1, 86400, 0},
+        {"--grace-ms", NULL, GRAFT_CLI_INT, &o->grace_ms, 0, 3600000, 0},
+    };
+    const graft__cli_command cmd = {"serve", serve_usage, opts, sizeof opts / sizeof opts[0],
+                                    NULL, 0};
+    int rc = graft__cli_parse(&cmd, argc, argv, NULL);
+    if (rc >= 0)
+        return rc;
+    if (o->api_key != NULL && o->api_key[0] == '\0') {
+        graft__cli_error("serve", "option --api-key: the key is empty");
+        return GRAFT_CLI_USAGE;
+    }
+    return -1;
+}
+
+/* The file name of a path, without its folder and .gguf. */
+static char *model_alias(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && strcmp(base + n - 5, ".gguf") == 0)
+        n -= 5;
+    return strndup(base, n);
+}
+
+typedef struct serving {
+    graft_model *model;
+    graft_engine *engine;
+    graft_prefix_cache *cache;
+} serving;
+
+static int start_engine(const serve_options *o, const char *path, serving *sv)
+{
+    char *err = NULL;
+    if (graft_model_load(path, &sv->model, &err) != GRAFT_OK) {
+        graft__cli_error("serve", "%s", err ? err : "cannot load the model");
+        graft_free(err);
+        return GRAFT_CLI_FAILED;
+    }
+    graft_model_info info;
+    graft_model_get_info(sv->model, &info);
+    graft_engine_options eo = graft_engine_default_options();
+    eo.max_context = o->ctx > 0 ? o->ctx : 0;
+    if (o->ctx > info.n_ctx_train) {
+        graft__cli_error("serve", "option --ctx: %d is above the model's context length %d",
+                         (int)o->ctx, (int)info.n_ctx_train);
+        return GRAFT_CLI_USAGE;
+    }
+    eo.max_sessions = 2 * o->slots + o->cache_entries + 1;
+    eo.n_threads = o->threads;
+    eo.kernels = o->kernels;
+    if (o->kv_mem > 0) {
+        eo.kv_mem = o->kv_mem;
+    } else {
+        graft_engine_options per_request = eo;
+        per_request.max_sessions = 2 * o->slots;
+        eo.kv_mem = graft_engine_default_kv_mem(sv->model, &per_request);
+    }
+    int rc = graft_engine_create(sv->model, &eo, &sv->engine, &err);
+    if (rc != GRAFT_OK) {
+        graft__cli_error("serve", "cannot start the engine: %s", err ? err : graft_status_str(rc));
+        graft_free(err);
+        return GRAFT_CLI_FAILED;
+    }
+    rc = graft_prefix_cache_create(sv->engine, o->cache_entries, o->cache_mem, &sv->cache, &err);
+    if (rc != GRAFT_OK) {
+        graft__cli_error("serve", "cannot create the prefix cache: %s",
+                         err ? err : graft_status_str(rc));
+        graft_free(err);
+        return GRAFT_CLI_FAILED;
+    }
+    return GRAFT_CLI_OK;
+}
+
+static void stop_engine(serving *sv)
+{
+    graft_prefix_cache_destroy(sv->cache);
+    graft_engine_shutdown(sv->engine);
+    graft_model_free(sv->model);
+}
+
+int graft__cli_serve(int argc, char **argv)
+{
+    serve_options o;
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    char *path = graft__cli_find_model("serve", o.model);
+    if (path == NULL)
+        return GRAFT_CLI_FAILED;
+    char *alias = o.alias ? strdup(o.alias) : model_alias(path);
+    /* SIGINT and SIGTERM go to sigwait below, not to any thread started from here on. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    graft__server_config cfg = {o.host, o.port, alias, o.api_key, o.max_body, o.queue, o.slots,
+                                2 * (o.slots + o.queue) + 16, o.timeout_s, o.grace_ms};
+    graft__server *server = NULL;
+    int port = 0;
+    char *err = NULL;
+    if (graft__server_start(&cfg, &server, &port, &err) != GRAFT_OK) {
+        graft__cli_error("serve", "%s", err ? err : "cannot start the server");
+        free(err);
+        free(alias);
+        free(path);
+        return GRAFT_CLI_FAILED;
+    }
+    serving sv = {0};
+    rc = start_engine(&o, path, &sv);
+    if (rc != GRAFT_CLI_OK) {
+        graft__server_stop(server);
+        stop_engine(&sv);
+        free(alias);
+        free(path);
+        return rc;
+    }
+    graft__server_set_ready(server, sv.model, sv.engine, sv.cache, NULL, NULL);
+    fprintf(stderr, "graft: listening on http://%s:%d\n", o.host, port);
+    fprintf(stderr, "graft: try: curl http://%s:%d/v1/completions -H 'Content-Type: "
+                    "application/json' -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": "
+                    "32}'\n", o.host, port);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "graft: %s: stopping (running requests have %d ms to finish)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", (int)o.grace_ms);
+    graft__server_stop(server);
+    stop_engine(&sv);
+    free(alias);
+    free(path);
+    return GRAFT_CLI_OK;
+}

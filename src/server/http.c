@@ -1,0 +1,574 @@
+/*
+ * http.c: the HTTP side of `graft serve` (server.h): a libmicrohttpd daemon with a thread per
+ * connection, so a handler may wait for its generation; routing, the API key, body and queue
+ * limits, JSON errors, one log line per request, and the shutdown drain.
+ *
+ * Routes: GET /health (503 until the model is loaded and the engine runs), GET /v1/models,
+ * GET /metrics, POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
+ * POST /detokenize; any other path is a JSON 404, a known path with another method a 405.
+ *
+ * Admission: at most `slots` completions generate at once; up to max_queue more wait for a
+ * slot; beyond that a request is answered 429 with Retry-After at once (the connection is
+ * never dropped). A streamed completion holds its slot until its stream ends.
+ *
+ * Shutdown: stop accepting (quiesce), let running requests finish for grace_ms, then set
+ * cancel_all (every completion cancels its generation at its next slice), wait for them to
+ * end, stop the daemon.
+ */
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "server/server.h"
+
+struct graft__server {
+    struct MHD_Daemon *daemon;
+    graft__server_config config;
+    graft__server_ctx ctx;
+    graft__server_metrics metrics;
+    atomic_bool ready;
+    pthread_mutex_t mu; /* guards running, queued and the waits on cv */
+    pthread_cond_t cv;
+    int32_t running, queued;
+    bool stopping;
+};
+
+/* One request's state across the calls libmicrohttpd makes for it. */
+typedef struct request {
+    graft__server *server;
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    uint64_t t_start;
+    int endpoint; /* metrics row */
+} request;
+
+enum { EP_COMPLETIONS, EP_CHAT, EP_OTHER, EP_UNKNOWN };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- replies ---------------------------------------------------------------------------------- */
+
+void graft__reply_json(graft__reply *reply, int status, json_t *j)
+{
+    reply->status = status;
+    reply->body = json_dumps(j, JSON_COMPACT);
+    reply->len = reply->body ? strlen(reply->body) : 0;
+    reply->content_type = "application/json";
+    json_decref(j);
+}
+
+void graft__reply_error(graft__reply *reply, int status, const char *type, const char *param,
+                        const char *fmt, ...)
+{
+    char message[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    json_t *err = json_pack("{s:s, s:s}", "message", message, "type", type);
+    json_object_set_new(err, "param", param ? json_string(param) : json_null());
+    json_object_set_new(err, "code", json_integer(status));
+    graft__reply_json(reply, status, json_pack("{s:o}", "error", err));
+}
+
+static int status_class(int status)
+{
+    return status == 429 ? 4 : status == 401 ? 5 : status >= 500 ? 3 : status >= 400 ? 2
+                                                   : status >= 300 ? 1 : 0;
+}
+
+static void log_request(graft__server *s, int endpoint, uint64_t t_start, const char *method,
+                        const char *url, int status, const graft__request_log *log)
+{
+    atomic_fetch_add(&s->metrics.requests[endpoint][status_class(status)], 1);
+    double total_ms = (now_ns() - t_start) / 1e6;
+    if (log != NULL)
+        fprintf(stderr, "graft: %s %s %d reused %d computed %d ttft %.1f ms total %.1f ms\n",
+                method, url, status, (int)log->reused, (int)log->computed, log->ttft_ms,
+                total_ms);
+    else
+        fprintf(stderr, "graft: %s %s %d total %.1f ms\n", method, url, status, total_ms);
+}
+
+static enum MHD_Result send_reply(struct MHD_Connection *conn, graft__reply *reply)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        reply->len, reply->body ? reply->body : (char *)"", reply->body ? MHD_RESPMEM_MUST_FREE
+                                                                        : MHD_RESPMEM_PERSISTENT);
+    if (r == NULL) {
+        free(reply->body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", reply->content_type ? reply->content_type
+                                                                   : "application/json");
+    if (reply->status == 429)
+        MHD_add_response_header(r, "Retry-After", "1");
+    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)reply->status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* ---- admission -------------------------------------------------------------------------------- */
+
+/* Takes a slot (waiting in the queue if need be): 0, or 429 / 503 to answer. */
+static int admit(graft__server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int status = 0;
+    if (s->stopping) {
+        status = 503;
+    } else if (s->running >= s->config.slots && s->queued >= s->config.max_queue) {
+        status = 429;
+    } else {
+        s->queued++;
+        while (s->running >= s->config.slots && !s->stopping)
+            pthread_cond_wait(&s->cv, &s->mu);
+        s->queued--;
+        if (s->stopping)
+            status = 503;
+        else
+            s->running++;
+    }
+    atomic_store(&s->metrics.running, s->running);
+    atomic_store(&s->metrics.queued, s->queued);
+    pthread_mutex_unlock(&s->mu);
+    return status;
+}
+
+static void release_slot(graft__server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->running--;
+    atomic_store(&s->metrics.running, s->running);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- streams ---------------------------------------------------------------------------------- */
+
+/* A streamed response outlives its request's state (freed when the request completes), so
+ * it keeps what its log line needs. */
+typedef struct stream_state {
+    graft__server *server;
+    int endpoint;
+    uint64_t t_start;
+    void *completion;
+    char method[8];
+    char url[64];
+} stream_state;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    stream_state *st = cls;
+    long n = graft__completion_stream_read(st->completion, buf, max);
+    return n < 0 ? MHD_CONTENT_READER_END_OF_STREAM : (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    stream_state *st = cls;
+    graft__request_log log = {0};
+    graft__completion_stream_free(st->completion, &log);
+    log_request(st->server, st->endpoint, st->t_start, st->method, st->url, 200, &log);
+    release_slot(st->server);
+    free(st);
+}
+
+static enum MHD_Result send_stream(struct MHD_Connection *conn, request *rq, const char *method,
+                                   const char *url, graft__reply *reply)
+{
+    stream_state *st = calloc(1, sizeof *st);
+    if (st == NULL) {
+        graft__completion_stream_free(reply->stream, NULL);
+        release_slot(rq->server);
+        return MHD_NO;
+    }
+    st->server = rq->server;
+    st->endpoint = rq->endpoint;
+    st->t_start = rq->t_start;
+    st->completion = reply->stream;
+    snprintf(st->method, sizeof st->method, "%s", method);
+    snprintf(st->url, sizeof st->url, "%s", url);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);
+    if (r == NULL) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* ---- routes ----------------------------------------------------------------------------------- */
+
+static void route_models(graft__server *s, graft__reply *reply)
+{
+    json_t *model = json_pack("{s:s, s:s, s:I, s:s}", "id", s->config.alias, "object", "model",
+                              "created", (json_int_t)time(NULL), "owned_by", "graft");
+    graft__reply_json(reply, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model));
+}
+
+static void route_metrics(graft__server *s, graft__reply *reply)
+{
+    reply->status = 200;
+    reply->body = graft__metrics_text(&s->metrics, s->ctx.engine, s->ctx.cache, &reply->len);
+    reply->content_type = "text/plain; version=0.0.4";
+}
+
+static void route_tokenize(graft__server *s, const json_t *body, graft__reply *reply)
+{
+    const json_t *content = json_object_get(body, "content");
+    if (!json_is_string(content)) {
+        graft__reply_error(reply, 400, "invalid_request_error", "content",
+                           "'content' must be a string");
+        return;
+    }
+    const json_t *special = json_object_get(body, "add_special");
+    int32_t *tokens = NULL;
+    size_t n = 0;
+    if (graft_tokenize(s->ctx.model, json_string_value(content), json_string_length(content),
+                       json_is_true(special), 1, &tokens, &n) != GRAFT_OK) {
+        graft__reply_error(reply, 500, "server_error", NULL, "cannot tokenize");
+        return;
+    }
+    json_t *list = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, json_integer(tokens[i]));
+    graft_free(tokens);
+    graft__reply_json(reply, 200, json_pack("{s:o}", "tokens", list));
+}
+
+static void route_detokenize(graft__server *s, const json_t *body, graft__reply *reply)
+{
+    const json_t *tokens = json_object_get(body, "tokens");
+    graft_model_info info;
+    graft_model_get_info(s->ctx.model, &info);
+    if (!json_is_array(tokens)) {
+        graft__reply_error(reply, 400, "invalid_request_error", "tokens",
+                           "'tokens' must be an array of token ids");
+        return;
+    }
+    graft_detok *d = NULL;
+    if (graft_detok_create(s->ctx.model, &d) != GRAFT_OK) {
+        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+        return;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    for (size_t i = 0; i <= json_array_size(tokens); i++) {
+        const char *piece;
+        size_t n = 0;
+        if (i < json_array_size(tokens)) {
+            const json_t *t = json_array_get(tokens, i);
+            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+                json_integer_value(t) >= info.n_vocab) {
+                char path[40];
+                snprintf(path, sizeof path, "tokens[%zu]", i);
+                graft__reply_error(reply, 400, "invalid_request_error", path,
+                                   "'%s' must be a token id below %d", path, (int)info.n_vocab);
+                free(text);
+                graft_detok_free(d);
+                return;
+            }
+            graft_detok_push(d, (int32_t)json_integer_value(t), &piece, &n);
+        } else {
+            graft_detok_flush(d, &piece, &n);
+        }
+        char *grown = realloc(text, len + n + 1);
+        if (grown == NULL)
+            break;
+        text = grown;
+        memcpy(text + len, piece, n);
+        len += n;
+        text[len] = '\0';
+    }
+    graft_detok_free(d);
+    /* SentencePiece's tokenizer puts a space before the text: the inverse takes it off. */
+    size_t skip = strcmp(info.tokenizer, "spm") == 0 && len > 0 && text[0] == ' ' ? 1 : 0;
+    graft__reply_json(reply, 200,
+                      json_pack("{s:s%}", "content", text ? text + skip : "", len - skip));
+    free(text);
+}
+
+typedef enum route {
+    R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_NONE
+} route;
+
+static const struct {
+    const char *path;
+    const char *method;
+} routes[R_NONE] = {{"/health", "GET"},           {"/v1/models", "GET"},
+                    {"/metrics", "GET"},          {"/v1/completions", "POST"},
+                    {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"},
+                    {"/detokenize", "POST"}};
+
+static route find_route(const char *url)
+{
+    for (int i = 0; i < R_NONE; i++)
+        if (strcmp(url, routes[i].path) == 0)
+            return (route)i;
+    return R_NONE;
+}
+
+/* Compares the key without stopping at the first difference. */
+static bool key_matches(const char *given, const char *key)
+{
+    size_t n = strlen(key), m = given ? strlen(given) : 0;
+    unsigned char diff = (unsigned char)(n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(key[i] ^ (i < m ? given[i] : 0));
+    return diff == 0;
+}
+
+static bool authorized(graft__server *s, struct MHD_Connection *conn)
+{
+    if (s->config.api_key == NULL)
+        return true;
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+        return false;
+    return key_matches(auth + 7, s->config.api_key);
+}
+
+static int client_fd(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* The request with its whole body: routes it and answers. */
+static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connection *conn,
+                                const char *url, const char *method)
+{
+    graft__reply reply = {0};
+    route r = find_route(url);
+    rq->endpoint = r == R_COMPLETIONS ? EP_COMPLETIONS : r == R_CHAT ? EP_CHAT
+                   : r == R_NONE      ? EP_UNKNOWN
+                                      : EP_OTHER;
+    graft__request_log log = {0};
+    bool logged_generation = false;
+    if (r == R_NONE) {
+        graft__reply_error(&reply, 404, "not_found_error", NULL, "no route for %s %s", method,
+                           url);
+    } else if (strcmp(method, routes[r].method) != 0) {
+        graft__reply_error(&reply, 405, "invalid_request_error", NULL,
+                           "%s takes %s, not %s", url, routes[r].method, method);
+    } else if (r == R_HEALTH) {
+        bool ready = atomic_load(&s->ready);
+        graft__reply_json(&reply, ready ? 200 : 503,
+                          json_pack("{s:s}", "status", ready ? "ok" : "loading model"));
+    } else if (!authorized(s, conn)) {
+        graft__reply_error(&reply, 401, "authentication_error", NULL,
+                           "a valid 'Authorization: Bearer' key is required");
+    } else if (!atomic_load(&s->ready)) {
+        graft__reply_error(&reply, 503, "server_error", NULL, "the model is still loading");
+    } else if (rq->too_large) {
+        graft__reply_error(&reply, 413, "invalid_request_error", NULL,
+                           "the request body is over %zu bytes (--max-body)", s->config.max_body);
+    } else if (r == R_MODELS) {
+        route_models(s, &reply);
+    } else if (r == R_METRICS) {
+        route_metrics(s, &reply);
+    } else {
+        json_error_t jerr;
+        json_t *body = json_loadb(rq->body ? rq->body : "", rq->len, 0, &jerr);
+        if (body == NULL) {
+            graft__reply_error(&reply, 400, "invalid_request_error", NULL,
+                               "the body is not JSON: %s at line %d, column %d", jerr.text,
+                               jerr.line, jerr.column);
+        } else if (!json_is_object(body)) {
+            graft__reply_error(&reply, 400, "invalid_request_error", NULL,
+                               "the body must be a JSON object");
+        } else if (r == R_TOKENIZE) {
+            route_tokenize(s, body, &reply);
+        } else if (r == R_DETOKENIZE) {
+            route_detokenize(s, body, &reply);
+        } else {
+            int refused = admit(s);
+            if (refused == 429)
+                graft__reply_error(&reply, 429, "rate_limit_error", NULL,
+                                   "%d requests are running and %d waiting (--max-queue): "
+                                   "retry later", (int)s->config.slots, (int)s->config.max_queue);
+            else if (refused != 0)
+                graft__reply_error(&reply, 503, "server_error", NULL, "the server is stopping");
+            else {
+                graft__completion_run(&s->ctx, body, r == R_CHAT, client_fd(conn), &reply, &log);
+                logged_generation = true;
+                if (reply.stream != NULL) {
+                    json_decref(body);
+                    return send_stream(conn, rq, method, url, &reply);
+                }
+                release_slot(s);
+            }
+        }
+        json_decref(body);
+    }
+    log_request(s, rq->endpoint, rq->t_start, method, url, reply.status,
+                logged_generation ? &log : NULL);
+    return send_reply(conn, &reply);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    graft__server *s = cls;
+    request *rq = *con_cls;
+    if (rq == NULL) {
+        rq = calloc(1, sizeof *rq);
+        if (rq == NULL)
+            return MHD_NO;
+        rq->server = s;
+        rq->t_start = now_ns();
+        *con_cls = rq;
+        const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                          "Content-Length");
+        if (length != NULL && strtoull(length, NULL, 10) > s->config.max_body)
+            rq->too_large = true;
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        if (!rq->too_large && rq->len + *upload_size > s->config.max_body)
+            rq->too_large = true;
+        if (!rq->too_large) {
+            if (rq->len + *upload_size + 1 > rq->cap) {
+                size_t want = rq->cap ? rq->cap * 2 : 4096;
+                while (want < rq->len + *upload_size + 1)
+                    want *= 2;
+                char *grown = realloc(rq->body, want);
+                if (grown == NULL)
+                    return MHD_NO;
+                rq->body = grown;
+                rq->cap = want;
+            }
+            memcpy(rq->body + rq->len, upload_data, *upload_size);
+            rq->len += *upload_size;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(s, rq, conn, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    request *rq = *con_cls;
+    if (rq == NULL)
+        return;
+    free(rq->body);
+    free(rq);
+    *con_cls = NULL;
+}
+
+int graft__server_start(const graft__server_config *config, graft__server **out, int *port_out,
+                        char **errmsg)
+{
+    *out = NULL;
+    graft__server *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return GRAFT_ENOMEM;
+    s->config = *config;
+    s->ctx.config = &s->config;
+    s->ctx.metrics = &s->metrics;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)config->port);
+    if (inet_pton(AF_INET, config->host, &addr.sin_addr) != 1) {
+        if (errmsg)
+            *errmsg = strdup("--host must be an IPv4 address such as 127.0.0.1 or 0.0.0.0");
+        free(s);
+        return GRAFT_EINVAL;
+    }
+    s->daemon = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)config->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)config->timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_END);
+    if (s->daemon == NULL) {
+        if (errmsg) {
+            char buf[160];
+            snprintf(buf, sizeof buf, "cannot listen on %s:%d", config->host, config->port);
+            *errmsg = strdup(buf);
+        }
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return GRAFT_EIO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    *port_out = di ? di->port : config->port;
+    *out = s;
+    return GRAFT_OK;
+}
+
+void graft__server_set_ready(graft__server *s, graft_model *model, graft_engine *engine,
+                             graft_prefix_cache *cache, graft__render_fn render,
+                             void *render_user)
+{
+    graft_engine_config cfg;
+    graft_engine_get_config(engine, &cfg);
+    s->ctx.model = model;
+    s->ctx.engine = engine;
+    s->ctx.cache = cache;
+    s->ctx.max_context = cfg.options.max_context;
+    s->ctx.render = render;
+    s->ctx.render_user = render_user;
+    atomic_store(&s->ready, true);
+}
+
+void graft__server_stop(graft__server *s)
+{
+    if (s == NULL)
+        return;
+    MHD_socket listen = MHD_quiesce_daemon(s->daemon);
+    if (listen != MHD_INVALID_SOCKET)
+        close(listen);
+    uint64_t until = now_ns() + (uint64_t)s->config.grace_ms * 1000000u;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int32_t running = s->running;
+        pthread_mutex_unlock(&s->mu);
+        if (running == 0)
+            break;
+        if (now_ns() > until)
+            atomic_store(&s->ctx.cancel_all, true);
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    MHD_stop_daemon(s->daemon);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

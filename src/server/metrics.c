@@ -1,0 +1,142 @@
+/*
+ * metrics.c: the server's counters and the Prometheus text format of GET /metrics
+ * (server.h).
+ *
+ * Counters are atomics bumped by the HTTP threads; the engine's and the prefix cache's own
+ * figures are read through their public getters when the text is made. The time to first
+ * token is a histogram with fixed bucket bounds.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "server/server.h"
+
+static const double ttft_bounds_ms[12] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};
+static const char *const endpoints[4] = {"completions", "chat_completions", "other", "unknown"};
+static const char *const classes[6] = {"2xx", "3xx", "4xx", "5xx", "429", "401"};
+
+void graft__metrics_ttft(graft__server_metrics *m, uint64_t ns)
+{
+    double ms = ns / 1e6;
+    for (int i = 0; i < 12; i++)
+        if (ms <= ttft_bounds_ms[i])
+            atomic_fetch_add(&m->ttft_bucket[i], 1);
+    atomic_fetch_add(&m->ttft_count, 1);
+    atomic_fetch_add(&m->ttft_sum_us, (unsigned long long)(ns / 1000));
+}
+
+typedef struct text {
+    char *buf;
+    size_t len, cap;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(text *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (t->buf != NULL && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t want = t->cap ? t->cap * 2 : 4096;
+        while (want < t->len + (size_t)n + 1)
+            want *= 2;
+        char *grown = realloc(t->buf, want);
+        if (grown == NULL)
+            return;
+        t->buf = grown;
+        t->cap = want;
+    }
+}
+
+static void counter(text *t, const char *name, const char *help, unsigned long long v)
+{
+    put(t, "# HELP graft_%s %s\n# TYPE graft_%s counter\ngraft_%s %llu\n", name, help, name,
+        name, v);
+}
+
+static void gauge(text *t, const char *name, const char *help, long long v)
+{
+    put(t, "# HELP graft_%s %s\n# TYPE graft_%s gauge\ngraft_%s %lld\n", name, help, name, name,
+        v);
+}
+
+char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
+                          graft_prefix_cache *cache, size_t *len)
+{
+    text t = {0};
+    put(&t, "# HELP graft_requests_total HTTP requests by endpoint and status class\n"
+            "# TYPE graft_requests_total counter\n");
+    for (int e = 0; e < 4; e++)
+        for (int c = 0; c < 6; c++)
+            put(&t, "graft_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", endpoints[e],
+                classes[c], (unsigned long long)atomic_load(&m->requests[e][c]));
+    put(&t, "# HELP graft_prompt_tokens_total prompt tokens by where their KV came from\n"
+            "# TYPE graft_prompt_tokens_total counter\n"
+            "graft_prompt_tokens_total{source=\"reused\"} %llu\n"
+            "graft_prompt_tokens_total{source=\"computed\"} %llu\n",
+        (unsigned long long)atomic_load(&m->prompt_tokens_reused),
+        (unsigned long long)atomic_load(&m->prompt_tokens_computed));
+    counter(&t, "generated_tokens_total", "tokens generated",
+            atomic_load(&m->generated_tokens));
+    counter(&t, "client_disconnects_total", "requests whose client went away before the end",
+            atomic_load(&m->disconnects));
+    gauge(&t, "requests_running", "requests generating now", atomic_load(&m->running));
+    gauge(&t, "requests_queued", "requests waiting for a slot", atomic_load(&m->queued));
+    put(&t, "# HELP graft_ttft_seconds time to first token\n# TYPE graft_ttft_seconds histogram\n");
+    for (int i = 0; i < 12; i++)
+        put(&t, "graft_ttft_seconds_bucket{le=\"%g\"} %llu\n", ttft_bounds_ms[i] / 1e3,
+            (unsigned long long)atomic_load(&m->ttft_bucket[i]));
+    put(&t, "graft_ttft_seconds_bucket{le=\"+Inf\"} %llu\ngraft_ttft_seconds_sum %.6f\n"
+            "graft_ttft_seconds_count %llu\n",
+        (unsigned long long)atomic_load(&m->ttft_count), atomic_load(&m->ttft_sum_us) / 1e6,
+        (unsigned long long)atomic_load(&m->ttft_count));
+    graft_engine_metrics em;
+    if (graft_engine_metrics_get(engine, &em) == GRAFT_OK) {
+        gauge(&t, "kv_blocks_total", "KV blocks of the pool", em.kv_blocks_total);
+        gauge(&t, "kv_blocks_used", "KV blocks referenced", em.kv_blocks_used);
+        gauge(&t, "kv_blocks_shared", "KV blocks referenced more than once", em.kv_blocks_shared);
+        gauge(&t, "kv_blocks_free", "KV blocks free", em.kv_blocks_free);
+        gauge(&t, "sessions_open", "engine sessions open (cache snapshots included)",
+              em.sessions_open);
+        gauge(&t, "generations_live", "generations admitted and not settled", em.generations_live);
+        gauge(&t, "generations_waiting_kv", "generations waiting for KV room",
+              em.generations_waiting_kv);
+        counter(&t, "clones_total", "session clones made", em.clones_done);
+        put(&t, "# HELP graft_clones_refused_total clones refused, by reason\n"
+                "# TYPE graft_clones_refused_total counter\n");
+        const char *reasons[6] = {"boundary", "retention", "capacity", "nomem", "shutdown",
+                                  "closed"};
+        uint64_t counts[6] = {em.clones_refused_boundary, em.clones_refused_retention,
+                              em.clones_refused_capacity, em.clones_refused_nomem,
+                              em.clones_refused_shutdown, em.clones_refused_closed};
+        for (int i = 0; i < 6; i++)
+            put(&t, "graft_clones_refused_total{reason=\"%s\"} %llu\n", reasons[i],
+                (unsigned long long)counts[i]);
+        counter(&t, "kv_waits_total", "generations that waited for KV room", em.kv_waits);
+    }
+    graft_prefix_cache_stats cs;
+    if (graft_prefix_cache_stats_get(cache, &cs) == GRAFT_OK) {
+        gauge(&t, "cache_entries", "prefix cache snapshots", cs.entries);
+        gauge(&t, "cache_bytes", "KV bytes the prefix cache holds alone", cs.bytes);
+        counter(&t, "cache_hits_total", "prefix cache lookups that hit", cs.hits);
+        put(&t, "# HELP graft_cache_misses_total prefix cache misses, by reason\n"
+                "# TYPE graft_cache_misses_total counter\n"
+                "graft_cache_misses_total{reason=\"no_match\"} %llu\n"
+                "graft_cache_misses_total{reason=\"retention\"} %llu\n"
+                "graft_cache_misses_total{reason=\"capacity\"} %llu\n",
+            (unsigned long long)cs.misses_no_match, (unsigned long long)cs.misses_retention,
+            (unsigned long long)cs.misses_capacity);
+        counter(&t, "cache_evictions_total", "prefix cache snapshots evicted", cs.evictions);
+    }
+    *len = t.len;
+    return t.buf;
+}

@@ -1,0 +1,300 @@
+/*
+ * request.c: the JSON body of a completion or chat completion request, validated into a
+ * graft__completion_request (server.h).
+ *
+ * What OpenAI clients send and what llama-server users add is accepted: prompt (a string,
+ * an array of one string, or token ids), messages (through the chat template), max_tokens /
+ * max_completion_tokens / n_predict, temperature, top_p, top_k, min_p, seed,
+ * repetition_penalty / repeat_penalty, stop, stream, stream_options.include_usage,
+ * ignore_eos, session_id. A field of the wrong type or out of range is refused naming its
+ * JSON path. Known fields graft cannot honour yet are refused by name rather than ignored
+ * (an answer that silently differs from what was asked is worse than a clear 400); unknown
+ * fields are ignored, since SDKs send extras.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server.h"
+
+/* Fields a client may send that graft cannot honour yet, refused when set to anything but
+ * their neutral value. */
+static const char *const unsupported[] = {"response_format", "logit_bias", "logprobs",
+                                          "top_logprobs", "tools", "tool_choice",
+                                          "functions", "suffix", "echo", "best_of"};
+
+static int bad(char **param, char **message, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int bad(char **param, char **message, const char *path, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    *param = strdup(path);
+    *message = strdup(buf);
+    return GRAFT_EINVAL;
+}
+
+/* The number at key (absent: keep *out): in [lo, hi]. */
+static int get_number(const json_t *body, const char *key, double lo, double hi, double *out,
+                      char **param, char **message)
+{
+    const json_t *v = json_object_get(body, key);
+    if (v == NULL || json_is_null(v))
+        return GRAFT_OK;
+    if (!json_is_number(v))
+        return bad(param, message, key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return bad(param, message, key, "'%s' is %g, outside [%g, %g]", key, x, lo, hi);
+    *out = x;
+    return GRAFT_OK;
+}
+
+static int get_int(const json_t *body, const char *key, long long lo, long long hi,
+                   long long *out, char **param, char **message)
+{
+    const json_t *v = json_object_get(body, key);
+    if (v == NULL || json_is_null(v))
+        return GRAFT_OK;
+    if (!json_is_integer(v))
+        return bad(param, message, key, "'%s' must be an integer", key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return bad(param, message, key, "'%s' is %lld, outside [%lld, %lld]", key, x, lo, hi);
+    *out = x;
+    return GRAFT_OK;
+}
+
+static int get_bool(const json_t *body, const char *key, bool *out, char **param,
+                    char **message)
+{
+    const json_t *v = json_object_get(body, key);
+    if (v == NULL || json_is_null(v))
+        return GRAFT_OK;
+    if (!json_is_boolean(v))
+        return bad(param, message, key, "'%s' must be true or false", key);
+    *out = json_is_true(v);
+    return GRAFT_OK;
+}
+
+static int parse_prompt(const json_t *body, graft__completion_request *r, char **param,
+                        char **message)
+{
+    const json_t *p = json_object_get(body, "prompt");
+    if (p == NULL || json_is_null(p))
+        return bad(param, message, "prompt", "'prompt' is required");
+    if (json_is_string(p)) {
+        r->prompt_text = strdup(json_string_value(p));
+        return GRAFT_OK;
+    }
+    if (!json_is_array(p) || json_array_size(p) == 0)
+        return bad(param, message, "prompt",
+                   "'prompt' must be a string, an array of one string or of token ids");
+    const json_t *first = json_array_get(p, 0);
+    if (json_is_string(first)) {
+        if (json_array_size(p) > 1)
+            return bad(param, message, "prompt",
+                       "'prompt' holds %zu strings: one prompt per request is supported",
+                       json_array_size(p));
+        r->prompt_text = strdup(json_string_value(first));
+        return GRAFT_OK;
+    }
+    r->n_prompt_tokens = json_array_size(p);
+    r->prompt_tokens = malloc(r->n_prompt_tokens * sizeof *r->prompt_tokens);
+    if (r->prompt_tokens == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t i = 0; i < r->n_prompt_tokens; i++) {
+        const json_t *t = json_array_get(p, i);
+        char path[48];
+        snprintf(path, sizeof path, "prompt[%zu]", i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+            return bad(param, message, path, "'%s' must be a token id", path);
+        r->prompt_tokens[i] = (int32_t)json_integer_value(t);
+    }
+    return GRAFT_OK;
+}
+
+static int parse_stop(const json_t *body, graft__completion_request *r, char **param,
+                      char **message)
+{
+    const json_t *s = json_object_get(body, "stop");
+    if (s == NULL || json_is_null(s))
+        return GRAFT_OK;
+    if (json_is_string(s)) {
+        if (json_string_length(s) > 0)
+            r->stop[r->n_stop++] = strdup(json_string_value(s));
+        return GRAFT_OK;
+    }
+    if (!json_is_array(s))
+        return bad(param, message, "stop", "'stop' must be a string or an array of strings");
+    if (json_array_size(s) > GRAFT__MAX_STOP)
+        return bad(param, message, "stop", "'stop' holds %zu strings, at most %d are allowed",
+                   json_array_size(s), GRAFT__MAX_STOP);
+    for (size_t i = 0; i < json_array_size(s); i++) {
+        const json_t *v = json_array_get(s, i);
+        char path[32];
+        snprintf(path, sizeof path, "stop[%zu]", i);
+        if (!json_is_string(v))
+            return bad(param, message, path, "'%s' must be a string", path);
+        if (json_string_length(v) > 0)
+            r->stop[r->n_stop++] = strdup(json_string_value(v));
+    }
+    return GRAFT_OK;
+}
+
+/* Whether a field graft cannot honour is set to something but its neutral value. */
+static bool is_set(const json_t *v)
+{
+    return v != NULL && !json_is_null(v) && !json_is_false(v) &&
+           !(json_is_number(v) && json_number_value(v) == 0) &&
+           !(json_is_array(v) && json_array_size(v) == 0) &&
+           !(json_is_object(v) && json_object_size(v) == 0);
+}
+
+static int check_unsupported(const json_t *body, char **param, char **message)
+{
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        if (is_set(json_object_get(body, unsupported[i])))
+            return bad(param, message, unsupported[i], "'%s' is not supported by this server",
+                       unsupported[i]);
+    const json_t *n = json_object_get(body, "n");
+    if (n != NULL && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
+        return bad(param, message, "n", "'n' must be 1: several choices are not supported yet");
+    const char *penalties[2] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++)
+        if (is_set(json_object_get(body, penalties[i])))
+            return bad(param, message, penalties[i], "'%s' is not supported yet (use "
+                       "repetition_penalty)", penalties[i]);
+    return GRAFT_OK;
+}
+
+static int parse_sampling(const json_t *body, graft__completion_request *r, char **param,
+                          char **message)
+{
+    graft_sampling *s = &r->sampling;
+    double x;
+    long long k;
+    int rc;
+    x = s->temperature;
+    if ((rc = get_number(body, "temperature", 0, 2, &x, param, message)) != GRAFT_OK)
+        return rc;
+    s->temperature = (float)x;
+    x = s->top_p;
+    if ((rc = get_number(body, "top_p", 0, 1, &x, param, message)) != GRAFT_OK)
+        return rc;
+    s->top_p = (float)x;
+    x = s->min_p;
+    if ((rc = get_number(body, "min_p", 0, 1, &x, param, message)) != GRAFT_OK)
+        return rc;
+    s->min_p = (float)x;
+    k = s->top_k;
+    if ((rc = get_int(body, "top_k", 0, INT32_MAX, &k, param, message)) != GRAFT_OK)
+        return rc;
+    s->top_k = (int32_t)k;
+    const char *penalty = json_object_get(body, "repetition_penalty") ? "repetition_penalty"
+                                                                       : "repeat_penalty";
+    x = s->repetition_penalty;
+    if ((rc = get_number(body, penalty, 0.01, 100, &x, param, message)) != GRAFT_OK)
+        return rc;
+    s->repetition_penalty = (float)x;
+    long long seed = -1;
+    if ((rc = get_int(body, "seed", -1, INT64_MAX, &seed, param, message)) != GRAFT_OK)
+        return rc;
+    s->seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL) ^ (uint64_t)clock();
+    return GRAFT_OK;
+}
+
+static int parse_lengths(const json_t *body, graft__completion_request *r, char **param,
+                         char **message)
+{
+    static const char *const keys[3] = {"max_tokens", "max_completion_tokens", "n_predict"};
+    for (int i = 0; i < 3; i++) {
+        long long v = -2;
+        int rc = get_int(body, keys[i], i == 2 ? -1 : 0, INT32_MAX, &v, param, message);
+        if (rc != GRAFT_OK)
+            return rc;
+        if (v != -2) {
+            r->max_tokens = v < 0 ? 0 : (int32_t)v;
+            if (v == 0 && i != 2)
+                return bad(param, message, keys[i], "'%s' must be at least 1", keys[i]);
+            break;
+        }
+    }
+    return GRAFT_OK;
+}
+
+static int parse_flags(const json_t *body, graft__completion_request *r, char **param,
+                       char **message)
+{
+    int rc;
+    if ((rc = get_bool(body, "stream", &r->stream, param, message)) != GRAFT_OK ||
+        (rc = get_bool(body, "ignore_eos", &r->ignore_eos, param, message)) != GRAFT_OK)
+        return rc;
+    const json_t *so = json_object_get(body, "stream_options");
+    if (so != NULL && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return bad(param, message, "stream_options", "'stream_options' must be an object");
+        const json_t *u = json_object_get(so, "include_usage");
+        if (u != NULL && !json_is_boolean(u))
+            return bad(param, message, "stream_options.include_usage",
+                       "'stream_options.include_usage' must be true or false");
+        r->include_usage = json_is_true(u);
+    }
+    const json_t *sid = json_object_get(body, "session_id");
+    if (sid != NULL && !json_is_null(sid)) {
+        if (!json_is_string(sid) || json_string_length(sid) == 0 || json_string_length(sid) > 128)
+            return bad(param, message, "session_id",
+                       "'session_id' must be a string of 1 to 128 bytes");
+        r->session_id = strdup(json_string_value(sid));
+    }
+    const json_t *model = json_object_get(body, "model");
+    if (model != NULL && !json_is_null(model) && !json_is_string(model))
+        return bad(param, message, "model", "'model' must be a string");
+    return GRAFT_OK;
+}
+
+int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
+                         void *render_user, graft__completion_request *r, char **param,
+                         char **message)
+{
+    memset(r, 0, sizeof *r);
+    *param = *message = NULL;
+    r->chat = chat;
+    r->sampling = graft_sampling_default();
+    int rc;
+    if (!json_is_object(body))
+        rc = bad(param, message, "", "the body must be a JSON object");
+    else if ((rc = check_unsupported(body, param, message)) == GRAFT_OK &&
+             (rc = parse_sampling(body, r, param, message)) == GRAFT_OK &&
+             (rc = parse_lengths(body, r, param, message)) == GRAFT_OK &&
+             (rc = parse_stop(body, r, param, message)) == GRAFT_OK &&
+             (rc = parse_flags(body, r, param, message)) == GRAFT_OK) {
+        if (!chat)
+            rc = parse_prompt(body, r, param, message);
+        else if (render == NULL)
+            rc = GRAFT_EUNSUPPORTED;
+        else if ((rc = render(body, &r->prompt_text, message, render_user)) != GRAFT_OK &&
+                 *param == NULL)
+            *param = strdup("messages");
+    }
+    if (rc != GRAFT_OK)
+        graft__request_free(r);
+    return rc;
+}
+
+void graft__request_free(graft__completion_request *r)
+{
+    free(r->prompt_text);
+    free(r->prompt_tokens);
+    for (size_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->session_id);
+    memset(r, 0, sizeof *r);
+}

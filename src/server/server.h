@@ -1,0 +1,186 @@
+/*
+ * server.h: the server layer's internal interface (`graft serve`), shared by the files of
+ * src/server/.
+ *
+ * The server is written against the public API (include/graft.h) only, as a user's program
+ * would be: HTTP threads parse and validate requests, tokenize, look up the prefix cache,
+ * queue generations and format responses; the engine thread owns all compute. An engine
+ * callback only appends to its request's channel (channel.c) under a mutex held for a copy;
+ * the HTTP thread of that request is the only one that waits on it.
+ *
+ * Files:
+ *   http.c        the daemon (libmicrohttpd, a thread per connection), routing, limits,
+ *                 the API key, JSON errors, the request log line, shutdown
+ *   request.c     a JSON body to a validated completion request (errors name the JSON path)
+ *   completion.c  one completion: prompt, reuse, generation, stop strings, the response
+ *                 (whole or streamed as server-sent events)
+ *   channel.c     tokens from the engine thread to the request's HTTP thread
+ *   metrics.c     counters and the Prometheus text of /metrics
+ *
+ * Locking: each channel has its mutex; metrics are atomics; the server's admission count
+ * (http.c) has its own mutex. No lock is held while calling the engine.
+ */
+#ifndef GRAFT_SERVER_H
+#define GRAFT_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "graft.h"
+
+/* ---- configuration (the `graft serve` options) ------------------------------------------- */
+
+typedef struct graft__server_config {
+    const char *host;       /* address to bind: "127.0.0.1" unless told otherwise */
+    int port;               /* 0: any free port (the one taken is printed) */
+    const char *alias;      /* the model id in responses */
+    const char *api_key;    /* NULL: no key asked */
+    size_t max_body;        /* request body bytes */
+    int32_t max_queue;      /* requests waiting for a slot beyond the running ones */
+    int32_t slots;          /* requests generating at once */
+    int32_t max_connections;
+    int32_t timeout_s;      /* idle connection timeout */
+    int32_t grace_ms;       /* shutdown: how long running requests may finish */
+} graft__server_config;
+
+typedef struct graft__server graft__server;
+
+typedef int (*graft__render_fn)(const json_t *body, char **text, char **message, void *user);
+
+/* Starts listening; until graft__server_set_ready, /health answers 503 and every other route
+ * 503 too. *port_out receives the port bound. */
+int graft__server_start(const graft__server_config *config, graft__server **out, int *port_out,
+                        char **errmsg);
+/* Serves from now on with this model, engine and prefix cache (the caller's, freed after
+ * graft__server_stop); render turns chat messages into prompt text (NULL: chat is 501). */
+void graft__server_set_ready(graft__server *server, graft_model *model, graft_engine *engine,
+                             graft_prefix_cache *cache, graft__render_fn render,
+                             void *render_user);
+/* Stops accepting, lets running requests finish within the grace period, cancels the rest,
+ * and frees the server. */
+void graft__server_stop(graft__server *server);
+
+/* ---- channel.c ------------------------------------------------------------------------------ */
+
+/* Tokens of one generation on their way from the engine thread to the HTTP thread. */
+typedef struct graft__channel {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *tokens; /* (cap) received, not yet taken */
+    size_t n, cap;
+    bool settled;
+    bool overflow; /* a token could not be stored: the generation is cancelled */
+} graft__channel;
+
+int graft__channel_init(graft__channel *ch, size_t cap);
+void graft__channel_free(graft__channel *ch);
+/* Engine callbacks (never block beyond the mutex). */
+void graft__channel_on_update(graft_generation *gen, const int32_t *tokens, size_t n, void *user);
+void graft__channel_on_settled(graft_generation *gen, void *user);
+/* HTTP thread: waits up to timeout_ms for tokens or the end; moves what came into out
+ * (room for cap tokens) and returns how many; *settled is set once all were taken. */
+size_t graft__channel_take(graft__channel *ch, int32_t *out, size_t cap, int timeout_ms,
+                           bool *settled);
+
+/* ---- request.c ------------------------------------------------------------------------------ */
+
+enum { GRAFT__MAX_STOP = 8 };
+
+typedef struct graft__completion_request {
+    bool chat;              /* /v1/chat/completions */
+    bool stream;
+    bool include_usage;     /* stream_options.include_usage */
+    bool ignore_eos;
+    char *prompt_text;      /* the prompt as text (NULL when given as token ids) */
+    int32_t *prompt_tokens; /* or as token ids */
+    size_t n_prompt_tokens;
+    int32_t max_tokens;     /* 0: until the context is full */
+    graft_sampling sampling;
+    char *stop[GRAFT__MAX_STOP];
+    size_t n_stop;
+    char *session_id;       /* a named session's id, or NULL */
+} graft__completion_request;
+
+/* Fills r from the body of a completion (chat false) or chat completion request. On a bad
+ * field returns GRAFT_EINVAL with *param the field's JSON path ("temperature",
+ * "messages[2].content") and *message a sentence (both to free); r is then freed. Chat
+ * requests need the rendered prompt: `render` (may be NULL: GRAFT_EUNSUPPORTED) turns the
+ * messages into the prompt text. */
+int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
+                         void *render_user, graft__completion_request *r, char **param,
+                         char **message);
+void graft__request_free(graft__completion_request *r);
+
+/* ---- metrics.c ------------------------------------------------------------------------------ */
+
+typedef struct graft__server_metrics {
+    atomic_ullong requests[4][6]; /* endpoint (completions, chat, other, error) x status
+                                     class (2xx .. 5xx as 0..3, 4: 429, 5: 401) */
+    atomic_ullong prompt_tokens_reused, prompt_tokens_computed, generated_tokens;
+    atomic_ullong cache_hits, cache_misses;
+    atomic_ullong disconnects;
+    atomic_int running, queued;
+    atomic_ullong ttft_bucket[12]; /* time to first token, cumulative buckets (metrics.c) */
+    atomic_ullong ttft_count, ttft_sum_us;
+} graft__server_metrics;
+
+/* Records a time to first token. */
+void graft__metrics_ttft(graft__server_metrics *m, uint64_t ns);
+/* The Prometheus text (to free), engine and cache figures included. */
+char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
+                          graft_prefix_cache *cache, size_t *len);
+
+/* ---- http.c: what completion.c needs of the server ----------------------------------------- */
+
+/* A response under construction, sent by http.c. */
+typedef struct graft__reply {
+    int status;
+    char *body;  /* JSON or text, to free */
+    size_t len;
+    const char *content_type;
+    /* Streaming: instead of a body, a reader called on the connection's thread. */
+    void *stream; /* completion.c's stream state, or NULL */
+} graft__reply;
+
+typedef struct graft__server_ctx {
+    graft_model *model;
+    graft_engine *engine;
+    graft_prefix_cache *cache;
+    const graft__server_config *config;
+    graft__server_metrics *metrics;
+    int32_t max_context;
+    graft__render_fn render; /* chat messages to prompt text; NULL: chat is refused (501) */
+    void *render_user;
+    atomic_bool cancel_all;  /* shutdown after the grace period: every completion cancels */
+} graft__server_ctx;
+
+/* Sets an OpenAI-shaped JSON error reply {"error": {message, type, param, code}}. */
+void graft__reply_error(graft__reply *reply, int status, const char *type, const char *param,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Sets a JSON reply from j (consumed). */
+void graft__reply_json(graft__reply *reply, int status, json_t *j);
+
+/* ---- completion.c --------------------------------------------------------------------------- */
+
+/* What one request's log line tells. */
+typedef struct graft__request_log {
+    int32_t reused, computed;
+    double ttft_ms;
+} graft__request_log;
+
+/* Runs a completion request (its body parsed) and fills the reply: a whole JSON body, or a
+ * stream (reply->stream, read by graft__completion_stream_read, freed by _stream_free).
+ * `fd` is the client's socket, watched for a disconnect while a whole response is made. */
+void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, bool chat, int fd,
+                           graft__reply *reply, graft__request_log *log);
+/* Streams: the next bytes of the event stream into buf (at most max); -1 at the end. */
+long graft__completion_stream_read(void *stream, char *buf, size_t max);
+/* The client went away (or the response ended): cancels and frees. */
+void graft__completion_stream_free(void *stream, graft__request_log *log);
+
+#endif /* GRAFT_SERVER_H */

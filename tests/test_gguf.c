@@ -19,8 +19,17 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "skips.h"
 
 /* ---- helpers ----------------------------------------------------------------------- */
+
+/* Skips the rest of the test, reported as skipped (tests/support/skips.h), when
+ * GRAFT_MODELS_DIR is not set. */
+static void skip_without_models(void)
+{
+    graft_test_skipped_fixture("the tests on the shared models", "GRAFT_MODELS_DIR is not set");
+    skip();
+}
 
 /* Path of a shared model file, or NULL (the test is skipped) without GRAFT_MODELS_DIR. */
 static const char *model_path(const char *rel)
@@ -37,7 +46,7 @@ static graft__gguf *open_model(const char *rel)
 {
     const char *path = model_path(rel);
     if (path == NULL) {
-        skip();
+        skip_without_models();
         return NULL;
     }
     graft__gguf *g = NULL;
@@ -797,7 +806,7 @@ static void test_v1_refused(void **state)
     (void)state;
     const char *path = model_path("legacy-gguf-v1/tinyllamas-stories-260k-f32.gguf");
     if (path == NULL)
-        skip();
+        skip_without_models();
     long live = graft__alloc_live();
     graft__gguf *g = (graft__gguf *)&g; /* any non-NULL value: a failed open sets NULL */
     char *err = NULL;
@@ -932,7 +941,7 @@ static void open_under_injection(const char *rel)
 {
     const char *path = model_path(rel);
     if (path == NULL)
-        skip();
+        skip_without_models();
     long live = graft__alloc_live();
     for (long n = 0;; n++) {
         graft__gguf *g = NULL;
@@ -1037,5 +1046,5 @@ int main(void)
         cmocka_unit_test(test_open_alloc_failures),
         cmocka_unit_test(test_writer_alloc_failures),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

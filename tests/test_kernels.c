@@ -12,7 +12,7 @@
  *   attention against double-precision formulas; attention's determinism over prefixes.
  * - graft__argmax (src/util/argmax.c, greedy sampling) against the plain one-pass loop.
  *   The AVX-512 rmsnorm and SwiGLU (ops_avx512.c) against the same formulas and tolerances,
- *   skipped where the processor lacks AVX-512.
+ *   skipped (and reported so, tests/support/skips.h) where the processor lacks AVX-512.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +25,7 @@
 
 #include "kernels/kernels.h"
 #include "util/argmax.h"
+#include "skips.h"
 
 /* ------------------------------------------------------------------------------------
  * Helpers: a deterministic random source, bit casts, block byte writers.
@@ -945,8 +946,7 @@ static void test_rmsnorm(void **state)
 static void test_rmsnorm_avx512(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx512", "rmsnorm");
     check_rmsnorm(graft__rmsnorm_avx512);
 }
 
@@ -1090,8 +1090,7 @@ static void test_gated_activations(void **state)
 static void test_swiglu_avx512(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx512", "swiglu");
     check_swiglu(graft__swiglu_avx512);
 }
 
@@ -1297,5 +1296,5 @@ int main(void)
         cmocka_unit_test(test_attend_deterministic_prefix),
         cmocka_unit_test(test_attend_no_keys),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -20,7 +20,8 @@
  *     computed in pieces [0, 5) [5, 37) or [0, 1) [1, 2) [2, 19) [19, 36) [36, 37), with 1,
  *     2 or 64 tokens, equal one call over [0, 37) in the batch of 64.
  *
- * Skipped (reported SKIPPED) when the processor lacks AVX2, FMA or F16C.
+ * Skipped (and reported so, tests/support/skips.h) when the processor lacks AVX2, FMA or
+ * F16C.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,11 +30,13 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_path.h"
+#include "skips.h"
 
 enum { N_OUT = 37, N_TOK = 64 };
 
@@ -290,8 +293,9 @@ static void check_batch_invariance(const problem *p)
 
 static void test_type(const type_case *c)
 {
-    if (!graft__cpu_has_avx2())
-        skip();
+    char what[32];
+    snprintf(what, sizeof what, "matmul %s", c->name);
+    GRAFT_TEST_REQUIRE_PATH("avx2", what);
     const int64_t n_ins[] = {256, 1024, 3072, c->ragged_n_in};
     static const int64_t n_toks[] = {1, 3, 8, 13, 64};
     for (size_t i = 0; i < sizeof n_ins / sizeof n_ins[0]; i++) {
@@ -318,5 +322,5 @@ int main(void)
     struct CMUnitTest tests[N_CASES];
     for (int i = 0; i < N_CASES; i++)
         tests[i] = (struct CMUnitTest){cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

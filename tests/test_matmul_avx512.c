@@ -41,7 +41,8 @@
  *
  * The weights start at an odd address and are allocated to their exact size, so a kernel
  * that assumed alignment or read past the matrix fails here (under ASan for the latter).
- * Tests are skipped when the processor lacks the instructions the path uses.
+ * Tests are skipped (and reported so, tests/support/skips.h) when the processor lacks the
+ * instructions the path uses.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,12 +52,14 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_path.h"
+#include "skips.h"
 
 enum {
     N_OUT = 37,      /* rows of most problems: a ragged count */
@@ -332,8 +335,9 @@ static void check_shape(uint32_t type, int64_t n_in, int64_t n_out, bool accurac
 static void test_type(void **state)
 {
     uint32_t type = *(const uint32_t *)*state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    char what[32];
+    snprintf(what, sizeof what, "matmul %s", graft__type_traits_of(type)->name);
+    GRAFT_TEST_REQUIRE_PATH("avx512", what);
     static const int64_t common[] = {256, 1024, 3072};
     for (size_t k = 0; k < sizeof common / sizeof common[0]; k++)
         check_shape(type, common[k], N_OUT, true, false);
@@ -353,8 +357,9 @@ static void test_type(void **state)
 static void test_packed(void **state)
 {
     uint32_t type = *(const uint32_t *)*state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    char what[32];
+    snprintf(what, sizeof what, "matmul %s packed", graft__type_traits_of(type)->name);
+    GRAFT_TEST_REQUIRE_PATH("avx512", what);
     static const int64_t n_ins[] = {32, 96, 256, 1024, 3072};
     for (size_t k = 0; k < sizeof n_ins / sizeof n_ins[0]; k++)
         if (n_ins[k] % act_block(type) == 0)
@@ -372,8 +377,7 @@ static void test_packed(void **state)
 static void test_edges(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx512", "matmul degenerate calls");
     assert_string_equal(path->name, "avx512");
     problem p;
     make_problem(&p, GRAFT_TYPE_Q4_0, 256, N_OUT, false, false, 7);
@@ -416,5 +420,5 @@ int main(void)
         {"Q4_K packed", test_packed, NULL, NULL, (void *)&types[9]},
         cmocka_unit_test(test_edges),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -444,11 +444,24 @@ static void test_run_prompt(void **state)
     assert_int_equal(strncmp(r.out, "Once upon a time,", 17), 0);
     expect_contains(r.err, "prompt: 5 tokens, ");
     result_free(&r);
-    r = GRAFT("run", "-m", stories(), "-p", "Once", "-n", "20", "--temp", "0.8", "--top-p",
-              "0.9", "--min-p", "0.1", "--repeat-penalty", "1.1", "--seed", "3");
-    expect_status(&r, 0);
-    assert_int_equal(strncmp(r.out, "Once", 4), 0);
-    result_free(&r);
+    /* Sampled: the prompt echoed, then 20 generated tokens; the same seed gives the same
+     * text, another seed (4, whose text is known to differ for this model) other text. */
+    cli_result sampled[3];
+    static const char *const seeds[3] = {"3", "3", "4"};
+    for (int i = 0; i < 3; i++) {
+        sampled[i] = GRAFT("run", "-m", stories(), "-p", "Once", "-n", "20", "--temp", "0.8",
+                           "--top-p", "0.9", "--min-p", "0.1", "--repeat-penalty", "1.1",
+                           "--seed", seeds[i]);
+        expect_status(&sampled[i], 0);
+        assert_int_equal(strncmp(sampled[i].out, "Once", 4), 0);
+        assert_true(strlen(sampled[i].out) > strlen("Once") + 20); /* 20 tokens of text */
+        expect_contains(sampled[i].err, "eval: 20 tokens, ");
+    }
+    assert_string_equal(sampled[0].out, sampled[1].out);
+    if (strcmp(sampled[0].out, sampled[2].out) == 0)
+        fail_msg("seeds 3 and 4 sampled the same text: %s", sampled[0].out);
+    for (int i = 0; i < 3; i++)
+        result_free(&sampled[i]);
 }
 
 static void test_run_default_model(void **state)

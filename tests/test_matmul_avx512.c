@@ -26,6 +26,13 @@
  * reports, NMSE = sum (y - y_ref)^2 / sum y_ref^2, below 1e-10. The observed worst
  * |y - y_ref| / S, NMSE and the ratio to the rounding model per type are printed.
  *
+ * Exactness of the integer part (quantized types, packed ones included): y must equal, up
+ * to float rounding (2e-6 sum_i |w_i xq_i|), the double-precision dot product of the decoded
+ * weights with the activations xq quantized as the path does (per block of 32, or of 256
+ * for the K-quants unpacked; packed Q4_K quantizes per 32: d = amax / 127, q =
+ * round-half-even(x * (127 / amax)), q = 0 when amax is 0). A wrong weight code, scale or
+ * min term, which the bounds above may absorb, moves y far beyond that.
+ *
  * Invariance (memcmp): each token computed alone (n_tok = 1) and in batches of 3, 8 and 13
  * starting at several positions equals its row of the n_tok = 64 result; and computing the
  * rows as [0, 5) + [5, 37), or [0, 1) + [1, 2) + [2, 11) + [11, 37), equals one call over
@@ -207,6 +214,58 @@ static float *new_output(const problem *p)
  * Accuracy.
  */
 
+/* Elements per block the path quantizes activations in (0: not quantized): the block of
+ * act_block, except packed Q4_K, which quantizes per 32 (matmul_r16_kquant_avx512.c). */
+static int path_act_block(const problem *p)
+{
+    return p->packed != NULL && p->type == GRAFT_TYPE_Q4_K ? 32 : act_block(p->type);
+}
+
+/* xq (n) = x (n) quantized and decoded as the path does, per block of `block`
+ * (graft__avx512_quantize32; the K-quants' quantize_block). */
+static void quantize_like_path(double *xq, const float *x, int64_t n, int block)
+{
+    for (int64_t b = 0; b < n; b += block) {
+        float amax = 0.0f;
+        for (int i = 0; i < block; i++)
+            amax = fmaxf(amax, fabsf(x[b + i]));
+        float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        float d = amax / 127.0f;
+        for (int i = 0; i < block; i++)
+            xq[b + i] = (double)d * nearbyintf(x[b + i] * id);
+    }
+}
+
+/* y equals the emulated integer dot products (see the top of the file) within the float
+ * rounding; returns the worst |y - exact| / sum |w xq|. */
+static double check_exact(const problem *p, const float *y)
+{
+    int block = path_act_block(p);
+    double *xq = malloc(sizeof(double) * (size_t)p->n_in);
+    assert_non_null(xq);
+    double worst = 0;
+    for (int t = 0; t < N_TOK; t++) {
+        quantize_like_path(xq, p->x + t * p->n_in, p->n_in, block);
+        for (int o = 0; o < p->n_out; o++) {
+            const float *w = p->wd + o * p->n_in;
+            double exact = 0, sq = 0;
+            for (int64_t i = 0; i < p->n_in; i++) {
+                exact += (double)w[i] * xq[i];
+                sq += fabs((double)w[i] * xq[i]);
+            }
+            double got = y[t * p->n_out + o], err = fabs(got - exact);
+            if (!(err <= 2e-6 * sq))
+                fail_msg("%s%s n_in %lld: y[%d][%d] = %.9g, emulated %.9g (error %.3g of "
+                         "sum |w xq| %.4g)", graft__type_traits_of(p->type)->name,
+                         p->packed ? " packed" : "", (long long)p->n_in, t, o, got, exact,
+                         sq > 0 ? err / sq : err, sq);
+            worst = fmax(worst, sq > 0 ? err / sq : 0);
+        }
+    }
+    free(xq);
+    return worst;
+}
+
 /* The error bound of y[t][o] (see the top of the file); *s = sum |w||x|, *expected = the
  * expected squared error if each activation's rounding error is uniform over its step. */
 static double error_bound(const problem *p, int t, int o, double *s, double *expected)
@@ -254,11 +313,12 @@ static void check_accuracy(const problem *p, const float *y)
         }
     }
     double nmse = err2 / ref2;
+    double exact = is_float_type(p->type) ? 0.0 : check_exact(p, y);
     print_message("    %-6s n_in %4lld n_out %3lld: max |err| / sum|w||x| = %.2e, NMSE = %.2e"
-                  " (%.2f of the rounding model)\n",
+                  " (%.2f of the rounding model), vs emulation %.2e\n",
                   graft__type_traits_of(p->type)->name, (long long)p->n_in,
                   (long long)p->n_out, worst, nmse,
-                  expected2 > 0 ? err2 / expected2 : 0.0);
+                  expected2 > 0 ? err2 / expected2 : 0.0, exact);
     if (is_float_type(p->type))
         assert_true(nmse <= 1e-10);
     else

@@ -8,8 +8,9 @@
  *   graft__malloc_aligned hands out memory aligned for vector loads; graft__advise_huge_pages
  *   asks for huge pages under a large array read in long sweeps.
  * - Error messages: graft__errmsg() formats a heap message into a caller's `char **errmsg`.
- * - Two tiers of assert: GRAFT_ASSERT is always on (shapes, bounds); GRAFT_DEBUG_ASSERT is
- *   compiled only without NDEBUG (O(n) consistency checks).
+ * - Two tiers of assert: GRAFT_ASSERT is always on (shapes, bounds); GRAFT_DEBUG_ASSERT
+ *   (O(n) consistency checks) is compiled without NDEBUG or with GRAFT_DEBUG_ASSERTS
+ *   defined (the ASan flavour defines it).
  * - Monotonic time in nanoseconds, and the pseudo-random generator (rng.c).
  */
 #ifndef GRAFT_UTIL_H
@@ -71,7 +72,7 @@ int graft__errmsg(char **errmsg, int status, const char *fmt, ...)
 _Noreturn void graft__assert_fail(const char *expr, const char *file, int line);
 
 #define GRAFT_ASSERT(x) ((x) ? (void)0 : graft__assert_fail(#x, __FILE__, __LINE__))
-#ifdef NDEBUG
+#if defined(NDEBUG) && !defined(GRAFT_DEBUG_ASSERTS)
 #define GRAFT_DEBUG_ASSERT(x) ((void)0)
 #else
 #define GRAFT_DEBUG_ASSERT(x) GRAFT_ASSERT(x)

@@ -36,9 +36,8 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_avx512.h"
+#include "kernels/quant_formats.h"
 #include "util/util.h"
-
-enum { QK_K = 256 }; /* elements per block */
 
 /* One token's activations for one Q4_K/Q5_K block. */
 typedef struct act_k4 {
@@ -285,7 +284,9 @@ static inline __attribute__((always_inline)) void unpack(uint32_t type, const ui
 
 static inline int block_bytes(uint32_t type)
 {
-    return type == GRAFT_TYPE_Q4_K ? 144 : type == GRAFT_TYPE_Q5_K ? 176 : 210;
+    return type == GRAFT_TYPE_Q4_K   ? BLOCK_BYTES_Q4_K
+           : type == GRAFT_TYPE_Q5_K ? BLOCK_BYTES_Q5_K
+                                     : BLOCK_BYTES_Q6_K;
 }
 
 /* ------------------------------------------------------------------------------------

@@ -40,11 +40,11 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_avx512.h"
+#include "kernels/quant_formats.h"
 #include "kernels/matmul_path.h"
 #include "util/util.h"
 
 enum {
-    QK = 32,                           /* elements per block */
     ROWS = GRAFT_R16_ROWS,             /* rows per row block */
     SEGMENTS = 4,                      /* weight streams read side by side (Q8_0, Q4_0) */
     MAX_SEGMENTS = GRAFT_R16_MAX_SEGMENTS, /* the most any packed kernel reads */

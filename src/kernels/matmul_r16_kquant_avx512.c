@@ -40,17 +40,16 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_avx512.h"
+#include "kernels/quant_formats.h"
 #include "kernels/matmul_path.h"
 #include "util/util.h"
 
 enum {
-    QK = 32,                       /* elements per activation block and sub-block */
-    QK_K = 256,                    /* elements per super-block */
     ROWS = GRAFT_R16_ROWS,         /* rows per row block */
     SEGMENTS = 3,                  /* weight streams read side by side (see the kernel) */
     MAX_RB = SEGMENTS,             /* row blocks per tile */
     MAX_T = GRAFT_R16_MAX_T,       /* tokens per tile */
-    IN_BLOCK = 144,                /* bytes of a GGUF Q4_K block */
+    IN_BLOCK = BLOCK_BYTES_Q4_K,   /* bytes of a GGUF Q4_K block */
     QS_BYTES = 32 * 64,            /* the packed quant vectors */
     SC_AT = QS_BYTES,              /* offsets of the packed scales, mins, d and dmin */
     M_AT = SC_AT + 8 * ROWS,

@@ -38,7 +38,7 @@ run: release
 	./build/release/graft run --temp 0 -n 60
 
 # After ctest, check_skips lists the checks the tests skipped (ctest shows those tests as
-# skipped) and fails when one was of a kernel path this processor runs or a missing fixture.
+# skipped) and fails when one was of a kernel path this processor runs.
 test-release: release
 	cd build/release && rm -f test-skips/*.skips && ctest --output-on-failure -j $(JOBS) && ./check_skips test-skips
 

@@ -2,11 +2,11 @@
  * check_skips.c: `check_skips DIR` fails when a test skipped what this machine can run.
  *
  * Run after ctest (the Makefile does) on the build's test-skips folder, the
- * $GRAFT_TEST_SKIPS of the tests. Reads every DIR/<test>.skips the tests wrote (tests/support/skips.h) and
- * prints one line per skip. A skipped kernel path that this processor runs (the same CPUID
- * test the kernels' dispatch makes, graft__kernels_by_name) is an error, and so is a missing
- * fixture: the only skip CI accepts is of a path the processor lacks. The exit status is 1
- * after any error, else 0. Prints which kernel paths the processor runs first, so a CI log
+ * $GRAFT_TEST_SKIPS of the tests. Reads every DIR/<test>.skips the tests wrote
+ * (tests/support/skips.h) and prints one line per skip. A skipped kernel path that this
+ * processor runs (the same CPUID test the kernels' dispatch makes, graft__kernels_by_name)
+ * is an error, and so is a line of any other kind: the only skip CI accepts is of a path
+ * the processor lacks. The exit status is 1 after any error, else 0. Prints which kernel paths the processor runs first, so a CI log
  * says why a path was or was not checked.
  */
 #include <dirent.h>
@@ -43,7 +43,7 @@ static int check_file(const char *dir, const char *file)
         *what++ = '\0';
         bool kernel = strcmp(kind, "kernel") == 0;
         bool runs = kernel && graft__kernels_by_name(path) != NULL;
-        const char *verdict = !kernel ? "ERROR: missing fixture"
+        const char *verdict = !kernel ? "ERROR: not a kernel path"
                               : runs  ? "ERROR: this processor runs it"
                                       : "ok: this processor lacks it";
         printf("  %-20.*s %-8s %-32s %s\n", (int)len, file, kernel ? path : kind, what, verdict);

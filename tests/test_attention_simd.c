@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "graft.h"
 #include "kernels/kernels.h"
 #include "skips.h"
@@ -63,10 +64,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15u;
 
 static float uniform(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)(rng_state >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
+    return (float)(graft_test_xorshift64(&rng_state) >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
 }
 
 /* Rows of kv_type with head_dim elements, every K and V row at a different odd-stride

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "fixtures.h"
 
 extern char **environ;
 
@@ -43,28 +44,16 @@ static const char *bin(void)
     return b && b[0] ? b : "./graft";
 }
 
-static const char *tmp_dir(void)
-{
-    const char *dir = getenv("GRAFT_TEST_TMP");
-    return dir && dir[0] ? dir : "/tmp";
-}
-
-static const char *models_dir(void)
-{
-    const char *dir = getenv("GRAFT_MODELS_DIR");
-    return dir && dir[0] ? dir : "../shared/models";
-}
-
 static char *stories(void)
 {
     static char path[512];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", models_dir());
+    graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES);
     return path;
 }
 
 static void tmp_path(char *buf, size_t cap, const char *name)
 {
-    snprintf(buf, cap, "%s/test_cli_%ld_%s", tmp_dir(), (long)getpid(), name);
+    snprintf(buf, cap, "%s/test_cli_%ld_%s", graft_test_tmp_dir(), (long)getpid(), name);
 }
 
 static char *slurp_fd(int fd)
@@ -82,7 +71,7 @@ static char *slurp_fd(int fd)
 static int scratch_fd(const char *what)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/test_cli_%ld_%s_XXXXXX", tmp_dir(), (long)getpid(), what);
+    snprintf(path, sizeof path, "%s/test_cli_%ld_%s_XXXXXX", graft_test_tmp_dir(), (long)getpid(), what);
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     unlink(path);
@@ -307,7 +296,7 @@ static void test_missing_model(void **state)
     expect_contains(r.err, path);
     result_free(&r);
     char text[512];
-    snprintf(text, sizeof text, "%s/stories260K.tokenizer-tests.inp", models_dir());
+    snprintf(text, sizeof text, "%s/stories260K.tokenizer-tests.inp", graft_test_models_dir());
     r = GRAFT("info", text);
     expect_status(&r, 1);
     expect_contains(r.err, "graft info: ");
@@ -339,7 +328,7 @@ static void test_info(void **state)
 static void tokenizer_case(int index, char **text, int *ids, int *n_ids)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.inp", models_dir());
+    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.inp", graft_test_models_dir());
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     char *inp = calloc(1, 1 << 16);
@@ -352,7 +341,7 @@ static void tokenizer_case(int index, char **text, int *ids, int *n_ids)
     char *end = strstr(start, "\n__ggml_vocab_test__\n");
     *text = strndup(start, (size_t)(end - start));
     free(inp);
-    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.out", models_dir());
+    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.out", graft_test_models_dir());
     f = fopen(path, "r");
     assert_non_null(f);
     char line[4096];
@@ -468,7 +457,7 @@ static void test_run_default_model(void **state)
 {
     (void)state;
     char models[600];
-    snprintf(models, sizeof models, "GRAFT_MODELS_DIR=%s", models_dir());
+    snprintf(models, sizeof models, "GRAFT_MODELS_DIR=%s", graft_test_models_dir());
     char **env = make_env((const char *const[]){"GRAFT_MODEL", "GRAFT_MODELS_DIR", NULL},
                           (const char *const[]){models, NULL});
     cli_result r = run_env(env, (const char *const[]){"run", "--temp", "0", "-n", "5", NULL});
@@ -705,7 +694,7 @@ static void test_synth_vocab(void **state)
     (void)state;
     char path[512], vocab[512];
     tmp_path(path, sizeof path, "gpt2.gguf");
-    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-gpt-2.gguf", models_dir());
+    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-gpt-2.gguf", graft_test_models_dir());
     cli_result r = GRAFT("synth", "--arch", "llama", "--preset", "tiny", "--type", "q8_0",
                          "--vocab", vocab, "-o", path);
     expect_status(&r, 0);

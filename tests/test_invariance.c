@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "graft.h"
 #include "skips.h"
 
@@ -41,10 +42,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint32_t next_random(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
+    return (uint32_t)(graft_test_xorshift64(&rng_state) >> 11);
 }
 
 static graft_context *open_context(const subject *s, const char *kernels, int threads)
@@ -168,12 +166,6 @@ static void check_subject(subject *s, const char *name, double simd_tolerance)
     free(scalar);
 }
 
-static const char *models_dir(void)
-{
-    const char *dir = getenv("GRAFT_MODELS_DIR");
-    return dir ? dir : "../shared/models";
-}
-
 /* Tolerances across kernel sets, relative to the largest logit. Float kernels differ from
  * scalar only in summation order (about 1e-6), but K and V are stored in float16 (the
  * default), where a last-bit difference can round to the neighbouring half: 1e-3. 8-bit
@@ -186,18 +178,13 @@ static void test_stories(void **state)
 {
     (void)state;
     static const char *files[] = {
-        "stories260K.gguf",
-        "derived/stories260K-F16.gguf",
-        "derived/stories260K-Q8_0mix.gguf",
-        "derived/stories260K-Q5_1mix.gguf",
-        "derived/stories260K-Q5_0mix.gguf",
-        "derived/stories260K-Q4_1mix.gguf",
-        "derived/stories260K-Q4_0mix.gguf",
-        "derived/stories260K-IQ4_NLmix.gguf",
+        GRAFT_TEST_STORIES,
+        GRAFT_TEST_STORIES_F16,
+        GRAFT_TEST_STORIES_QUANTIZED,
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[512];
-        snprintf(path, sizeof path, "%s/%s", models_dir(), files[i]);
+        graft_test_model_path(path, sizeof path, files[i]);
         subject s = {0};
         assert_int_equal(graft_model_load(path, &s.model, NULL), GRAFT_OK);
         check_subject(&s, strrchr(files[i], '/') ? strrchr(files[i], '/') + 1 : files[i],
@@ -209,8 +196,7 @@ static void test_stories(void **state)
 static void check_synth(const char *arch, int type)
 {
     char path[512];
-    const char *tmp = getenv("GRAFT_TEST_TMP");
-    snprintf(path, sizeof path, "%s/invariance-%s-%d.gguf", tmp ? tmp : "/tmp", arch, type);
+    snprintf(path, sizeof path, "%s/invariance-%s-%d.gguf", graft_test_tmp_dir(), arch, type);
     graft_synth_options o = {arch, "tiny", type, NULL, 7, path};
     char *err = NULL;
     if (graft_synth_write(&o, &err) != GRAFT_OK)

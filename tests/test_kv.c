@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "kv/kv.h"
 
 #define B GRAFT_KV_BLOCK_TOKENS
@@ -35,12 +36,6 @@
 static struct graft_model *stories, *gemma_f32, *gemma_q8;
 
 /* ---- fixtures -------------------------------------------------------------------------------- */
-
-static const char *env_or(const char *name, const char *fallback)
-{
-    const char *v = getenv(name);
-    return v ? v : fallback;
-}
 
 static struct graft_model *load(const char *path)
 {
@@ -55,8 +50,7 @@ static struct graft_model *load(const char *path)
 static struct graft_model *synth_gemma(int type)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/kv-gemma3-tiny-%d.gguf", env_or("GRAFT_TEST_TMP", "/tmp"),
-             type);
+    snprintf(path, sizeof path, "%s/kv-gemma3-tiny-%d.gguf", graft_test_tmp_dir(), type);
     graft_synth_options o = {"gemma3", "tiny", type, NULL, 7, path};
     char *err = NULL;
     if (graft_synth_write(&o, &err) != GRAFT_OK)
@@ -68,9 +62,7 @@ static int setup_models(void **state)
 {
     (void)state;
     char path[512];
-    snprintf(path, sizeof path, "%s/stories260K.gguf",
-             env_or("GRAFT_MODELS_DIR", "../shared/models"));
-    stories = load(path);
+    stories = load(graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES));
     gemma_f32 = synth_gemma(GRAFT_TYPE_F32);
     gemma_q8 = synth_gemma(GRAFT_TYPE_Q8_0);
     return 0;

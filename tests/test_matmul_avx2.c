@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_path.h"
 #include "skips.h"
@@ -91,20 +92,6 @@ static const type_case cases[] = {
 /* ------------------------------------------------------------------------------------
  * Helpers.
  */
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-    rng_state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-}
-
-/* Uniform in [-1, 1). */
-static float rng_float(void)
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((double)(uint32_t)(rng_state >> 32) / 2147483648.0 - 1.0);
-}
-
 static void *alloc64(size_t bytes)
 {
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -136,17 +123,17 @@ static void problem_init(problem *p, const type_case *c, int64_t n_in, uint64_t 
     p->wf = alloc64(N_OUT * (size_t)n_in * sizeof(float));
     p->x = alloc64(N_TOK * (size_t)n_in * sizeof(float));
     p->xa = alloc64(N_TOK * p->act_bytes);
-    rng_seed(seed);
+    graft_test_rng_seed(seed);
     float *row = p->wf; /* scratch for the float weights before quantization */
     for (int64_t o = 0; o < N_OUT; o++) {
         for (int64_t i = 0; i < n_in; i++)
-            row[i] = rng_float();
+            row[i] = graft_test_rng_float();
         assert_int_equal(graft__quantize_row(c->type, row, p->w + o * p->row_bytes, n_in), 0);
     }
     for (int64_t o = 0; o < N_OUT; o++)
         graft__dequantize_row(c->type, p->w + o * p->row_bytes, p->wf + o * n_in, n_in);
     for (int64_t i = 0; i < N_TOK * n_in; i++)
-        p->x[i] = rng_float();
+        p->x[i] = graft_test_rng_float();
     for (int64_t t = 0; t < N_TOK; t++)
         path->act_prepare(c->type, p->xa + t * p->act_bytes, p->x + t * n_in, n_in);
 }

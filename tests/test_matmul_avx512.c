@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_path.h"
@@ -82,25 +83,6 @@ static const graft__matmul_path *path = &graft__matmul_avx512;
 /* ------------------------------------------------------------------------------------
  * Helpers.
  */
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-    rng_state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-}
-
-static uint32_t rng_u32(void)
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(rng_state >> 32);
-}
-
-/* Uniform in [-1, 1). */
-static float rng_float(void)
-{
-    return (float)((double)rng_u32() / 2147483648.0 - 1.0);
-}
-
 static bool is_float_type(uint32_t type)
 {
     return type == GRAFT_TYPE_F32 || type == GRAFT_TYPE_F16 || type == GRAFT_TYPE_BF16;
@@ -137,7 +119,7 @@ typedef struct problem {
 static void make_problem(problem *p, uint32_t type, int64_t n_in, int64_t n_out,
                          bool with_reference, bool packed, uint64_t seed)
 {
-    rng_seed(seed);
+    graft_test_rng_seed(seed);
     p->type = type;
     p->gemm_type = type;
     p->packed = NULL;
@@ -156,15 +138,15 @@ static void make_problem(problem *p, uint32_t type, int64_t n_in, int64_t n_out,
     float row[MAX_IN];
     for (int o = 0; o < n_out; o++) {
         for (int64_t i = 0; i < n_in; i += 32) {
-            float scale = exp2f((float)(rng_u32() % 7) - 3.0f);
+            float scale = exp2f((float)(graft_test_rng_u32() % 7) - 3.0f);
             for (int64_t j = i; j < i + 32 && j < n_in; j++)
-                row[j] = scale * rng_float();
+                row[j] = scale * graft_test_rng_float();
         }
         assert_int_equal(graft__quantize_row(type, row, p->w + o * p->row_bytes, n_in), 0);
         graft__dequantize_row(type, p->w + o * p->row_bytes, p->wd + o * n_in, n_in);
     }
     for (int64_t i = 0; i < N_TOK * n_in; i++)
-        p->x[i] = rng_float() * (rng_u32() % 100 == 0 ? 20.0f : 1.0f);
+        p->x[i] = graft_test_rng_float() * (graft_test_rng_u32() % 100 == 0 ? 20.0f : 1.0f);
     if (with_reference)
         graft__matmul(p->y_ref, p->w, type, n_in, n_out, p->x, N_TOK);
 

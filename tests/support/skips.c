@@ -13,9 +13,9 @@
 enum { MAX_SKIPS = 256 };
 
 typedef struct skip_record {
-    char kind[8];   /* "kernel" or "fixture" */
-    char path[32];  /* the kernel path, or "-" */
-    char what[160]; /* the check, and for a fixture what is missing */
+    char kind[8];   /* "kernel" */
+    char path[32];  /* the kernel path */
+    char what[160]; /* the check */
 } skip_record;
 
 static skip_record records[MAX_SKIPS];
@@ -37,10 +37,7 @@ static void record(const char *kind, const char *path, const char *what, const c
     skip_record *r = &records[n_records++];
     snprintf(r->kind, sizeof r->kind, "%s", kind);
     snprintf(r->path, sizeof r->path, "%s", path);
-    if (strcmp(kind, "fixture") == 0)
-        snprintf(r->what, sizeof r->what, "%s (%s)", what, why);
-    else
-        snprintf(r->what, sizeof r->what, "%s", what);
+    snprintf(r->what, sizeof r->what, "%s", what);
     for (char *c = r->what; *c; c++) /* one record per line, three tab-separated fields */
         if (*c == '\t' || *c == '\n')
             *c = ' ';
@@ -71,11 +68,6 @@ bool graft_test_path_runs(const char *path, const char *what)
         return true;
     graft_test_skipped_path(path, what);
     return false;
-}
-
-void graft_test_skipped_fixture(const char *what, const char *why)
-{
-    record("fixture", "-", what, why);
 }
 
 /* Writes $GRAFT_TEST_SKIPS/<test>.skips, or removes it when nothing was skipped. */

@@ -1,18 +1,18 @@
 /*
  * skips.h: checks a test could not run are reported as skipped, never as passed.
  *
- * A test that cannot check something here (a kernel path this processor does not run, a
- * fixture that is missing) records why with graft_test_skipped_* and goes on with the rest.
+ * A test that cannot check something here (a kernel path this processor does not run)
+ * records why with graft_test_path_runs / graft_test_skipped_path and goes on with the rest.
  * Its main returns graft_test_exit(failed): 1 when a check failed, else GRAFT_TEST_SKIPPED
  * when something was recorded, which ctest shows as skipped (SKIP_RETURN_CODE,
  * CMakeLists.txt), else 0.
  *
  * Each skip is printed when it happens ("SKIPPED <test>: <what>: <why>") and written to
- * $GRAFT_TEST_SKIPS/<test>.skips (one "kind<TAB>path<TAB>what" line each; kind is "kernel"
- * with the kernel path's name, or "fixture"); a run that skipped nothing removes the file.
- * tests/check_skips.c, the last ctest entry, reads those files and fails when a kernel path
- * the processor runs was skipped, or a fixture was missing: CI passes with skips only for
- * what the machine cannot run.
+ * $GRAFT_TEST_SKIPS/<test>.skips (one "kernel<TAB>path<TAB>what" line each); a run that
+ * skipped nothing removes the file. tests/check_skips.c, which the Makefile runs after
+ * ctest, reads those files and fails when a kernel path the processor runs was skipped (or
+ * a line is of another kind): CI passes with skips only for what the machine cannot run.
+ * A missing fixture is not a skip: the test fails.
  *
  * Skips are recorded on the test's own thread (cmocka's), not from workers.
  */
@@ -32,9 +32,6 @@ bool graft_test_path_runs(const char *path, const char *what);
 
 /* Records that `what` was not checked because the kernel path `path` is not run here. */
 void graft_test_skipped_path(const char *path, const char *what);
-
-/* Records that `what` was not checked because a fixture (`why`: which one) is missing. */
-void graft_test_skipped_fixture(const char *what, const char *why);
 
 /* The status main returns, from cmocka_run_group_tests's count of failed tests. Writes or
  * removes the skip file. */

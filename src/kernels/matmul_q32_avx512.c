@@ -28,9 +28,9 @@
  *
  * Packing: for prefill the driver can have these unpacked vectors stored once per row and
  * loaded by every token tile (graft__avx512_kernel.pack). It pays where unpacking is
- * heavier than three loads (Q8_0 +20%, Q5_0 +50%, IQ4_NL +15% prefill at n_in 2048-3072;
- * Q4_0, Q4_1, Q5_1 about the same), and only while a tile's activations stay in L1:
- * the driver packs for n_in up to 3072 (at 4096 it no longer pays).
+ * heavier than three loads (Q8_0, Q5_0, IQ4_NL; for Q4_0, Q4_1, Q5_1 it makes no
+ * difference), and only while a tile's activations stay in L1: the driver packs for n_in
+ * up to 3072 (figures: bench/results/2026-12-01-kernel-decisions.md).
  *
  * The integer sums are exact, and every (row, token) runs the same float operations in
  * the same order, so tiles of any shape give the same bits (matmul_avx512.h).

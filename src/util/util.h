@@ -36,8 +36,8 @@ char *graft__strndup(const char *s, size_t n);
 /* graft__malloc for memory that starts at a multiple of `align` (a power of two, at least
  * sizeof(void *)), freed with graft__free. For arrays read by vector loads: malloc puts a
  * large block 16 bytes past a page boundary, so every row of such an array would straddle
- * a cache line more than it needs to (measured on the KV store: decode attention's values
- * 40% slower, a prefill attention tile 25%). GRAFT_HUGE_PAGE alignment lets
+ * a cache line more than it needs to, which slows attention over the KV store (figures:
+ * bench/results/2026-12-01-kernel-decisions.md). GRAFT_HUGE_PAGE alignment lets
  * graft__advise_huge_pages cover all of it. */
 void *graft__malloc_aligned(size_t size, size_t align);
 

@@ -25,7 +25,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static void tmp_path(char *buf, size_t cap, const char *name)
 {

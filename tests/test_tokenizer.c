@@ -25,7 +25,7 @@
 #include "fixtures.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 #define SEPARATOR "\n__ggml_vocab_test__\n"

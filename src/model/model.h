@@ -23,7 +23,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define GRAFT_MAX_LAYERS 512
 

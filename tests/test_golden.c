@@ -175,11 +175,7 @@ static void test_f32_second_prompt(void **state)
 static void test_float64_reference(void **state)
 {
     (void)state;
-    static const char *files[] = {
-        GRAFT_TEST_STORIES,
-        GRAFT_TEST_STORIES_F16,
-        GRAFT_TEST_STORIES_QUANTIZED,
-    };
+    static const char *files[] = {GRAFT_TEST_STORIES_ALL};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         golden g;
         find_golden(golden_text, "# ---- Second reference", files[i], "1\n", &g);

@@ -177,11 +177,7 @@ static void check_subject(subject *s, const char *name, double simd_tolerance)
 static void test_stories(void **state)
 {
     (void)state;
-    static const char *files[] = {
-        GRAFT_TEST_STORIES,
-        GRAFT_TEST_STORIES_F16,
-        GRAFT_TEST_STORIES_QUANTIZED,
-    };
+    static const char *files[] = {GRAFT_TEST_STORIES_ALL};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[512];
         graft_test_model_path(path, sizeof path, files[i]);

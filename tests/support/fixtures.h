@@ -31,6 +31,9 @@ char *graft_test_tmp_path(char *buf, size_t cap, const char *name);
 /* The stories260K files, relative to the shared models folder. */
 #define GRAFT_TEST_STORIES "stories260K.gguf"
 #define GRAFT_TEST_STORIES_F16 "derived/stories260K-F16.gguf"
+/* All of them: the original, the F16 copy, the quantized copies. */
+#define GRAFT_TEST_STORIES_ALL                                                              \
+    GRAFT_TEST_STORIES, GRAFT_TEST_STORIES_F16, GRAFT_TEST_STORIES_QUANTIZED
 /* Its quantized copies (each a mix of one type with a few tensors kept in another). */
 #define GRAFT_TEST_STORIES_QUANTIZED                                                        \
     "derived/stories260K-Q8_0mix.gguf", "derived/stories260K-Q5_1mix.gguf",                 \

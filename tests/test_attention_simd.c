@@ -23,7 +23,8 @@
  * graft__attend_merge_avx512 for each head) gives each head of rows holding several KV
  * heads the bits graft__attend_heads_avx512 gives it over its own KV head's slice of the
  * rows.
- * Tests are skipped when the processor lacks the instructions of a kernel.
+ * Tests are skipped (and reported so, tests/support/skips.h) when the processor lacks the
+ * instructions of a kernel.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,8 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "graft.h"
 #include "kernels/kernels.h"
+#include "skips.h"
 
 enum {
     MAX_KEYS = 300,
@@ -61,10 +64,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15u;
 
 static float uniform(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)(rng_state >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
+    return (float)(graft_test_xorshift64(&rng_state) >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
 }
 
 /* Rows of kv_type with head_dim elements, every K and V row at a different odd-stride
@@ -252,8 +252,7 @@ static void check_chunk_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t
 static void test_chunks_avx512(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx512", "attention in chunks");
     const uint32_t kv_types[] = {GRAFT_TYPE_F16, GRAFT_TYPE_F32};
     const int32_t dims[] = {64, 128, 256, 48, 80, 512};
     static const int32_t shapes[][2] = {{2, 1}, {3, 2}, {8, 2}, {2, 4}, {4, 8}}; /* KV, group */
@@ -281,32 +280,28 @@ static void test_heads_reference(void **state)
 static void test_heads_avx2(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx2())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx2", "attention heads");
     check_heads(graft__attend_avx2, graft__attend_heads_avx2);
 }
 
 static void test_heads_avx512(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx512", "attention heads");
     check_heads(graft__attend_avx512, graft__attend_heads_avx512);
 }
 
 static void test_avx2_matches_reference(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx2())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx2", "attention vs reference");
     check_kernel(graft__attend_avx2);
 }
 
 static void test_avx512_matches_reference(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx512", "attention vs reference");
     check_kernel(graft__attend_avx512);
 }
 
@@ -320,5 +315,5 @@ int main(void)
         cmocka_unit_test(test_heads_avx512),
         cmocka_unit_test(test_chunks_avx512),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "fixtures.h"
 
 extern char **environ;
 
@@ -43,28 +44,16 @@ static const char *bin(void)
     return b && b[0] ? b : "./graft";
 }
 
-static const char *tmp_dir(void)
-{
-    const char *dir = getenv("GRAFT_TEST_TMP");
-    return dir && dir[0] ? dir : "/tmp";
-}
-
-static const char *models_dir(void)
-{
-    const char *dir = getenv("GRAFT_MODELS_DIR");
-    return dir && dir[0] ? dir : "../shared/models";
-}
-
 static char *stories(void)
 {
     static char path[512];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", models_dir());
+    graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES);
     return path;
 }
 
 static void tmp_path(char *buf, size_t cap, const char *name)
 {
-    snprintf(buf, cap, "%s/test_cli_%ld_%s", tmp_dir(), (long)getpid(), name);
+    snprintf(buf, cap, "%s/test_cli_%ld_%s", graft_test_tmp_dir(), (long)getpid(), name);
 }
 
 static char *slurp_fd(int fd)
@@ -82,7 +71,7 @@ static char *slurp_fd(int fd)
 static int scratch_fd(const char *what)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/test_cli_%ld_%s_XXXXXX", tmp_dir(), (long)getpid(), what);
+    snprintf(path, sizeof path, "%s/test_cli_%ld_%s_XXXXXX", graft_test_tmp_dir(), (long)getpid(), what);
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     unlink(path);
@@ -307,7 +296,7 @@ static void test_missing_model(void **state)
     expect_contains(r.err, path);
     result_free(&r);
     char text[512];
-    snprintf(text, sizeof text, "%s/stories260K.tokenizer-tests.inp", models_dir());
+    snprintf(text, sizeof text, "%s/stories260K.tokenizer-tests.inp", graft_test_models_dir());
     r = GRAFT("info", text);
     expect_status(&r, 1);
     expect_contains(r.err, "graft info: ");
@@ -339,7 +328,7 @@ static void test_info(void **state)
 static void tokenizer_case(int index, char **text, int *ids, int *n_ids)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.inp", models_dir());
+    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.inp", graft_test_models_dir());
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     char *inp = calloc(1, 1 << 16);
@@ -352,7 +341,7 @@ static void tokenizer_case(int index, char **text, int *ids, int *n_ids)
     char *end = strstr(start, "\n__ggml_vocab_test__\n");
     *text = strndup(start, (size_t)(end - start));
     free(inp);
-    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.out", models_dir());
+    snprintf(path, sizeof path, "%s/stories260K.tokenizer-tests.out", graft_test_models_dir());
     f = fopen(path, "r");
     assert_non_null(f);
     char line[4096];
@@ -444,18 +433,31 @@ static void test_run_prompt(void **state)
     assert_int_equal(strncmp(r.out, "Once upon a time,", 17), 0);
     expect_contains(r.err, "prompt: 5 tokens, ");
     result_free(&r);
-    r = GRAFT("run", "-m", stories(), "-p", "Once", "-n", "20", "--temp", "0.8", "--top-p",
-              "0.9", "--min-p", "0.1", "--repeat-penalty", "1.1", "--seed", "3");
-    expect_status(&r, 0);
-    assert_int_equal(strncmp(r.out, "Once", 4), 0);
-    result_free(&r);
+    /* Sampled: the prompt echoed, then 20 generated tokens; the same seed gives the same
+     * text, another seed (4, whose text is known to differ for this model) other text. */
+    cli_result sampled[3];
+    static const char *const seeds[3] = {"3", "3", "4"};
+    for (int i = 0; i < 3; i++) {
+        sampled[i] = GRAFT("run", "-m", stories(), "-p", "Once", "-n", "20", "--temp", "0.8",
+                           "--top-p", "0.9", "--min-p", "0.1", "--repeat-penalty", "1.1",
+                           "--seed", seeds[i]);
+        expect_status(&sampled[i], 0);
+        assert_int_equal(strncmp(sampled[i].out, "Once", 4), 0);
+        assert_true(strlen(sampled[i].out) > strlen("Once") + 20); /* 20 tokens of text */
+        expect_contains(sampled[i].err, "eval: 20 tokens, ");
+    }
+    assert_string_equal(sampled[0].out, sampled[1].out);
+    if (strcmp(sampled[0].out, sampled[2].out) == 0)
+        fail_msg("seeds 3 and 4 sampled the same text: %s", sampled[0].out);
+    for (int i = 0; i < 3; i++)
+        result_free(&sampled[i]);
 }
 
 static void test_run_default_model(void **state)
 {
     (void)state;
     char models[600];
-    snprintf(models, sizeof models, "GRAFT_MODELS_DIR=%s", models_dir());
+    snprintf(models, sizeof models, "GRAFT_MODELS_DIR=%s", graft_test_models_dir());
     char **env = make_env((const char *const[]){"GRAFT_MODEL", "GRAFT_MODELS_DIR", NULL},
                           (const char *const[]){models, NULL});
     cli_result r = run_env(env, (const char *const[]){"run", "--temp", "0", "-n", "5", NULL});
@@ -693,7 +695,7 @@ static void test_synth_vocab(void **state)
     (void)state;
     char path[512], vocab[512];
     tmp_path(path, sizeof path, "gpt2.gguf");
-    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-gpt-2.gguf", models_dir());
+    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-gpt-2.gguf", graft_test_models_dir());
     cli_result r = GRAFT("synth", "--arch", "llama", "--preset", "tiny", "--type", "q8_0",
                          "--vocab", vocab, "-o", path);
     expect_status(&r, 0);

@@ -18,28 +18,21 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "gguf/gguf.h"
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
-/* Path of a shared model file, or NULL (the test is skipped) without GRAFT_MODELS_DIR. */
+/* Path of a shared model file (fixtures.h), valid until the next call. */
 static const char *model_path(const char *rel)
 {
     static char path[4096];
-    const char *dir = getenv("GRAFT_MODELS_DIR");
-    if (dir == NULL)
-        return NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    return path;
+    return graft_test_model_path(path, sizeof path, rel);
 }
 
 static graft__gguf *open_model(const char *rel)
 {
     const char *path = model_path(rel);
-    if (path == NULL) {
-        skip();
-        return NULL;
-    }
     graft__gguf *g = NULL;
     char *err = NULL;
     int rc = graft__gguf_open(path, &g, &err);
@@ -427,9 +420,8 @@ static void roundtrip_tensors(uint32_t alignment, bool to_file)
     size_t size;
     graft__gguf *g = NULL;
     if (to_file) {
-        const char *tmp = getenv("GRAFT_TEST_TMP");
         char path[4096];
-        snprintf(path, sizeof path, "%s/test_gguf_tensors.bin", tmp ? tmp : "/tmp");
+        graft_test_tmp_path(path, sizeof path, "test_gguf_tensors.bin");
         char *err = NULL;
         assert_int_equal(graft__gguf_writer_write_file(w, path, &err), GRAFT_OK);
         assert_null(err);
@@ -548,9 +540,8 @@ static void test_writer_fill_failure(void **state)
     size_t size;
     assert_int_equal(graft__gguf_writer_write_memory(w, &data, &size), GRAFT_ERANGE);
     assert_null(data);
-    const char *tmp = getenv("GRAFT_TEST_TMP");
     char path[4096];
-    snprintf(path, sizeof path, "%s/test_gguf_fill_fails.bin", tmp ? tmp : "/tmp");
+    graft_test_tmp_path(path, sizeof path, "test_gguf_fill_fails.bin");
     char *err = NULL;
     assert_int_equal(graft__gguf_writer_write_file(w, path, &err), GRAFT_ERANGE);
     assert_non_null(strstr(err, "filling tensor 'broken'"));
@@ -796,8 +787,6 @@ static void test_v1_refused(void **state)
 {
     (void)state;
     const char *path = model_path("legacy-gguf-v1/tinyllamas-stories-260k-f32.gguf");
-    if (path == NULL)
-        skip();
     long live = graft__alloc_live();
     graft__gguf *g = (graft__gguf *)&g; /* any non-NULL value: a failed open sets NULL */
     char *err = NULL;
@@ -894,9 +883,8 @@ static void test_open_does_not_touch_data(void **state)
     assert_non_null(ne0);
     const uint64_t big = 1ull << 30;
     memcpy(ne0 + 15, &big, sizeof big);
-    const char *tmp = getenv("GRAFT_TEST_TMP");
     char path[4096];
-    snprintf(path, sizeof path, "%s/test_gguf_sparse.bin", tmp ? tmp : "/tmp");
+    graft_test_tmp_path(path, sizeof path, "test_gguf_sparse.bin");
     int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
     assert_true(fd >= 0);
     size_t data_start = meta_size - 32; /* the small tensor's 32 bytes end the file */
@@ -931,8 +919,6 @@ static void test_open_does_not_touch_data(void **state)
 static void open_under_injection(const char *rel)
 {
     const char *path = model_path(rel);
-    if (path == NULL)
-        skip();
     long live = graft__alloc_live();
     for (long n = 0;; n++) {
         graft__gguf *g = NULL;

@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "graft.h"
+#include "skips.h"
 
 #define MAX_IDS 64
 
@@ -29,12 +31,6 @@ typedef struct golden {
     int32_t greedy[MAX_IDS];
     int n_greedy;
 } golden;
-
-static const char *models_dir(void)
-{
-    const char *dir = getenv("GRAFT_MODELS_DIR");
-    return dir ? dir : "../shared/models";
-}
 
 static char *read_text(const char *path)
 {
@@ -110,7 +106,7 @@ static void check_model_with(const char *file, const golden *g, float tol, const
                              int kv_f32, int n_greedy)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/%s", models_dir(), file);
+    graft_test_model_path(path, sizeof path, file);
     graft_model *m = NULL;
     char *err = NULL;
     int rc = graft_model_load(path, &m, &err);
@@ -179,16 +175,7 @@ static void test_f32_second_prompt(void **state)
 static void test_float64_reference(void **state)
 {
     (void)state;
-    static const char *files[] = {
-        "stories260K.gguf",
-        "derived/stories260K-F16.gguf",
-        "derived/stories260K-Q8_0mix.gguf",
-        "derived/stories260K-Q5_1mix.gguf",
-        "derived/stories260K-Q5_0mix.gguf",
-        "derived/stories260K-Q4_1mix.gguf",
-        "derived/stories260K-Q4_0mix.gguf",
-        "derived/stories260K-IQ4_NLmix.gguf",
-    };
+    static const char *files[] = {GRAFT_TEST_STORIES_ALL};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         golden g;
         find_golden(golden_text, "# ---- Second reference", files[i], "1\n", &g);
@@ -208,17 +195,15 @@ static void test_float64_reference(void **state)
 static void test_simd_kernels(void **state)
 {
     (void)state;
-    static const char *quantized[] = {
-        "derived/stories260K-Q8_0mix.gguf", "derived/stories260K-Q5_1mix.gguf",
-        "derived/stories260K-Q5_0mix.gguf", "derived/stories260K-Q4_1mix.gguf",
-        "derived/stories260K-Q4_0mix.gguf", "derived/stories260K-IQ4_NLmix.gguf",
-    };
-    static const char *floats[] = {"stories260K.gguf", "derived/stories260K-F16.gguf"};
+    static const char *quantized[] = {GRAFT_TEST_STORIES_QUANTIZED};
+    static const char *floats[] = {GRAFT_TEST_STORIES, GRAFT_TEST_STORIES_F16};
     static const char *paths[] = {"avx2", "avx512"};
     for (size_t p = 0; p < 2; p++) {
+        if (!graft_test_path_runs(paths[p], "stories260K golden figures"))
+            continue;
         graft_model *m = NULL;
         char path[512];
-        snprintf(path, sizeof path, "%s/stories260K.gguf", models_dir());
+        graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES);
         assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
         graft_context_options opts = graft_context_default_options();
         opts.kernels = paths[p];
@@ -226,10 +211,6 @@ static void test_simd_kernels(void **state)
         int rc = graft_context_create_ex(m, &opts, &probe, NULL);
         graft_context_free(probe);
         graft_model_free(m);
-        if (rc == GRAFT_EUNSUPPORTED) {
-            printf("%s kernels: not supported by this processor, not checked\n", paths[p]);
-            continue;
-        }
         assert_int_equal(rc, GRAFT_OK);
         for (size_t i = 0; i < sizeof quantized / sizeof quantized[0]; i++) {
             golden g;
@@ -249,7 +230,7 @@ static void test_batch_equals_sequential(void **state)
 {
     (void)state;
     char path[512];
-    snprintf(path, sizeof path, "%s/derived/stories260K-Q4_1mix.gguf", models_dir());
+    graft_test_model_path(path, sizeof path, "derived/stories260K-Q4_1mix.gguf");
     graft_model *m = NULL;
     assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
     const int32_t prompt[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298};
@@ -274,7 +255,7 @@ static void test_context_capacity(void **state)
 {
     (void)state;
     char path[512];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", models_dir());
+    graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES);
     graft_model *m = NULL;
     assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
     graft_context *ctx = NULL;
@@ -297,7 +278,7 @@ static void test_context_capacity(void **state)
 int main(void)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/stories260K.golden.txt", models_dir());
+    graft_test_model_path(path, sizeof path, "stories260K.golden.txt");
     golden_text = read_text(path);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_llama_cpp_greedy_60),
@@ -309,5 +290,5 @@ int main(void)
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     free(golden_text);
-    return failed;
+    return graft_test_exit(failed);
 }

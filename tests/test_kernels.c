@@ -12,7 +12,7 @@
  *   attention against double-precision formulas; attention's determinism over prefixes.
  * - graft__argmax (src/util/argmax.c, greedy sampling) against the plain one-pass loop.
  *   The AVX-512 rmsnorm and SwiGLU (ops_avx512.c) against the same formulas and tolerances,
- *   skipped where the processor lacks AVX-512.
+ *   skipped (and reported so, tests/support/skips.h) where the processor lacks AVX-512.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,35 +23,18 @@
 #include <math.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "kernels/kernels.h"
+#include "skips.h"
 #include "util/argmax.h"
 
 /* ------------------------------------------------------------------------------------
  * Helpers: a deterministic random source, bit casts, block byte writers.
  */
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-    rng_state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-}
-
-static uint32_t rng_u32(void)
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(rng_state >> 32);
-}
-
-/* Uniform in [-1, 1). */
-static float rng_float(void)
-{
-    return (float)((double)rng_u32() / 2147483648.0 - 1.0);
-}
-
 static void rng_bytes(uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)(rng_u32() >> 24);
+        p[i] = (uint8_t)(graft_test_rng_u32() >> 24);
 }
 
 static uint32_t bits_of(float f)
@@ -210,7 +193,7 @@ static void test_dequantize_q4_0(void **state)
     (void)state;
     uint8_t b[18];
     float y[32];
-    rng_seed(1);
+    graft_test_rng_seed(1);
     rng_bytes(b, sizeof b);
     put_u16(b, H_HALF);
     b[2] = 0x1f; /* element 0: code 15, element 16: code 1 */
@@ -231,7 +214,7 @@ static void test_dequantize_q4_1(void **state)
     (void)state;
     uint8_t b[20];
     float y[32];
-    rng_seed(2);
+    graft_test_rng_seed(2);
     rng_bytes(b, sizeof b);
     put_u16(b, H_QUARTER);
     put_u16(b + 2, H_M1_5);
@@ -248,7 +231,7 @@ static void test_dequantize_q5_0(void **state)
     (void)state;
     uint8_t b[22];
     float y[32];
-    rng_seed(3);
+    graft_test_rng_seed(3);
     rng_bytes(b, sizeof b);
     put_u16(b, H_HALF);
     b[2] = 0x01;  /* qh bit 0: element 0 has its fifth bit */
@@ -268,7 +251,7 @@ static void test_dequantize_q5_1(void **state)
     (void)state;
     uint8_t b[24];
     float y[32];
-    rng_seed(4);
+    graft_test_rng_seed(4);
     rng_bytes(b, sizeof b);
     put_u16(b, H_QUARTER);
     put_u16(b + 2, H_ONE);
@@ -287,7 +270,7 @@ static void test_dequantize_q8_0(void **state)
     (void)state;
     uint8_t b[34];
     float y[32];
-    rng_seed(5);
+    graft_test_rng_seed(5);
     rng_bytes(b, sizeof b);
     put_u16(b, H_QUARTER);
     b[2] = 0x80; /* -128 */
@@ -306,7 +289,7 @@ static void test_dequantize_iq4_nl(void **state)
                                    1,    13,   25,  38,  53,  69,  89,  113};
     uint8_t b[18];
     float y[32];
-    rng_seed(6);
+    graft_test_rng_seed(6);
     rng_bytes(b, sizeof b);
     put_u16(b, H_HALF);
     b[2] = 0xf0; /* element 0: code 0, element 16: code 15 */
@@ -349,7 +332,7 @@ static void test_dequantize_q4_k(void **state)
     (void)state;
     uint8_t b[144];
     float y[256];
-    rng_seed(7);
+    graft_test_rng_seed(7);
     rng_bytes(b, sizeof b);
     put_u16(b, H_HALF);     /* d */
     put_u16(b + 2, H_ONE);  /* dmin */
@@ -380,7 +363,7 @@ static void test_dequantize_q5_k(void **state)
     (void)state;
     uint8_t b[176];
     float y[256];
-    rng_seed(8);
+    graft_test_rng_seed(8);
     rng_bytes(b, sizeof b);
     put_u16(b, H_QUARTER);
     put_u16(b + 2, H_HALF);
@@ -410,7 +393,7 @@ static void test_dequantize_q6_k(void **state)
     (void)state;
     uint8_t b[210];
     float y[256];
-    rng_seed(9);
+    graft_test_rng_seed(9);
     rng_bytes(b, sizeof b);
     uint8_t *ql = b, *qh = b + 128, *sc = b + 192;
     put_u16(b + 208, H_HALF);
@@ -462,7 +445,7 @@ static void test_dequantize_multi_block_row(void **state)
     (void)state;
     uint8_t row[2 * 210];
     float y[512], one[256];
-    rng_seed(10);
+    graft_test_rng_seed(10);
     rng_bytes(row, sizeof row);
     put_u16(row + 208, H_HALF);
     put_u16(row + 210 + 208, H_QUARTER);
@@ -500,12 +483,12 @@ static void test_supported_types(void **state)
 
 static void make_test_row(float *x, int n, uint64_t seed)
 {
-    rng_seed(seed);
+    graft_test_rng_seed(seed);
     for (int i = 0; i < n; i++) {
         int sub = i / 16;
         float amp = (float)(1 + sub % 7) * 0.3f;
         float shift = sub % 5 == 1 ? 2.0f * amp : sub % 5 == 3 ? -1.5f * amp : 0.0f;
-        x[i] = rng_float() * amp + shift;
+        x[i] = graft_test_rng_float() * amp + shift;
     }
 }
 
@@ -798,10 +781,10 @@ static void make_matmul_case(uint32_t type, int n_in, uint64_t seed)
         assert_int_equal(graft__quantize_row(type, row, dst, n_in), GRAFT_OK);
         graft__dequantize_row(type, dst, mm.w_decoded[o], n_in);
     }
-    rng_seed(seed * 31 + 7);
+    graft_test_rng_seed(seed * 31 + 7);
     for (int t = 0; t < MM_TOK; t++)
         for (int i = 0; i < n_in; i++)
-            mm.x[t * n_in + i] = rng_float();
+            mm.x[t * n_in + i] = graft_test_rng_float();
 }
 
 static void check_matmul_against_references(uint32_t type, int n_in)
@@ -905,8 +888,8 @@ static void check_rmsnorm_n(graft__rmsnorm_fn rmsnorm, int n, float scale)
     static float x[MAX_N], w[MAX_N], out[MAX_N];
     assert_true(n <= MAX_N);
     for (int i = 0; i < n; i++) {
-        x[i] = rng_float() * scale;
-        w[i] = rng_float();
+        x[i] = graft_test_rng_float() * scale;
+        w[i] = graft_test_rng_float();
     }
     double ss = 0;
     for (int i = 0; i < n; i++)
@@ -924,7 +907,7 @@ static void check_rmsnorm_n(graft__rmsnorm_fn rmsnorm, int n, float scale)
 static void check_rmsnorm(graft__rmsnorm_fn rmsnorm)
 {
     static const int lengths[] = {1, 4, 15, 16, 17, 63, 64, 65, 100, 128, 1024, 1030};
-    rng_seed(30);
+    graft_test_rng_seed(30);
     for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
         check_rmsnorm_n(rmsnorm, lengths[i], 3.0f);
         check_rmsnorm_n(rmsnorm, lengths[i], 1e-3f);
@@ -945,8 +928,7 @@ static void test_rmsnorm(void **state)
 static void test_rmsnorm_avx512(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx512", "rmsnorm");
     check_rmsnorm(graft__rmsnorm_avx512);
 }
 
@@ -1023,9 +1005,9 @@ static void test_softmax(void **state)
     enum { N = 37 };
     float x[N];
     double want[N], sum = 0, max = -INFINITY;
-    rng_seed(31);
+    graft_test_rng_seed(31);
     for (int i = 0; i < N; i++) {
-        x[i] = rng_float() * 20.0f + 100.0f; /* exp overflows without the max subtracted */
+        x[i] = graft_test_rng_float() * 20.0f + 100.0f; /* exp overflows without the max subtracted */
         max = fmax(max, x[i]);
     }
     for (int i = 0; i < N; i++)
@@ -1046,12 +1028,12 @@ static void check_swiglu(graft__swiglu_fn swiglu)
     enum { MAX_N = 100 };
     static const int lengths[] = {1, 15, 16, 17, 64, 100};
     float x[MAX_N], g[MAX_N], u[MAX_N];
-    rng_seed(32);
+    graft_test_rng_seed(32);
     for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
         const int n = lengths[li];
         for (int i = 0; i < n; i++) {
-            g[i] = rng_float() * 8.0f;
-            u[i] = rng_float() * 2.0f;
+            g[i] = graft_test_rng_float() * 8.0f;
+            u[i] = graft_test_rng_float() * 2.0f;
         }
         memcpy(x, g, sizeof x);
         swiglu(x, u, n);
@@ -1073,10 +1055,10 @@ static void test_gated_activations(void **state)
     enum { N = 64 };
     float x[N], g[N], u[N];
     check_swiglu(graft__swiglu);
-    rng_seed(33);
+    graft_test_rng_seed(33);
     for (int i = 0; i < N; i++) {
-        g[i] = rng_float() * 8.0f;
-        u[i] = rng_float() * 2.0f;
+        g[i] = graft_test_rng_float() * 8.0f;
+        u[i] = graft_test_rng_float() * 2.0f;
     }
     memcpy(x, g, sizeof x);
     graft__geglu(x, u, N);
@@ -1090,8 +1072,7 @@ static void test_gated_activations(void **state)
 static void test_swiglu_avx512(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx512", "swiglu");
     check_swiglu(graft__swiglu_avx512);
 }
 
@@ -1112,19 +1093,19 @@ static void test_argmax(void **state)
     (void)state;
     enum { MAX_N = 40 };
     float x[MAX_N] = {0};
-    rng_seed(17);
+    graft_test_rng_seed(17);
     assert_int_equal(graft__argmax(x, 0), 0);
     for (int32_t n = 1; n <= MAX_N; n++) {
         for (int round = 0; round < 200; round++) {
             for (int32_t i = 0; i < n; i++)
-                x[i] = (float)(int)(rng_u32() % 5) - 2.0f;
+                x[i] = (float)(int)(graft_test_rng_u32() % 5) - 2.0f;
             if (round % 4 == 1)
-                x[rng_u32() % (uint32_t)n] = NAN;
+                x[graft_test_rng_u32() % (uint32_t)n] = NAN;
             if (round % 4 == 2)
                 x[0] = NAN;
             if (round % 4 == 3)
                 for (int32_t i = 0; i < n; i++)
-                    x[i] = rng_u32() % 2 ? 0.0f : -0.0f;
+                    x[i] = graft_test_rng_u32() % 2 ? 0.0f : -0.0f;
             assert_int_equal(graft__argmax(x, n), argmax_plain(x, n));
         }
     }
@@ -1152,13 +1133,13 @@ static const void *at_kp[AT_KEYS], *at_vp[AT_KEYS];
 
 static void make_attention_case(uint64_t seed, float q_scale)
 {
-    rng_seed(seed);
+    graft_test_rng_seed(seed);
     for (int d = 0; d < AT_DIM; d++)
-        at_q[d] = rng_float() * q_scale;
+        at_q[d] = graft_test_rng_float() * q_scale;
     for (int j = 0; j < AT_KEYS; j++) {
         for (int d = 0; d < AT_DIM; d++) {
-            at_k[j][d] = rng_float();
-            at_v[j][d] = rng_float();
+            at_k[j][d] = graft_test_rng_float();
+            at_v[j][d] = graft_test_rng_float();
         }
         at_kp[j] = at_k[j];
         at_vp[j] = at_v[j];
@@ -1297,5 +1278,5 @@ int main(void)
         cmocka_unit_test(test_attend_deterministic_prefix),
         cmocka_unit_test(test_attend_no_keys),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

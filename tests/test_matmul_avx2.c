@@ -20,7 +20,8 @@
  *     computed in pieces [0, 5) [5, 37) or [0, 1) [1, 2) [2, 19) [19, 36) [36, 37), with 1,
  *     2 or 64 tokens, equal one call over [0, 37) in the batch of 64.
  *
- * Skipped (reported SKIPPED) when the processor lacks AVX2, FMA or F16C.
+ * Skipped (and reported so, tests/support/skips.h) when the processor lacks AVX2, FMA or
+ * F16C.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,11 +30,14 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_path.h"
+#include "skips.h"
 
 enum { N_OUT = 37, N_TOK = 64 };
 
@@ -88,20 +92,6 @@ static const type_case cases[] = {
 /* ------------------------------------------------------------------------------------
  * Helpers.
  */
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-    rng_state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-}
-
-/* Uniform in [-1, 1). */
-static float rng_float(void)
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((double)(uint32_t)(rng_state >> 32) / 2147483648.0 - 1.0);
-}
-
 static void *alloc64(size_t bytes)
 {
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -133,17 +123,17 @@ static void problem_init(problem *p, const type_case *c, int64_t n_in, uint64_t 
     p->wf = alloc64(N_OUT * (size_t)n_in * sizeof(float));
     p->x = alloc64(N_TOK * (size_t)n_in * sizeof(float));
     p->xa = alloc64(N_TOK * p->act_bytes);
-    rng_seed(seed);
+    graft_test_rng_seed(seed);
     float *row = p->wf; /* scratch for the float weights before quantization */
     for (int64_t o = 0; o < N_OUT; o++) {
         for (int64_t i = 0; i < n_in; i++)
-            row[i] = rng_float();
+            row[i] = graft_test_rng_float();
         assert_int_equal(graft__quantize_row(c->type, row, p->w + o * p->row_bytes, n_in), 0);
     }
     for (int64_t o = 0; o < N_OUT; o++)
         graft__dequantize_row(c->type, p->w + o * p->row_bytes, p->wf + o * n_in, n_in);
     for (int64_t i = 0; i < N_TOK * n_in; i++)
-        p->x[i] = rng_float();
+        p->x[i] = graft_test_rng_float();
     for (int64_t t = 0; t < N_TOK; t++)
         path->act_prepare(c->type, p->xa + t * p->act_bytes, p->x + t * n_in, n_in);
 }
@@ -290,8 +280,9 @@ static void check_batch_invariance(const problem *p)
 
 static void test_type(const type_case *c)
 {
-    if (!graft__cpu_has_avx2())
-        skip();
+    char what[32];
+    snprintf(what, sizeof what, "matmul %s", c->name);
+    GRAFT_TEST_REQUIRE_PATH("avx2", what);
     const int64_t n_ins[] = {256, 1024, 3072, c->ragged_n_in};
     static const int64_t n_toks[] = {1, 3, 8, 13, 64};
     for (size_t i = 0; i < sizeof n_ins / sizeof n_ins[0]; i++) {
@@ -318,5 +309,5 @@ int main(void)
     struct CMUnitTest tests[N_CASES];
     for (int i = 0; i < N_CASES; i++)
         tests[i] = (struct CMUnitTest){cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -26,6 +26,13 @@
  * reports, NMSE = sum (y - y_ref)^2 / sum y_ref^2, below 1e-10. The observed worst
  * |y - y_ref| / S, NMSE and the ratio to the rounding model per type are printed.
  *
+ * Exactness of the integer part (quantized types, packed ones included): y must equal, up
+ * to float rounding (2e-6 sum_i |w_i xq_i|), the double-precision dot product of the decoded
+ * weights with the activations xq quantized as the path does (per block of 32, or of 256
+ * for the K-quants unpacked; packed Q4_K quantizes per 32: d = amax / 127, q =
+ * round-half-even(x * (127 / amax)), q = 0 when amax is 0). A wrong weight code, scale or
+ * min term, which the bounds above may absorb, moves y far beyond that.
+ *
  * Invariance (memcmp): each token computed alone (n_tok = 1) and in batches of 3, 8 and 13
  * starting at several positions equals its row of the n_tok = 64 result; and computing the
  * rows as [0, 5) + [5, 37), or [0, 1) + [1, 2) + [2, 11) + [11, 37), equals one call over
@@ -41,7 +48,8 @@
  *
  * The weights start at an odd address and are allocated to their exact size, so a kernel
  * that assumed alignment or read past the matrix fails here (under ASan for the latter).
- * Tests are skipped when the processor lacks the instructions the path uses.
+ * Tests are skipped (and reported so, tests/support/skips.h) when the processor lacks the
+ * instructions the path uses.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,12 +59,15 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_path.h"
+#include "skips.h"
 
 enum {
     N_OUT = 37,      /* rows of most problems: a ragged count */
@@ -72,25 +83,6 @@ static const graft__matmul_path *path = &graft__matmul_avx512;
 /* ------------------------------------------------------------------------------------
  * Helpers.
  */
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed)
-{
-    rng_state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-}
-
-static uint32_t rng_u32(void)
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint32_t)(rng_state >> 32);
-}
-
-/* Uniform in [-1, 1). */
-static float rng_float(void)
-{
-    return (float)((double)rng_u32() / 2147483648.0 - 1.0);
-}
-
 static bool is_float_type(uint32_t type)
 {
     return type == GRAFT_TYPE_F32 || type == GRAFT_TYPE_F16 || type == GRAFT_TYPE_BF16;
@@ -127,7 +119,7 @@ typedef struct problem {
 static void make_problem(problem *p, uint32_t type, int64_t n_in, int64_t n_out,
                          bool with_reference, bool packed, uint64_t seed)
 {
-    rng_seed(seed);
+    graft_test_rng_seed(seed);
     p->type = type;
     p->gemm_type = type;
     p->packed = NULL;
@@ -146,15 +138,15 @@ static void make_problem(problem *p, uint32_t type, int64_t n_in, int64_t n_out,
     float row[MAX_IN];
     for (int o = 0; o < n_out; o++) {
         for (int64_t i = 0; i < n_in; i += 32) {
-            float scale = exp2f((float)(rng_u32() % 7) - 3.0f);
+            float scale = exp2f((float)(graft_test_rng_u32() % 7) - 3.0f);
             for (int64_t j = i; j < i + 32 && j < n_in; j++)
-                row[j] = scale * rng_float();
+                row[j] = scale * graft_test_rng_float();
         }
         assert_int_equal(graft__quantize_row(type, row, p->w + o * p->row_bytes, n_in), 0);
         graft__dequantize_row(type, p->w + o * p->row_bytes, p->wd + o * n_in, n_in);
     }
     for (int64_t i = 0; i < N_TOK * n_in; i++)
-        p->x[i] = rng_float() * (rng_u32() % 100 == 0 ? 20.0f : 1.0f);
+        p->x[i] = graft_test_rng_float() * (graft_test_rng_u32() % 100 == 0 ? 20.0f : 1.0f);
     if (with_reference)
         graft__matmul(p->y_ref, p->w, type, n_in, n_out, p->x, N_TOK);
 
@@ -204,6 +196,58 @@ static float *new_output(const problem *p)
  * Accuracy.
  */
 
+/* Elements per block the path quantizes activations in (0: not quantized): the block of
+ * act_block, except packed Q4_K, which quantizes per 32 (matmul_r16_kquant_avx512.c). */
+static int path_act_block(const problem *p)
+{
+    return p->packed != NULL && p->type == GRAFT_TYPE_Q4_K ? 32 : act_block(p->type);
+}
+
+/* xq (n) = x (n) quantized and decoded as the path does, per block of `block`
+ * (graft__avx512_quantize32; the K-quants' quantize_block). */
+static void quantize_like_path(double *xq, const float *x, int64_t n, int block)
+{
+    for (int64_t b = 0; b < n; b += block) {
+        float amax = 0.0f;
+        for (int i = 0; i < block; i++)
+            amax = fmaxf(amax, fabsf(x[b + i]));
+        float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        float d = amax / 127.0f;
+        for (int i = 0; i < block; i++)
+            xq[b + i] = (double)d * nearbyintf(x[b + i] * id);
+    }
+}
+
+/* y equals the emulated integer dot products (see the top of the file) within the float
+ * rounding; returns the worst |y - exact| / sum |w xq|. */
+static double check_exact(const problem *p, const float *y)
+{
+    int block = path_act_block(p);
+    double *xq = malloc(sizeof(double) * (size_t)p->n_in);
+    assert_non_null(xq);
+    double worst = 0;
+    for (int t = 0; t < N_TOK; t++) {
+        quantize_like_path(xq, p->x + t * p->n_in, p->n_in, block);
+        for (int o = 0; o < p->n_out; o++) {
+            const float *w = p->wd + o * p->n_in;
+            double exact = 0, sq = 0;
+            for (int64_t i = 0; i < p->n_in; i++) {
+                exact += (double)w[i] * xq[i];
+                sq += fabs((double)w[i] * xq[i]);
+            }
+            double got = y[t * p->n_out + o], err = fabs(got - exact);
+            if (!(err <= 2e-6 * sq))
+                fail_msg("%s%s n_in %lld: y[%d][%d] = %.9g, emulated %.9g (error %.3g of "
+                         "sum |w xq| %.4g)", graft__type_traits_of(p->type)->name,
+                         p->packed ? " packed" : "", (long long)p->n_in, t, o, got, exact,
+                         sq > 0 ? err / sq : err, sq);
+            worst = fmax(worst, sq > 0 ? err / sq : 0);
+        }
+    }
+    free(xq);
+    return worst;
+}
+
 /* The error bound of y[t][o] (see the top of the file); *s = sum |w||x|, *expected = the
  * expected squared error if each activation's rounding error is uniform over its step. */
 static double error_bound(const problem *p, int t, int o, double *s, double *expected)
@@ -251,11 +295,12 @@ static void check_accuracy(const problem *p, const float *y)
         }
     }
     double nmse = err2 / ref2;
+    double exact = is_float_type(p->type) ? 0.0 : check_exact(p, y);
     print_message("    %-6s n_in %4lld n_out %3lld: max |err| / sum|w||x| = %.2e, NMSE = %.2e"
-                  " (%.2f of the rounding model)\n",
+                  " (%.2f of the rounding model), vs emulation %.2e\n",
                   graft__type_traits_of(p->type)->name, (long long)p->n_in,
                   (long long)p->n_out, worst, nmse,
-                  expected2 > 0 ? err2 / expected2 : 0.0);
+                  expected2 > 0 ? err2 / expected2 : 0.0, exact);
     if (is_float_type(p->type))
         assert_true(nmse <= 1e-10);
     else
@@ -332,8 +377,9 @@ static void check_shape(uint32_t type, int64_t n_in, int64_t n_out, bool accurac
 static void test_type(void **state)
 {
     uint32_t type = *(const uint32_t *)*state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    char what[32];
+    snprintf(what, sizeof what, "matmul %s", graft__type_traits_of(type)->name);
+    GRAFT_TEST_REQUIRE_PATH("avx512", what);
     static const int64_t common[] = {256, 1024, 3072};
     for (size_t k = 0; k < sizeof common / sizeof common[0]; k++)
         check_shape(type, common[k], N_OUT, true, false);
@@ -353,8 +399,9 @@ static void test_type(void **state)
 static void test_packed(void **state)
 {
     uint32_t type = *(const uint32_t *)*state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    char what[32];
+    snprintf(what, sizeof what, "matmul %s packed", graft__type_traits_of(type)->name);
+    GRAFT_TEST_REQUIRE_PATH("avx512", what);
     static const int64_t n_ins[] = {32, 96, 256, 1024, 3072};
     for (size_t k = 0; k < sizeof n_ins / sizeof n_ins[0]; k++)
         if (n_ins[k] % act_block(type) == 0)
@@ -372,8 +419,7 @@ static void test_packed(void **state)
 static void test_edges(void **state)
 {
     (void)state;
-    if (!graft__cpu_has_avx512())
-        skip();
+    GRAFT_TEST_REQUIRE_PATH("avx512", "matmul degenerate calls");
     assert_string_equal(path->name, "avx512");
     problem p;
     make_problem(&p, GRAFT_TYPE_Q4_0, 256, N_OUT, false, false, 7);
@@ -416,5 +462,5 @@ int main(void)
         {"Q4_K packed", test_packed, NULL, NULL, (void *)&types[9]},
         cmocka_unit_test(test_edges),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -36,8 +36,10 @@
 
 #include <cmocka.h>
 
+#include "fixtures.h"
 #include "graft.h"
 #include "reference.h"
+#include "util/util.h"
 
 #define N_GOLDEN_TOP 5
 #define N_GOLDEN_GREEDY 40
@@ -46,27 +48,11 @@
  * Helpers: paths, random tokens, row statistics.
  */
 
-static void path_in_env_dir(char *out, size_t size, const char *env, const char *name)
-{
-    const char *dir = getenv(env);
-    if (dir == NULL)
-        fail_msg("%s is not set (run the test through ctest)", env);
-    int len = snprintf(out, size, "%s/%s", dir, name);
-    assert_true(len > 0 && (size_t)len < size);
-}
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static void random_tokens(int32_t *tokens, size_t n, int32_t n_vocab, uint64_t seed)
 {
     for (size_t i = 0; i < n; i++)
-        tokens[i] = (int32_t)(splitmix64(&seed) % (uint64_t)n_vocab);
+        tokens[i] = (int32_t)(graft__splitmix64(&seed) % (uint64_t)n_vocab);
 }
 
 static int argmax(const double *row, int n)
@@ -157,7 +143,7 @@ static const int32_t golden_greedy[N_GOLDEN_GREEDY] = {
 static void check_golden_top5(const golden_case *g)
 {
     char path[1024];
-    path_in_env_dir(path, sizeof path, "GRAFT_MODELS_DIR", g->file);
+    graft_test_model_path(path, sizeof path, g->file);
     ref_model *model = load_reference(path);
     int n_vocab = model->config.n_vocab;
     double *logits = malloc(g->n_prompt * n_vocab * sizeof(double));
@@ -183,7 +169,7 @@ static void check_golden_top5(const golden_case *g)
 static void check_golden_greedy(const char *file)
 {
     char path[1024];
-    path_in_env_dir(path, sizeof path, "GRAFT_MODELS_DIR", file);
+    graft_test_model_path(path, sizeof path, file);
     ref_model *model = load_reference(path);
     int n_vocab = model->config.n_vocab;
     int32_t tokens[N_GOLDEN_GREEDY];
@@ -239,7 +225,7 @@ static void test_reference_refuses_unsupported(void **state)
     const char *files[] = {"derived/stories260K-Q8_0mix.gguf", "vocab/ggml-vocab-phi-3.gguf"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[1024];
-        path_in_env_dir(path, sizeof path, "GRAFT_MODELS_DIR", files[i]);
+        graft_test_model_path(path, sizeof path, files[i]);
         ref_model *model = NULL;
         char *err = NULL;
         assert_int_equal(ref_model_load(path, &model, &err), GRAFT_EUNSUPPORTED);
@@ -378,12 +364,12 @@ static void case_path(char *path, size_t size, const compare_case *c)
 {
     char name[128];
     if (c->arch == NULL) {
-        path_in_env_dir(path, size, "GRAFT_MODELS_DIR", c->file);
+        graft_test_model_path(path, size, c->file);
         return;
     }
     snprintf(name, sizeof name, "reference-%s-type%d-seed%llu.gguf", c->arch, c->type,
              (unsigned long long)c->seed);
-    path_in_env_dir(path, size, "GRAFT_TEST_TMP", name);
+    graft_test_tmp_path(path, size, name);
     graft_synth_options opts = {
         .arch = c->arch, .preset = "tiny", .type = c->type, .seed = c->seed, .out_path = path};
     char *err = NULL;

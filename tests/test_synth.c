@@ -21,26 +21,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
-
-static const char *tmp_dir(void)
-{
-    const char *dir = getenv("GRAFT_TEST_TMP");
-    return dir && dir[0] ? dir : "/tmp";
-}
-
-static const char *models_dir(void)
-{
-    const char *dir = getenv("GRAFT_MODELS_DIR");
-    return dir && dir[0] ? dir : "../shared/models";
-}
+#include "tokenizer/tokenizer.h"
 
 static void tmp_path(char *buf, size_t cap, const char *name)
 {
-    snprintf(buf, cap, "%s/test_synth_%ld_%s", tmp_dir(), (long)getpid(), name);
+    snprintf(buf, cap, "%s/test_synth_%ld_%s", graft_test_tmp_dir(), (long)getpid(), name);
 }
 
 static int synth(const char *arch, int type, uint64_t seed, const char *vocab,
@@ -370,7 +359,7 @@ static void test_vocab_file(void **state)
 {
     (void)state;
     char vocab[512], path[512];
-    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-gpt-2.gguf", models_dir());
+    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-gpt-2.gguf", graft_test_models_dir());
     tmp_path(path, sizeof path, "gpt2.gguf");
     char *err = NULL;
     int rc = synth("qwen2", GRAFT_TYPE_Q8_0, 5, vocab, path, &err);
@@ -483,7 +472,7 @@ static void assert_no_trace(const char *path)
 {
     assert_int_not_equal(access(path, F_OK), 0);
     const char *slash = strrchr(path, '/');
-    DIR *d = opendir(tmp_dir());
+    DIR *d = opendir(graft_test_tmp_dir());
     assert_non_null(d);
     for (struct dirent *e; (e = readdir(d)) != NULL;)
         if (strncmp(e->d_name, slash + 1, strlen(slash + 1)) == 0)
@@ -509,8 +498,8 @@ static void test_bad_options(void **state)
     char path[512], not_vocab[512], text_file[512], missing[512];
     tmp_path(path, sizeof path, "bad.gguf");
     tmp_path(not_vocab, sizeof not_vocab, "novocab.gguf");
-    snprintf(text_file, sizeof text_file, "%s/stories260K.tokenizer-tests.inp", models_dir());
-    snprintf(missing, sizeof missing, "%s/no-such-vocab.gguf", models_dir());
+    snprintf(text_file, sizeof text_file, "%s/stories260K.tokenizer-tests.inp", graft_test_models_dir());
+    snprintf(missing, sizeof missing, "%s/no-such-vocab.gguf", graft_test_models_dir());
     graft_synth_options ok = {.arch = "llama", .preset = "tiny", .type = GRAFT_TYPE_F32,
                               .out_path = path};
     graft_synth_options o = ok;

@@ -3,6 +3,9 @@
  * thread count, job after job (also back to back, with no gap for a late worker to fall
  * into), when one thread is slow and the others steal its tasks, and over 65535 tasks
  * (claimed in groups), and shuts down cleanly (also run under TSan).
+ *
+ * Tasks run on the pool's threads, where a failing cmocka assert would jump across threads:
+ * they record what they see (atomics) and the test's thread asserts on the record.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,29 +23,57 @@
 typedef struct job {
     atomic_int runs[MAX_TASKS];
     atomic_int by_thread[GRAFT_MAX_THREADS];
+    atomic_llong last[GRAFT_MAX_THREADS]; /* the task each thread ran last, -1: none yet */
+    atomic_int out_of_range;              /* a task or thread index outside the job's */
+    atomic_int jumps; /* a thread's next task was not the one after its last: a steal */
     int64_t n_tasks;
+    int n_threads;
 } job;
 
+static void job_reset(job *j, int64_t n_tasks, int n_threads)
+{
+    memset(j, 0, sizeof *j);
+    j->n_tasks = n_tasks;
+    j->n_threads = n_threads;
+    for (int t = 0; t < GRAFT_MAX_THREADS; t++)
+        atomic_store(&j->last[t], -1);
+}
+
+/* Runs on any of the pool's threads: records, never asserts. A thread claims the tasks of
+ * its own run in order, one at a time, so a task that does not follow the one the thread
+ * ran before was stolen from another thread's run (or began a stolen piece). */
 static void count_task(void *ctx, int64_t task, int thread)
 {
     job *j = ctx;
-    assert_true(task >= 0 && task < j->n_tasks);
+    if (task < 0 || task >= j->n_tasks || thread < 0 || thread >= j->n_threads) {
+        atomic_store(&j->out_of_range, 1);
+        return;
+    }
     atomic_fetch_add(&j->runs[task], 1);
     atomic_fetch_add(&j->by_thread[thread], 1);
+    long long last = atomic_exchange(&j->last[thread], task);
+    if (last >= 0 && task != last + 1)
+        atomic_fetch_add(&j->jumps, 1);
+}
+
+/* On the test's thread, after graft__pool_run returned: every task ran once. */
+static void check_job(job *j)
+{
+    assert_int_equal(atomic_load(&j->out_of_range), 0);
+    for (int64_t t = 0; t < j->n_tasks; t++)
+        assert_int_equal(atomic_load(&j->runs[t]), 1);
+    int total = 0;
+    for (int t = 0; t < j->n_threads; t++)
+        total += atomic_load(&j->by_thread[t]);
+    assert_int_equal(total, j->n_tasks);
 }
 
 static void run_and_check(graft__pool *pool, int64_t n_tasks)
 {
     static job j;
-    memset(&j, 0, sizeof j);
-    j.n_tasks = n_tasks;
+    job_reset(&j, n_tasks, graft__pool_size(pool));
     graft__pool_run(pool, n_tasks, count_task, &j);
-    for (int64_t t = 0; t < n_tasks; t++)
-        assert_int_equal(atomic_load(&j.runs[t]), 1);
-    int total = 0;
-    for (int t = 0; t < graft__pool_size(pool); t++)
-        total += atomic_load(&j.by_thread[t]);
-    assert_int_equal(total, n_tasks);
+    check_job(&j);
 }
 
 static void test_every_task_once(void **state)
@@ -104,7 +135,8 @@ static void test_back_to_back_jobs(void **state)
 }
 
 /* Tasks that thread 0 runs take about 20 us, the others' none: the other threads empty
- * their own runs at once and then steal from thread 0's, again and again. */
+ * their own runs at once and then steal from thread 0's, again and again (or, when a
+ * worker wakes late, thread 0 steals from its run). Either way a thread's tasks jump. */
 static void slow_on_caller_task(void *ctx, int64_t task, int thread)
 {
     if (thread == 0)
@@ -120,15 +152,17 @@ static void test_stealing(void **state)
         graft__pool *pool = NULL;
         assert_int_equal(graft__pool_create(threads, &pool), GRAFT_OK);
         static const int64_t sizes[] = {2, 3, 5, 17, 64, 333};
+        int jumps = 0;
         for (int round = 0; round < 24; round++) {
             static job j;
-            memset(&j, 0, sizeof j);
-            j.n_tasks = sizes[round % 6];
+            job_reset(&j, sizes[round % 6], threads);
             graft__pool_run(pool, j.n_tasks, slow_on_caller_task, &j);
-            for (int64_t t = 0; t < j.n_tasks; t++)
-                assert_int_equal(atomic_load(&j.runs[t]), 1);
+            check_job(&j);
+            jumps += atomic_load(&j.jumps);
         }
         graft__pool_free(pool);
+        if (jumps == 0)
+            fail_msg("%d threads: no task was stolen in 24 jobs", threads);
     }
 }
 

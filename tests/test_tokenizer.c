@@ -9,7 +9,8 @@
  *   decode round trip through the streaming detokenizer, a character split across byte
  *   tokens, invalid bytes, metadata errors with their messages, and allocation-failure
  *   injection over graft__vocab_load and graft__tokenize.
- * Tests are skipped when GRAFT_MODELS_DIR is not set.
+ * The files are found in the shared models folder (tests/support/fixtures.h); a missing
+ * one fails the test.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,23 +22,21 @@
 
 #include <cmocka.h>
 
+#include "fixtures.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 #define SEPARATOR "\n__ggml_vocab_test__\n"
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
+/* Path of a shared model file (fixtures.h), valid until the next call. */
 static const char *model_path(const char *rel)
 {
     static char path[4096];
-    const char *dir = getenv("GRAFT_MODELS_DIR");
-    if (dir == NULL)
-        return NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    return path;
+    return graft_test_model_path(path, sizeof path, rel);
 }
 
 /* The whole file (malloc'd, NUL-terminated), or NULL. */
@@ -67,8 +66,6 @@ static loaded load_vocab(const char *rel)
 {
     loaded l = {0};
     const char *path = model_path(rel);
-    if (path == NULL)
-        skip();
     char *err = NULL;
     if (graft__gguf_open(path, &l.g, &err) != GRAFT_OK)
         fail_msg("%s: %s", path, err ? err : "(no message)");
@@ -193,8 +190,6 @@ static size_t parse_ids(const char *line, int32_t *ids, size_t max)
 /* Runs every case of one pair; prints "name: passed/total" and each mismatch. */
 static void run_vectors(const char *gguf_rel, const char *inp_rel, const char *out_rel)
 {
-    if (model_path(gguf_rel) == NULL)
-        skip();
     loaded l = load_vocab(gguf_rel);
     vectors t = read_vectors(inp_rel, out_rel);
     size_t passed = 0;
@@ -486,8 +481,6 @@ static void round_trip(const char *gguf_rel, const char *inp_rel, const char *ou
 static void test_round_trip(void **state)
 {
     (void)state;
-    if (model_path("") == NULL)
-        skip();
     round_trip("stories260K.gguf", "stories260K.tokenizer-tests.inp",
                "stories260K.tokenizer-tests.out");
     round_trip("vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-llama-spm.gguf.inp",
@@ -622,8 +615,6 @@ static int load_altered(const char *rel, const char *key, const char *value, cha
 static void test_bad_metadata(void **state)
 {
     (void)state;
-    if (model_path("") == NULL)
-        skip();
     char *err = NULL;
     const char *gpt2 = "vocab/ggml-vocab-gpt-2.gguf";
     assert_int_equal(load_altered(gpt2, "tokenizer.ggml.pre", "tekken-9", &err),
@@ -654,8 +645,6 @@ static void test_alloc_failures_load(void **state)
     (void)state;
     const char *files[] = {"stories260K.gguf", "vocab/ggml-vocab-gpt-2.gguf",
                            "vocab/ggml-vocab-bert-bge.gguf"};
-    if (model_path("") == NULL)
-        skip();
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         graft__gguf *g;
         assert_int_equal(graft__gguf_open(model_path(files[f]), &g, NULL), GRAFT_OK);
@@ -695,8 +684,6 @@ static void test_alloc_failures_tokenize(void **state)
                            "vocab/ggml-vocab-bert-bge.gguf", "vocab/ggml-vocab-mpt.gguf",
                            "vocab/ggml-vocab-deepseek-llm.gguf"};
     const char *text = "<s>Hello,  wörld! <|endoftext|> 12345 \xf0\x9f\xa6\x99 [CLS] Führer";
-    if (model_path("") == NULL)
-        skip();
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         loaded l = load_vocab(files[f]);
         int32_t *want;
@@ -739,8 +726,6 @@ static void test_long_prompt(void **state)
     char *text = malloc(len + 1);
     for (size_t i = 0; i < reps; i++)
         memcpy(text + i * line_len, line, line_len);
-    if (model_path("") == NULL)
-        skip();
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         loaded l = load_vocab(files[f]);
         int32_t *ids;

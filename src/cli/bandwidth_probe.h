@@ -5,19 +5,18 @@
  * bandwidth_probe.c as it is.
  *
  * Every thread streams over its slice of a GRAFT_PROBE_BYTES buffer. The buffer is filled
- * and read once at create (the first read after the fill ran at a quarter to a half of the
- * rate of the next ones inside a loaded process), then kept for the samples. A sample is
+ * and read once at create (the first read after a fill runs well below the rate of the
+ * next ones), then kept for the samples. A sample is
  * the best of a few timed reads, as a read can start while a thread that just finished
  * computing still holds a core (a pool worker spins a while before it sleeps) and run at
  * half the rate.
  *
  * A sample taken during a decode is one read after a pause of GRAFT_PROBE_SETTLE_US, which
- * outlasts the spin of graft's pool workers (about 0.5 ms): the benchmarks take a few of
- * them between the decoded tokens (graft__probe_during), not timed as decode, and their
- * mean is the bandwidth of the memory system during the decode. On a
- * machine whose bandwidth changes from second to second with where its virtual cores run
- * (this one's reads by two threads alternate between about 40 and 70 GB/s), the samples
- * around a decode can find a state the decode never ran in.
+ * outlasts the spin of graft's pool workers (SPIN_ROUNDS, threadpool.c): the benchmarks
+ * take a few of them between the decoded tokens (graft__probe_during), not timed as
+ * decode, and their mean is the bandwidth of the memory system during the decode. On a
+ * machine whose bandwidth changes from second to second with where its virtual cores run,
+ * the samples around a decode can find a state the decode never ran in.
  */
 #ifndef GRAFT_BANDWIDTH_PROBE_H
 #define GRAFT_BANDWIDTH_PROBE_H

@@ -17,7 +17,7 @@
  *     (GB/s), sampled during the decode (one read every GRAFT_PROBE_EVERY decoded tokens
  *     after a short pause, not timed as decode; their mean), and around each prefill and
  *     decode run (just before and just after, each sample the best of 3 reads, the larger
- *     of the two being the run's). This machine's bandwidth changes from second to second
+ *     of the two being the run's). A machine's bandwidth can change from second to second
  *     with where its virtual cores run (bandwidth_probe.h), so the roofline is taken in
  *     the states the decode ran in; the one around it is the best the machine gave near
  *     the run. The decode roofline each implies: bandwidth / bytes read per decoded token.

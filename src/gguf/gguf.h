@@ -73,6 +73,51 @@ typedef enum graft__type {
     GRAFT_TYPE_COUNT = 40 /* ids at or above this are unknown */
 } graft__type;
 
+/* The block layout of every tensor type id the format defines (ggml's type traits):
+ * X(name, id, elements per block, bytes per block). gguf_types.c makes the table of
+ * graft__type_traits_of from it, and the GRAFT_GGUF_ELEMS_<name> / GRAFT_GGUF_BYTES_<name>
+ * constants below let other layers check their own block formats against it at compile
+ * time (kernels/quant_formats.h). Ids that were never assigned or were removed from ggml
+ * (4 and 5, the repacked Q4_0_x_y / IQ4_NL_x_y ids 31-33 and 36-38) are not listed. */
+#define GRAFT_GGUF_TYPES(X)                                                                \
+    X(F32, 0, 1, 4)                                                                        \
+    X(F16, 1, 1, 2)                                                                        \
+    X(Q4_0, 2, 32, 18)                                                                     \
+    X(Q4_1, 3, 32, 20)                                                                     \
+    X(Q5_0, 6, 32, 22)                                                                     \
+    X(Q5_1, 7, 32, 24)                                                                     \
+    X(Q8_0, 8, 32, 34)                                                                     \
+    X(Q8_1, 9, 32, 36)                                                                     \
+    X(Q2_K, 10, 256, 84)                                                                   \
+    X(Q3_K, 11, 256, 110)                                                                  \
+    X(Q4_K, 12, 256, 144)                                                                  \
+    X(Q5_K, 13, 256, 176)                                                                  \
+    X(Q6_K, 14, 256, 210)                                                                  \
+    X(Q8_K, 15, 256, 292)                                                                  \
+    X(IQ2_XXS, 16, 256, 66)                                                                \
+    X(IQ2_XS, 17, 256, 74)                                                                 \
+    X(IQ3_XXS, 18, 256, 98)                                                                \
+    X(IQ1_S, 19, 256, 50)                                                                  \
+    X(IQ4_NL, 20, 32, 18)                                                                  \
+    X(IQ3_S, 21, 256, 110)                                                                 \
+    X(IQ2_S, 22, 256, 82)                                                                  \
+    X(IQ4_XS, 23, 256, 136)                                                                \
+    X(I8, 24, 1, 1)                                                                        \
+    X(I16, 25, 1, 2)                                                                       \
+    X(I32, 26, 1, 4)                                                                       \
+    X(I64, 27, 1, 8)                                                                       \
+    X(F64, 28, 1, 8)                                                                       \
+    X(IQ1_M, 29, 256, 56)                                                                  \
+    X(BF16, 30, 1, 2)                                                                      \
+    X(TQ1_0, 34, 256, 54)                                                                  \
+    X(TQ2_0, 35, 256, 66)                                                                  \
+    X(MXFP4, 39, 32, 17)
+
+#define GRAFT_GGUF_LAYOUT_(name, id, elems, bytes)                                         \
+    GRAFT_GGUF_ELEMS_##name = (elems), GRAFT_GGUF_BYTES_##name = (bytes),
+enum { GRAFT_GGUF_TYPES(GRAFT_GGUF_LAYOUT_) };
+#undef GRAFT_GGUF_LAYOUT_
+
 typedef struct graft__type_traits {
     const char *name;     /* "Q4_K"; NULL for an unassigned id */
     uint32_t block_elems; /* elements per block (1 for F32/F16/BF16) */

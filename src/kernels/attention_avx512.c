@@ -38,14 +38,12 @@
  * read the rows one after another, every head of a row in turn (row_scores), asking for
  * the row ROW_AHEAD on and for the first value slice of the row being read; the values add
  * a run of heads' slice of the chunk's rows at a time, as the one-call form does, each
- * pass asking for the next slice of the rows it reads. Measured against reading 8 rows a
- * slice after another, each slice asked for 8 rows ahead: one thread over 28 x 9 chunks of
- * 64 rows from memory (16 heads of 128, F16), 0.70-0.81x the time in alternated runs;
- * engine decode of qwen3-0.6b Q4_K after 512 tokens, alternated tokens, 1.026x the speed
- * on 2 threads and 1.064x on one. Both forms compute each dot product, each group of 16
- * keys and each value sum with the same operations in the same order, so a head's output
- * is the same bits in either form, whichever heads share a call and whichever thread
- * computed a chunk.
+ * pass asking for the next slice of the rows it reads. This order, rather than 8 rows a
+ * slice after another each asked for 8 rows ahead, keeps memory streaming (figures:
+ * bench/results/2026-12-01-kernel-decisions.md). Both forms compute each dot product,
+ * each group of 16 keys and each value sum with the same operations in the same order, so
+ * a head's output is the same bits in either form, whichever heads share a call and
+ * whichever thread computed a chunk.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -344,7 +342,7 @@ static inline __m512 merge_vec(__m512 so_far, __m512 chunk, __m512 a, __m512 b)
  * form (raw) the next slice of the same row, at next_off (NO_SLICE: none), a whole pass
  * over the chunk's rows ahead (in time, 8 rows of one slice are too few). raw is the chunk
  * form's, where every head has all the chunk's keys, so no key is checked against n[h]
- * (measured: the chunk kernel 2-4% faster). */
+ * (a test per key the chunk form does not need). */
 static inline __attribute__((always_inline)) void
 chunk_values(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n, int32_t h0,
              int32_t nh, int32_t v0, int32_t nv, const void *const *values, size_t off,

@@ -8,44 +8,16 @@
  * llama.cpp sees. The matmul (matmul.c) decodes weights through graft__dequantize_row too.
  *
  * Blocks are read as bytes at fixed offsets (never through a struct pointer), so a row may
- * start at any address. All multi-byte fields are little-endian. Layouts, offsets in bytes:
- *
- *   type    elems bytes  layout                                        element i
- *   Q4_0     32    18    d:f16 @0, qs[16] @2                           d * (q - 8)
- *   Q4_1     32    20    d:f16 @0, m:f16 @2, qs[16] @4                 d * q + m
- *   Q5_0     32    22    d:f16 @0, qh[4] @2, qs[16] @6                 d * (q - 16)
- *   Q5_1     32    24    d:f16 @0, m:f16 @2, qh[4] @4, qs[16] @8       d * q + m
- *   Q8_0     32    34    d:f16 @0, qs:int8[32] @2                      d * qs[i]
- *   IQ4_NL   32    18    d:f16 @0, qs[16] @2                           d * kvalues[q]
- *   Q4_K    256   144    d:f16 @0, dmin:f16 @2, scales[12] @4, qs[128] @16
- *   Q5_K    256   176    d:f16 @0, dmin:f16 @2, scales[12] @4, qh[32] @16, qs[128] @48
- *   Q6_K    256   210    ql[128] @0, qh[64] @128, scales:int8[16] @192, d:f16 @208
- *
- * 32-element types: byte qs[j] holds element j in its low nibble and element j + 16 in its
- * high nibble. Q5_0/Q5_1 add a fifth bit from the 32-bit word qh: bit j for element j.
- *
- * Q4_K/Q5_K: 8 sub-blocks of 32 elements, each with a 6-bit scale sc and 6-bit min m
- * packed into `scales` (see graft__scale_min_k4); element = (d * sc) * q - (dmin * m). The 256
- * elements form 4 groups of 64: in group g, byte qs[32g + l] holds element 64g + l (low
- * nibble, sub-block 2g) and element 64g + 32 + l (high nibble, sub-block 2g + 1). Q5_K's
- * fifth bit of those two elements is bit 2g resp. 2g + 1 of qh[l].
- *
- * Q6_K: 16 sub-blocks of 16 elements, element i scaled by the signed scales[i / 16];
- * element = (d * sc) * (q - 32), q 6 bits. Two halves of 128: in half h, for l < 32,
- * ql[64h + l] holds elements 128h + l (low nibble) and 128h + 64 + l (high nibble),
- * ql[64h + 32 + l] holds 128h + 32 + l and 128h + 96 + l, and qh[32h + l] holds the top two
- * bits of elements 128h + l, +32, +64, +96 in bits 0-1, 2-3, 4-5 and 6-7.
+ * start at any address. The block layouts are documented in quant_formats.h.
  */
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/quant_formats.h"
 #include "util/util.h"
 
-enum { QK = 32, QK_K = 256 }; /* elements per block: legacy types, K-quants */
-
 /* The 16 values a 4-bit IQ4_NL code stands for (before scaling by d). */
-static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                        1,    13,   25,  38,  53,  69,  89,  113};
+static const int8_t iq4nl_values[16] = {GRAFT_IQ4_NL_VALUES(GRAFT_QF_AS_IS)};
 
 bool graft__type_is_supported(uint32_t type)
 {
@@ -243,31 +215,31 @@ static dequantize_block_fn block_decoder(uint32_t type, int *elems, int *bytes)
 {
     switch (type) {
     case GRAFT_TYPE_Q4_0:
-        *elems = QK, *bytes = 18;
+        *elems = QK, *bytes = BLOCK_BYTES_Q4_0;
         return dequantize_q4_0;
     case GRAFT_TYPE_Q4_1:
-        *elems = QK, *bytes = 20;
+        *elems = QK, *bytes = BLOCK_BYTES_Q4_1;
         return dequantize_q4_1;
     case GRAFT_TYPE_Q5_0:
-        *elems = QK, *bytes = 22;
+        *elems = QK, *bytes = BLOCK_BYTES_Q5_0;
         return dequantize_q5_0;
     case GRAFT_TYPE_Q5_1:
-        *elems = QK, *bytes = 24;
+        *elems = QK, *bytes = BLOCK_BYTES_Q5_1;
         return dequantize_q5_1;
     case GRAFT_TYPE_Q8_0:
-        *elems = QK, *bytes = 34;
+        *elems = QK, *bytes = BLOCK_BYTES_Q8_0;
         return dequantize_q8_0;
     case GRAFT_TYPE_IQ4_NL:
-        *elems = QK, *bytes = 18;
+        *elems = QK, *bytes = BLOCK_BYTES_IQ4_NL;
         return dequantize_iq4_nl;
     case GRAFT_TYPE_Q4_K:
-        *elems = QK_K, *bytes = 144;
+        *elems = QK_K, *bytes = BLOCK_BYTES_Q4_K;
         return dequantize_q4_k;
     case GRAFT_TYPE_Q5_K:
-        *elems = QK_K, *bytes = 176;
+        *elems = QK_K, *bytes = BLOCK_BYTES_Q5_K;
         return dequantize_q5_k;
     case GRAFT_TYPE_Q6_K:
-        *elems = QK_K, *bytes = 210;
+        *elems = QK_K, *bytes = BLOCK_BYTES_Q6_K;
         return dequantize_q6_k;
     default:
         return NULL;

@@ -153,15 +153,11 @@ static void gemm_task(void *ctx, int64_t task, int thread)
 
 /* Rows per task: two tasks per thread, each a multiple of 64 rows so tiles stay whole.
  * Two rather than one lets a thread that finishes early take over part of a slow one's
- * share; more cost more than they balance, as each call's weight streams start cold
- * (measured, decode at 2 threads: 1024 x 3072 Q4_0 24 us with 2 tasks per thread, 34 us
- * with 8; qwen3-0.6b Q4_K decode 0.955x the speed with 256-row tasks and 0.71x with
- * 64-row ones, each thread claiming its own tasks in order). A batch of at most
- * STREAM_TOKENS tokens, which streams the weights from memory, takes tasks of at least
- * STREAM_ROWS rows: a 147-295 KB task spends too much of itself starting its streams
- * (measured, qwen3-0.6b Q4_K decode, 2 threads: 1.046x the speed with k, v, the attention
- * output and the down projection in one task per thread instead of two; 512-row tasks
- * against 384 1.026x, against 1024 1.24x, 6-8 alternated pairs each). */
+ * share; more cost more than they balance, as each call's weight streams start cold. A
+ * batch of at most STREAM_TOKENS tokens, which streams the weights from memory, takes
+ * tasks of at least STREAM_ROWS rows: a task of a few hundred KB spends too much of itself
+ * starting its streams, and much longer ones balance worse (figures:
+ * bench/results/2026-12-01-kernel-decisions.md). */
 enum { STREAM_TOKENS = 4, STREAM_ROWS = 512 };
 
 static int64_t rows_per_task(int64_t n_out, int threads, int64_t n_tok)

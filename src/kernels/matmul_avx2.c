@@ -37,12 +37,12 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_path.h"
+#include "kernels/quant_formats.h"
 #include "util/util.h"
 
 #define AVX2_INLINE static inline __attribute__((always_inline))
 
 enum {
-    QK = 32,        /* elements per block of the 32-element types */
     GROUP = 4,      /* blocks folded into one accumulator update */
     RMAX = 4,       /* most rows in a tile */
     TMAX = 6,       /* tokens in a full tile */
@@ -434,8 +434,7 @@ static void prepare_q32(enum q32_kind kind, uint8_t *xa, const float *x, int64_t
 }
 
 /* The values of the 16 IQ4_NL codes. */
-static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                        1,    13,   25,  38,  53,  69,  89,  113};
+static const int8_t iq4nl_values[16] = {GRAFT_IQ4_NL_VALUES(GRAFT_QF_AS_IS)};
 
 /* 32 codes 0..15 in element order from the 16 bytes of nibbles at qs. */
 AVX2_INLINE __m256i nibbles32(const uint8_t *qs)
@@ -639,7 +638,6 @@ DEFINE_TILE(tile_iq4_nl, TILE_IQ4_NL, 4, 2, 1, 1, 1, 1)
  * (scaled by -dmin instead of d: kq_finish folds them into lanes 2-3 and 6-7 of the same
  * vector) and the offset 32 of Q6_K. One conversion and one FMA per pair and super-block.
  */
-enum { QK_K = 256, KQ_BYTES_Q4_K = 144, KQ_BYTES_Q5_K = 176, KQ_BYTES_Q6_K = 210 };
 
 typedef struct q8k_layout {
     size_t d, bsums; /* byte offsets of the sections */
@@ -694,7 +692,9 @@ enum kq_kind { KIND_Q4_K, KIND_Q5_K, KIND_Q6_K };
 
 AVX2_INLINE int kq_block_bytes(enum kq_kind kind)
 {
-    return kind == KIND_Q4_K ? KQ_BYTES_Q4_K : kind == KIND_Q5_K ? KQ_BYTES_Q5_K : KQ_BYTES_Q6_K;
+    return kind == KIND_Q4_K   ? BLOCK_BYTES_Q4_K
+           : kind == KIND_Q5_K ? BLOCK_BYTES_Q5_K
+                               : BLOCK_BYTES_Q6_K;
 }
 
 /* What one row's super-block needs beyond its codes. */

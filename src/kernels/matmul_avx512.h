@@ -176,7 +176,7 @@ static inline __m512i graft__avx512_load_kept(const uint8_t *p)
  * reach about half the memory bandwidth while the kernels compute between loads. Only the
  * first token tile over a block of rows prefetches (graft__avx512_job.prefetch): later
  * tiles find the block's weights in L2, and prefetching for them only pushes their
- * activations out of L1 (measured: prefill 30% slower). */
+ * activations out of L1. */
 #define GRAFT_AVX512_PREFETCH_BYTES 2048
 
 /* Prefetches the cache lines of p + GRAFT_AVX512_PREFETCH_BYTES + [0, len): call once per

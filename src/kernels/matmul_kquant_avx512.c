@@ -36,9 +36,8 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_avx512.h"
+#include "kernels/quant_formats.h"
 #include "util/util.h"
-
-enum { QK_K = 256 }; /* elements per block */
 
 /* One token's activations for one Q4_K/Q5_K block. */
 typedef struct act_k4 {
@@ -285,7 +284,9 @@ static inline __attribute__((always_inline)) void unpack(uint32_t type, const ui
 
 static inline int block_bytes(uint32_t type)
 {
-    return type == GRAFT_TYPE_Q4_K ? 144 : type == GRAFT_TYPE_Q5_K ? 176 : 210;
+    return type == GRAFT_TYPE_Q4_K   ? BLOCK_BYTES_Q4_K
+           : type == GRAFT_TYPE_Q5_K ? BLOCK_BYTES_Q5_K
+                                     : BLOCK_BYTES_Q6_K;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -321,8 +322,8 @@ static inline __attribute__((always_inline)) __m512 dot_block(uint32_t type, __m
 /* The tile function body: R, T, prefetch are constants in each instance, and acc is the
  * instance's own array of exactly R * T accumulators (so the compiler can keep them in
  * registers). No packing (graft__avx512_kernel.pack): loading 10 unpacked vectors per
- * block measured no faster than unpacking 144-210 bytes, the unpacking being shared by
- * 8 tokens in the widest tile. */
+ * block is no faster than unpacking the block, the unpacking being shared by 8 tokens in
+ * the widest tile. */
 static inline __attribute__((always_inline)) void
 kquant_tile(uint32_t type, int R, int T, int prefetch, __m512 *acc, const graft__avx512_job *job,
             int seg, int64_t k0, int64_t k1)

@@ -28,9 +28,9 @@
  *
  * Packing: for prefill the driver can have these unpacked vectors stored once per row and
  * loaded by every token tile (graft__avx512_kernel.pack). It pays where unpacking is
- * heavier than three loads (Q8_0 +20%, Q5_0 +50%, IQ4_NL +15% prefill at n_in 2048-3072;
- * Q4_0, Q4_1, Q5_1 about the same), and only while a tile's activations stay in L1:
- * the driver packs for n_in up to 3072 (at 4096 it no longer pays).
+ * heavier than three loads (Q8_0, Q5_0, IQ4_NL; for Q4_0, Q4_1, Q5_1 it makes no
+ * difference), and only while a tile's activations stay in L1: the driver packs for n_in
+ * up to 3072 (figures: bench/results/2026-12-01-kernel-decisions.md).
  *
  * The integer sums are exact, and every (row, token) runs the same float operations in
  * the same order, so tiles of any shape give the same bits (matmul_avx512.h).
@@ -40,13 +40,13 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_avx512.h"
+#include "kernels/quant_formats.h"
 #include "util/util.h"
 
 enum {
-    QK = 32,           /* elements per block */
     GROUP = 128,       /* elements per group */
     GROUP_BLOCKS = 4,  /* blocks per group */
-    MAX_GROUP_BYTES = GROUP_BLOCKS * 34
+    MAX_GROUP_BYTES = GROUP_BLOCKS * BLOCK_BYTES_Q8_0
 };
 
 /* One token's activations for one group (128 elements), in the order the weights unpack
@@ -74,16 +74,17 @@ static inline int block_bytes(uint32_t type)
 {
     switch (type) {
     case GRAFT_TYPE_Q4_0:
+        return BLOCK_BYTES_Q4_0;
     case GRAFT_TYPE_IQ4_NL:
-        return 18;
+        return BLOCK_BYTES_IQ4_NL;
     case GRAFT_TYPE_Q4_1:
-        return 20;
+        return BLOCK_BYTES_Q4_1;
     case GRAFT_TYPE_Q5_0:
-        return 22;
+        return BLOCK_BYTES_Q5_0;
     case GRAFT_TYPE_Q5_1:
-        return 24;
+        return BLOCK_BYTES_Q5_1;
     default: /* Q8_0 */
-        return 34;
+        return BLOCK_BYTES_Q8_0;
     }
 }
 
@@ -175,26 +176,26 @@ static void q32_act_prepare(uint32_t type, void *xa, const float *x, int64_t n_i
      F(s, off, z2off, 28), F(s, off, z2off, 29), F(s, off, z2off, 30), F(s, off, z2off, 31)}
 
 /* Permute indexes per type: quants, scales (d) and mins (m). */
-static const _Alignas(64) uint16_t q4_0_qs[32] = INDEX32(QS_WORD, 18, 2, 64);
-static const _Alignas(64) uint16_t q4_0_d[32] = INDEX32(SC_WORD, 18, 0, 64);
-static const _Alignas(64) uint16_t q4_1_qs[32] = INDEX32(QS_WORD, 20, 4, 64);
-static const _Alignas(64) uint16_t q4_1_d[32] = INDEX32(SC_WORD, 20, 0, 64);
-static const _Alignas(64) uint16_t q4_1_m[32] = INDEX32(SC_WORD, 20, 2, 64);
-static const _Alignas(64) uint16_t q5_0_qs[32] = INDEX32(QS_WORD, 22, 6, 24);
-static const _Alignas(64) uint16_t q5_0_d[32] = INDEX32(SC_WORD, 22, 0, 24);
-static const _Alignas(64) uint16_t q5_1_qs[32] = INDEX32(QS_WORD, 24, 8, 64);
-static const _Alignas(64) uint16_t q5_1_d[32] = INDEX32(SC_WORD, 24, 0, 64);
-static const _Alignas(64) uint16_t q5_1_m[32] = INDEX32(SC_WORD, 24, 2, 64);
-static const _Alignas(64) uint16_t q8_0_lo[32] = INDEX32(QS_WORD, 34, 2, 64);
-static const _Alignas(64) uint16_t q8_0_hi[32] = INDEX32(Q8_HI_WORD, 34, 18, 64);
-static const _Alignas(64) uint16_t q8_0_d[32] = INDEX32(SC_WORD, 34, 0, 64);
+static const _Alignas(64) uint16_t q4_0_qs[32] = INDEX32(QS_WORD, BLOCK_BYTES_Q4_0, 2, 64);
+static const _Alignas(64) uint16_t q4_0_d[32] = INDEX32(SC_WORD, BLOCK_BYTES_Q4_0, 0, 64);
+static const _Alignas(64) uint16_t q4_1_qs[32] = INDEX32(QS_WORD, BLOCK_BYTES_Q4_1, 4, 64);
+static const _Alignas(64) uint16_t q4_1_d[32] = INDEX32(SC_WORD, BLOCK_BYTES_Q4_1, 0, 64);
+static const _Alignas(64) uint16_t q4_1_m[32] = INDEX32(SC_WORD, BLOCK_BYTES_Q4_1, 2, 64);
+static const _Alignas(64) uint16_t q5_0_qs[32] = INDEX32(QS_WORD, BLOCK_BYTES_Q5_0, 6, 24);
+static const _Alignas(64) uint16_t q5_0_d[32] = INDEX32(SC_WORD, BLOCK_BYTES_Q5_0, 0, 24);
+static const _Alignas(64) uint16_t q5_1_qs[32] = INDEX32(QS_WORD, BLOCK_BYTES_Q5_1, 8, 64);
+static const _Alignas(64) uint16_t q5_1_d[32] = INDEX32(SC_WORD, BLOCK_BYTES_Q5_1, 0, 64);
+static const _Alignas(64) uint16_t q5_1_m[32] = INDEX32(SC_WORD, BLOCK_BYTES_Q5_1, 2, 64);
+static const _Alignas(64) uint16_t q8_0_lo[32] = INDEX32(QS_WORD, BLOCK_BYTES_Q8_0, 2, 64);
+static const _Alignas(64) uint16_t q8_0_hi[32] = INDEX32(Q8_HI_WORD, BLOCK_BYTES_Q8_0, 18, 64);
+static const _Alignas(64) uint16_t q8_0_d[32] = INDEX32(SC_WORD, BLOCK_BYTES_Q8_0, 0, 64);
 
 /* IQ4_NL's 16 values plus 128 (so unsigned), in each 128-bit lane for vpshufb. */
+#define PLUS_128(v) ((v) + 128)
 static const _Alignas(64) uint8_t iq4nl_values_u8[64] = {
-    1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241,
-    1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241,
-    1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241,
-    1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+    GRAFT_IQ4_NL_VALUES(PLUS_128), GRAFT_IQ4_NL_VALUES(PLUS_128),
+    GRAFT_IQ4_NL_VALUES(PLUS_128), GRAFT_IQ4_NL_VALUES(PLUS_128)};
+#undef PLUS_128
 
 static inline __m512i index_vec(const uint16_t *idx)
 {

@@ -40,11 +40,11 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_avx512.h"
+#include "kernels/quant_formats.h"
 #include "kernels/matmul_path.h"
 #include "util/util.h"
 
 enum {
-    QK = 32,                           /* elements per block */
     ROWS = GRAFT_R16_ROWS,             /* rows per row block */
     SEGMENTS = 4,                      /* weight streams read side by side (Q8_0, Q4_0) */
     MAX_SEGMENTS = GRAFT_R16_MAX_SEGMENTS, /* the most any packed kernel reads */
@@ -272,8 +272,8 @@ static const graft__r16_kernel *kernel_of(uint32_t ptype)
 /* The row blocks [rb0, rb1) are cut into the kernel's `segments` contiguous segments, and
  * step k takes row block k of each. The first token tile of a panel streams a step's
  * weights from memory, all segments side by side, each with a prefetch running ahead
- * through its segment: a few concurrent sequential streams (one stream at a time was
- * measured slower on decode; how many is best depends on the kernel, see its
+ * through its segment: a few concurrent sequential streams (one stream at a time keeps
+ * too few reads in flight for a decode; how many is best depends on the kernel, see its
  * `segments`). The other token tiles of the panel find the step's weights in cache and
  * take its row blocks two at a time. */
 void graft__avx512_r16_gemm(uint32_t ptype, float *y, int64_t ldy, const void *w, int64_t n_in,

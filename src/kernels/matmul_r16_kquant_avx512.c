@@ -6,12 +6,10 @@
  * Why. The GGUF layout makes every (row, token) unpack its block's packed 6-bit scales
  * and mins and sum its lanes (matmul_kquant_avx512.c: about 40 vector operations a block
  * and row for one token). Packed, one vector holds the 16 rows, so the unpacking of a
- * super-block's quants and scales serves 16 rows at once and no lanes are summed.
- * Measured (qwen3-0.6b's shapes, 2 threads): a 1024 x 1024 matrix in cache 8.1 us against
- * 13.0 us unpacked (one thread), a 1254-token prefill 470-480 against 354-372 tok/s; a
- * decode step streams from memory at about the same speed (0.95-1.07x depending on the
- * machine's state, alternated pairs). The activations' scale per 32 elements (rather than
- * per 256) also makes it more exact.
+ * super-block's quants and scales serves 16 rows at once and no lanes are summed: faster
+ * from cache and for prefill, about the same for a decode step streaming from memory
+ * (figures: bench/results/2026-12-01-kernel-decisions.md). The activations' scale per 32
+ * elements (rather than per 256) also makes it more exact.
  *
  * A Q4_K super-block of 256 elements has d and dmin (f16) and per sub-block j of 32
  * elements a scale sc_j and a min m_j (6 bits each): element = d sc_j q - dmin m_j, q in
@@ -40,17 +38,16 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_avx512.h"
+#include "kernels/quant_formats.h"
 #include "kernels/matmul_path.h"
 #include "util/util.h"
 
 enum {
-    QK = 32,                       /* elements per activation block and sub-block */
-    QK_K = 256,                    /* elements per super-block */
     ROWS = GRAFT_R16_ROWS,         /* rows per row block */
     SEGMENTS = 3,                  /* weight streams read side by side (see the kernel) */
     MAX_RB = SEGMENTS,             /* row blocks per tile */
     MAX_T = GRAFT_R16_MAX_T,       /* tokens per tile */
-    IN_BLOCK = 144,                /* bytes of a GGUF Q4_K block */
+    IN_BLOCK = BLOCK_BYTES_Q4_K,   /* bytes of a GGUF Q4_K block */
     QS_BYTES = 32 * 64,            /* the packed quant vectors */
     SC_AT = QS_BYTES,              /* offsets of the packed scales, mins, d and dmin */
     M_AT = SC_AT + 8 * ROWS,
@@ -162,14 +159,12 @@ k4_sub_block(int T, int prefetch, __m512 *acc, const uint8_t *blk, int j, int64_
 
 /* y of row blocks rbs (RB) for the call's T tokens: RB, T, prefetch are constants in each
  * instance, acc its own array of RB * T accumulators. With prefetch, each row block's
- * weights are prefetched AHEAD bytes ahead of their reads, a few lines per sub-block (in
- * one burst per super-block, 37 lines, the decode ran at 0.79x the unpacked kernel). One
- * token (a decode step) takes a sub-block of every row block in turn, so that the row
- * blocks' streams advance together (measured 4-7% faster than a super-block of each in
- * turn); more tokens take a super-block of each row block in turn, whose weights then
- * stay in registers and L1 for all of them (a 1254-token prefill 28% faster than the
- * unpacked kernel, against 8% the other way, each alternated with it). Either way each
- * (row, token) adds its sub-blocks in order. */
+ * weights are prefetched AHEAD bytes ahead of their reads, a few lines per sub-block (one
+ * burst per super-block stalls the decode). One token (a decode step) takes a sub-block
+ * of every row block in turn, so that the row blocks' streams advance together; more
+ * tokens take a super-block of each row block in turn, whose weights then stay in
+ * registers and L1 for all of them (figures: bench/results/2026-12-01-kernel-decisions.md).
+ * Either way each (row, token) adds its sub-blocks in order. */
 static inline __attribute__((always_inline)) void k4_tile(int RB, int T, int prefetch,
                                                           __m512 *acc,
                                                           const graft__r16_call *c,
@@ -216,12 +211,8 @@ K4_TILES_T(3)
 K4_TILES_T(4)
 
 /* Three weight streams, where Q8_0 and Q4_0 read four: each Q4_K sub-block takes more
- * arithmetic per byte, and with four the decode's streams fell further behind memory
- * (measured, engine decode at 2 threads, alternated pairs: qwen3-0.6b Q4_K with two
- * against four 1.039x and 1.048x the speed, 8 and 12 pairs, llama-1b Q4_K 1.047x, 6
- * pairs; three against two 1.035x and 1.028x, 8 and 10 pairs, llama-1b 1.036x, 6 pairs;
- * eight against four 0.938x. For qwen3-0.6b Q4_0, two against four were 0.940x and three
- * 0.993x; for Q8_0, two 0.983x.) */
+ * arithmetic per byte, and with four the decode's streams fall further behind memory
+ * (figures for two, three, four and eight: bench/results/2026-12-01-kernel-decisions.md). */
 _Static_assert((int)SEGMENTS <= (int)GRAFT_R16_MAX_SEGMENTS, "the driver's segment arrays");
 const graft__r16_kernel graft__r16_q4_k_kernel = {
     SEGMENTS,

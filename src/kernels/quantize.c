@@ -25,13 +25,11 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/quant_formats.h"
 #include "util/util.h"
 
-enum { QK = 32, QK_K = 256 }; /* elements per block: legacy types, K-quants */
-
-/* The values of the 16 IQ4_NL codes (the format's fixed table, as in dequantize.c). */
-static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                        1,    13,   25,  38,  53,  69,  89,  113};
+/* The values of the 16 IQ4_NL codes (the format's fixed table). */
+static const int8_t iq4nl_values[16] = {GRAFT_IQ4_NL_VALUES(GRAFT_QF_AS_IS)};
 
 static void put_u16(uint8_t *p, uint16_t v)
 {
@@ -290,31 +288,31 @@ static quantize_block_fn block_encoder(uint32_t type, int *elems, int *bytes)
 {
     switch (type) {
     case GRAFT_TYPE_Q4_0:
-        *elems = QK, *bytes = 18;
+        *elems = QK, *bytes = BLOCK_BYTES_Q4_0;
         return quantize_q4_0;
     case GRAFT_TYPE_Q4_1:
-        *elems = QK, *bytes = 20;
+        *elems = QK, *bytes = BLOCK_BYTES_Q4_1;
         return quantize_q4_1;
     case GRAFT_TYPE_Q5_0:
-        *elems = QK, *bytes = 22;
+        *elems = QK, *bytes = BLOCK_BYTES_Q5_0;
         return quantize_q5_0;
     case GRAFT_TYPE_Q5_1:
-        *elems = QK, *bytes = 24;
+        *elems = QK, *bytes = BLOCK_BYTES_Q5_1;
         return quantize_q5_1;
     case GRAFT_TYPE_Q8_0:
-        *elems = QK, *bytes = 34;
+        *elems = QK, *bytes = BLOCK_BYTES_Q8_0;
         return quantize_q8_0;
     case GRAFT_TYPE_IQ4_NL:
-        *elems = QK, *bytes = 18;
+        *elems = QK, *bytes = BLOCK_BYTES_IQ4_NL;
         return quantize_iq4_nl;
     case GRAFT_TYPE_Q4_K:
-        *elems = QK_K, *bytes = 144;
+        *elems = QK_K, *bytes = BLOCK_BYTES_Q4_K;
         return quantize_q4_k;
     case GRAFT_TYPE_Q5_K:
-        *elems = QK_K, *bytes = 176;
+        *elems = QK_K, *bytes = BLOCK_BYTES_Q5_K;
         return quantize_q5_k;
     case GRAFT_TYPE_Q6_K:
-        *elems = QK_K, *bytes = 210;
+        *elems = QK_K, *bytes = BLOCK_BYTES_Q6_K;
         return quantize_q6_k;
     default:
         return NULL;

@@ -14,9 +14,8 @@
  * back half of what is left of another's, keeps the first stolen task and makes the rest
  * its own run (which can be stolen from in turn). So a thread computing rows of a weight
  * matrix reads them as one stream, and its claims touch a cache line of its own until a
- * thief comes. Measured against one shared counter handing out the same tasks in turn
- * (decode, 2 threads, 4-8 alternated pairs, whose noise is about 3%): qwen3-0.6b Q4_K
- * 1.027x, Q4_0 1.054x, llama-1b Q8_0 0.998x the speed.
+ * thief comes, rather than all threads contending for one shared counter (figures:
+ * bench/results/2026-12-01-kernel-decisions.md).
  *
  * A run is one 64-bit word, (job << 32) | (first << 16) | end, in units of a task or, over
  * 65535 tasks, of a group of consecutive tasks claimed together (per_unit). Every claim is

@@ -148,11 +148,9 @@ static size_t work_size(const struct graft_model *m, const graft__matmul_path *p
 /* Whether a batch of one entry (a decode step) takes the chunk form of attention
  * (attend_chunk_task), its chunks shared between the threads, into *split. The chunks are
  * fixed by position and merged in order afterwards, so who computes which changes no bit.
- * Measured on two cores (qwen3-0.6b's shapes, 28 layers over 576 keys, the pool's layout,
- * a microbenchmark): 3.4-3.7 ms with the threads taking chunks, against 4.5-4.9 ms with
- * each thread taking half the heads over every row, as before; there, one thread was
- * often twice as busy as the other (it fetched the rows; the other found much of them
- * on their way). Engine decode after 512 tokens: 7-9% more tokens/s. */
+ * Chunks rather than a share of the heads per thread: with heads, the thread that fetched
+ * a row from memory was often twice as busy as the one that found it in cache (figures:
+ * bench/results/2026-12-01-kernel-decisions.md). */
 static bool split_for(const graft__hparams *hp, const graft__exec *ex, graft__attend_split *split)
 {
     if (hp->n_head > GRAFT_ATTN_MAX_HEADS || hp->head_dim_v != hp->head_dim)
@@ -460,10 +458,9 @@ static void attend_chunk_task(void *ctx, int64_t task, int thread)
 /* Tasks per chunk of the chunk form: 1, or, where the chunks do not share out evenly
  * between the threads, threads / gcd(n_chunks, threads) parts of the KV heads if they
  * divide evenly into so many (so that the tasks do). Each head's chunk is the same bits
- * whichever heads share its call. Measured, qwen3-0.6b Q4_K decode over 513-576 keys (9
- * chunks) on 2 threads: 1.017x the speed split in halves (8 alternated pairs, within the
- * machine's noise of about 3%; with the prefetch of attention_avx512.c, 1.03x). Always
- * splitting into quarters measured 7% slower than halves. */
+ * whichever heads share its call. Halves only where the chunks do not share out evenly:
+ * always splitting further costs more than the balance gains (figures:
+ * bench/results/2026-12-01-kernel-decisions.md). */
 static int32_t chunk_parts(int32_t n_chunks, int threads, int32_t n_head_kv)
 {
     int32_t a = n_chunks, b = threads;

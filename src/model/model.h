@@ -10,7 +10,7 @@
  * entry's K and V rows through a graft__kv interface, attends over that sequence's keys
  * [lo, pos] (lo > 0 only in sliding-window layers), and produces logits only for the
  * entries that ask for them. The model never sees how KV is stored: a simple per-sequence
- * store (kv_simple.c) and the engine's paged, reference-counted pool both sit behind the
+ * store (src/kv/kv_simple.c) and the engine's paged, reference-counted pool both sit behind the
  * same interface.
  */
 #ifndef GRAFT_MODEL_H
@@ -23,7 +23,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define GRAFT_MAX_LAYERS 512
 
@@ -172,8 +172,8 @@ void graft__synth_llama3_rope_factors(float *factors, int32_t rope_dims, double 
                                       double factor, double low_freq_factor,
                                       double high_freq_factor, double original_ctx);
 
-/* A simple KV store: `n_seq` sequences of up to `n_ctx` positions each, all contiguous,
- * rows of `type` (GRAFT_TYPE_F16 or GRAFT_TYPE_F32).
+/* A simple KV store (src/kv/kv_simple.c): `n_seq` sequences of up to `n_ctx` positions each,
+ * all contiguous, rows of `type` (GRAFT_TYPE_F16 or GRAFT_TYPE_F32).
  * CONSTRUCTOR: graft__kv_simple_create   DESTRUCTOR: graft__kv_simple_free */
 typedef struct graft__kv_simple graft__kv_simple;
 int graft__kv_simple_create(const graft__hparams *hp, int32_t n_seq, int32_t n_ctx,

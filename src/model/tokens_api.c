@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 #define REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */

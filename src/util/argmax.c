@@ -3,11 +3,9 @@
  * maxima that do not depend on each other, then the first index holding it.
  *
  * The obvious loop (best = i whenever x[i] > x[best]) makes each step wait for the load
- * of x[best] behind the previous step's choice of best. Measured over 151936 random
- * logits on this machine: 612 us compiled with -O2 (as bench/setup.sh builds the llama.cpp
- * harness) and 101 us with -O3 (graft's release build), against 10 and 21 us for these two
- * passes, which give the same index (the first of the largest, comparing with `>` and `==`
- * as that loop does).
+ * of x[best] behind the previous step's choice of best, at -O2 and -O3 alike; these two
+ * passes have no such chain and give the same index (the first of the largest, comparing
+ * with `>` and `==` as that loop does). Figures: bench/results/2026-12-01-kernel-decisions.md.
  */
 #include "argmax.h"
 

@@ -8,8 +8,9 @@
  *   graft__malloc_aligned hands out memory aligned for vector loads; graft__advise_huge_pages
  *   asks for huge pages under a large array read in long sweeps.
  * - Error messages: graft__errmsg() formats a heap message into a caller's `char **errmsg`.
- * - Two tiers of assert: GRAFT_ASSERT is always on (shapes, bounds); GRAFT_DEBUG_ASSERT is
- *   compiled only without NDEBUG (O(n) consistency checks).
+ * - Two tiers of assert: GRAFT_ASSERT is always on (shapes, bounds); GRAFT_DEBUG_ASSERT
+ *   (O(n) consistency checks) is compiled without NDEBUG or with GRAFT_DEBUG_ASSERTS
+ *   defined (the ASan flavour defines it).
  * - Monotonic time in nanoseconds, and the pseudo-random generator (rng.c).
  */
 #ifndef GRAFT_UTIL_H
@@ -35,8 +36,8 @@ char *graft__strndup(const char *s, size_t n);
 /* graft__malloc for memory that starts at a multiple of `align` (a power of two, at least
  * sizeof(void *)), freed with graft__free. For arrays read by vector loads: malloc puts a
  * large block 16 bytes past a page boundary, so every row of such an array would straddle
- * a cache line more than it needs to (measured on the KV store: decode attention's values
- * 40% slower, a prefill attention tile 25%). GRAFT_HUGE_PAGE alignment lets
+ * a cache line more than it needs to, which slows attention over the KV store (figures:
+ * bench/results/2026-12-01-kernel-decisions.md). GRAFT_HUGE_PAGE alignment lets
  * graft__advise_huge_pages cover all of it. */
 void *graft__malloc_aligned(size_t size, size_t align);
 
@@ -71,7 +72,7 @@ int graft__errmsg(char **errmsg, int status, const char *fmt, ...)
 _Noreturn void graft__assert_fail(const char *expr, const char *file, int line);
 
 #define GRAFT_ASSERT(x) ((x) ? (void)0 : graft__assert_fail(#x, __FILE__, __LINE__))
-#ifdef NDEBUG
+#if defined(NDEBUG) && !defined(GRAFT_DEBUG_ASSERTS)
 #define GRAFT_DEBUG_ASSERT(x) ((void)0)
 #else
 #define GRAFT_DEBUG_ASSERT(x) GRAFT_ASSERT(x)

@@ -17,7 +17,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 enum { STORIES, GPT2, BERT, DEEPSEEK_LLM, PHI3, N_VOCABS };
 

@@ -17,7 +17,7 @@
  */
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 #define ESCAPED_SPACE "\xe2\x96\x81" /* U+2581 "▁" */

@@ -15,7 +15,7 @@
  */
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 static bool stands_for_itself(uint32_t b)

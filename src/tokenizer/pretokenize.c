@@ -27,7 +27,7 @@
 #include <pcre2.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 #define MAX_PATTERNS 6

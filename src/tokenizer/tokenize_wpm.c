@@ -23,7 +23,7 @@
 #include <string.h>
 #include <wctype.h>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
 #define WORD_START "\xe2\x96\x81" /* U+2581 "▁" */

@@ -535,9 +535,11 @@ static graft__tpl_node *parse_postfix(graft__tpl_parser *p, graft__tpl_node *n)
         } else if (graft__tpl_is_op(t, "[")) {
             n = parse_subscript(p, n, graft__tpl_next(p));
         } else if (graft__tpl_is_op(t, "(")) {
-            /* N_CALL: a = callee, args, kwargs */
+            /* N_CALL: a = callee, args, kwargs; placed at the callee */
             graft__tpl_node *call = graft__tpl_new_node(p, N_CALL, graft__tpl_next(p));
             call->a = n;
+            call->line = n->line;
+            call->col = n->col;
             parse_call_args(p, call);
             n = call;
         } else {
@@ -639,6 +641,8 @@ static graft__tpl_node *parse_filter_expr(graft__tpl_parser *p, graft__tpl_node 
         } else if (graft__tpl_is_op(t, "(")) {
             graft__tpl_node *call = graft__tpl_new_node(p, N_CALL, graft__tpl_next(p));
             call->a = n;
+            call->line = n->line;
+            call->col = n->col;
             parse_call_args(p, call);
             n = call;
         } else {

@@ -95,7 +95,7 @@ static graft__tpl_node *parse_for(stmt_parser *sp, graft__tpl_token *at)
         graft__tpl_syntax_error(&sp->p, graft__tpl_peek(&sp->p),
                                 "recursive for loops are not supported");
     expect_block_end(sp);
-    static const char *const ends[] = {"endfor", "else", NULL};
+    static const char *const ends[] = {"else", "endfor", NULL};
     sp->loop_depth++;
     parse_body(sp, &n->args, ends, at);
     sp->loop_depth--;
@@ -290,11 +290,15 @@ static void parse_body(stmt_parser *sp, graft__tpl_nodes *body, const char *cons
         graft__tpl_token *t = graft__tpl_peek(p);
         switch (t->kind) {
         case TK_EOF:
-            if (ends != NULL)
+            if (ends != NULL) {
+                const char *const *last = ends;
+                while (last[1] != NULL)
+                    last++;
                 graft__tpl_syntax_error(p, opener,
                                         "unexpected end of template: the '%.*s' block is "
                                         "not closed (expected '%s')",
-                                        (int)opener->n, opener->text, ends[0]);
+                                        (int)opener->n, opener->text, *last);
+            }
             p->c->depth--;
             return;
         case TK_TEXT: {

@@ -79,7 +79,7 @@ tval graft__tpl_getitem(graft__tpl_render *r, tval obj, tval key, const graft__t
     if (obj.kind == TV_UNDEF)
         graft__tpl_undefined_error(r, obj, at);
     bool int_key = key.kind == TV_INT || key.kind == TV_BOOL;
-    int64_t k = key.kind == TV_INT ? key.u.i : key.u.b;
+    int64_t k = key.kind == TV_INT ? key.u.i : key.kind == TV_BOOL ? key.u.b : 0;
     size_t idx;
     switch (obj.kind) {
     case TV_DICT: {
@@ -242,15 +242,19 @@ static tval concat_seq(graft__tpl_render *r, tval a, tval b)
         if (b.n == 0 && !markup)
             return a;
         char *p = graft__tpl_alloc(r->c, a.n + b.n + 1);
-        memcpy(p, a.u.s, a.n);
-        memcpy(p + a.n, b.u.s, b.n);
+        if (a.n)
+            memcpy(p, a.u.s, a.n);
+        if (b.n)
+            memcpy(p + a.n, b.u.s, b.n);
         tval v = graft__tpl_str(p, a.n + b.n);
         v.flags = markup ? TVF_MARKUP : 0;
         return v;
     }
     tval out = graft__tpl_new_list(r->c, a.u.list->n + b.u.list->n, a.flags & TVF_TUPLE);
-    memcpy(out.u.list->items, a.u.list->items, a.u.list->n * sizeof(tval));
-    memcpy(out.u.list->items + a.u.list->n, b.u.list->items, b.u.list->n * sizeof(tval));
+    if (a.u.list->n)
+        memcpy(out.u.list->items, a.u.list->items, a.u.list->n * sizeof(tval));
+    if (b.u.list->n)
+        memcpy(out.u.list->items + a.u.list->n, b.u.list->items, b.u.list->n * sizeof(tval));
     out.u.list->n = a.u.list->n + b.u.list->n;
     return out;
 }

@@ -317,7 +317,8 @@ graft__tpl_list *graft__tpl_iterate(graft__tpl_ctx *c, tval v, uint32_t line, ui
         return v.u.list;
     case TV_DICT: {
         graft__tpl_list *l = graft__tpl_new_list(c, v.u.dict->n, 0).u.list;
-        memcpy(l->items, v.u.dict->keys, v.u.dict->n * sizeof(tval));
+        if (v.u.dict->n)
+            memcpy(l->items, v.u.dict->keys, v.u.dict->n * sizeof(tval));
         l->n = v.u.dict->n;
         return l;
     }

@@ -123,8 +123,12 @@ static void emit_text(lexer *lx, size_t start, size_t end, char sign, bool lstri
 static void after_end(lexer *lx, char sign, bool trim)
 {
     if (sign == '-') {
-        while (lx->pos < lx->n && is_ws(lx->s[lx->pos]))
-            lx->pos++;
+        while (lx->pos < lx->n) { /* Python's \s: Unicode whitespace */
+            size_t i = lx->pos;
+            if (!graft__tpl_is_space(graft__tpl_utf8_next(lx->s, lx->n, &i)))
+                break;
+            lx->pos = i;
+        }
     } else if (sign != '+' && trim && lx->pos < lx->n && lx->s[lx->pos] == '\n') {
         lx->pos++;
     }

@@ -122,18 +122,17 @@ static tval split_common(graft__tpl_render *r, tval self, tval *args, size_t n,
         graft__tpl_list *w = words.u.list;
         if (maxsplit < 0 || (size_t)maxsplit + 1 >= w->n)
             return words;
-        /* Rejoin the tail (or head) with its original spacing. */
+        /* The rest keeps its spacing, except where the split consumed it. */
         if (!from_right) {
             for (int64_t k = 0; k < maxsplit; k++)
                 graft__tpl_list_push(r->c, l, w->items[k]);
             const char *rest = w->items[maxsplit].u.s;
-            tval tail = graft__tpl_str(rest, (size_t)(s + self.n - rest));
-            graft__tpl_list_push(r->c, l, graft__tpl_str_strip(r->c, tail, NULL, false, true));
+            graft__tpl_list_push(r->c, l, graft__tpl_str(rest, (size_t)(s + self.n - rest)));
         } else {
             size_t keep = w->n - (size_t)maxsplit;
             const tval *last_head = &w->items[keep - 1];
-            tval head = graft__tpl_str(s, (size_t)(last_head->u.s + last_head->n - s));
-            graft__tpl_list_push(r->c, l, graft__tpl_str_strip(r->c, head, NULL, true, false));
+            graft__tpl_list_push(r->c, l,
+                                 graft__tpl_str(s, (size_t)(last_head->u.s + last_head->n - s)));
             for (size_t k = keep; k < w->n; k++)
                 graft__tpl_list_push(r->c, l, w->items[k]);
         }

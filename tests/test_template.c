@@ -566,6 +566,20 @@ static void test_syntax_errors(void **state)
                  "recursive for loops are not supported");
     expect_error("{% endif %}", "{}", GRAFT_EFORMAT, "unknown tag 'endif'");
     expect_error("{{ }}", "{}", GRAFT_EFORMAT, "line 1, column 4: ");
+    /* Nesting and elif chains beyond 200 levels. */
+    char deep[8192] = "";
+    for (int i = 0; i < 300; i++)
+        strcat(deep, "{% if x %}");
+    expect_error(deep, "{}", GRAFT_EFORMAT, "nested too deeply");
+    strcpy(deep, "{% if x %}");
+    for (int i = 0; i < 300; i++)
+        strcat(deep, "{% elif x %}");
+    strcat(deep, "{% endif %}");
+    expect_error(deep, "{}", GRAFT_EFORMAT, "nested too deeply");
+    strcpy(deep, "{{ ");
+    for (int i = 0; i < 300; i++)
+        strcat(deep, "(");
+    expect_error(deep, "{}", GRAFT_EFORMAT, "nested too deeply");
 }
 
 static void test_runtime_errors(void **state)
@@ -601,6 +615,16 @@ static void test_limits(void **state)
                  "{}", GRAFT_ECAPACITY, "template: ");
     expect_error("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}", "{}", GRAFT_EINVAL,
                  "nested too deeply");
+    /* A left-nested chain as long as a hostile template likes: an error, not a crash. */
+    size_t n = 200000;
+    char *chain = malloc(n * 2 + 16);
+    assert_non_null(chain);
+    strcpy(chain, "{{ 1");
+    for (size_t i = 0; i < n; i++)
+        strcat(chain + 4 + 2 * i, "+1");
+    strcat(chain + 4 + 2 * n, " }}");
+    expect_error(chain, "{}", GRAFT_ECAPACITY, "expressions nested more than 1000 deep");
+    free(chain);
     graft_template_options small = {0};
     small.max_output = 1000;
     small.max_steps = 50;

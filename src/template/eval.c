@@ -14,6 +14,8 @@
 
 #include "template/template.h"
 
+#define MAX_EVAL_DEPTH 1000
+
 _Noreturn void graft__tpl_undefined_error(graft__tpl_render *r, tval v, const graft__tpl_node *at)
 {
     if (v.flags & TVF_UNSAFE)
@@ -540,7 +542,21 @@ static tval eval_unary(graft__tpl_render *r, graft__tpl_scope *s, const graft__t
                     n->kind == N_NEG ? '-' : '+', graft__tpl_type_name(v));
 }
 
+static tval eval_node(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_node *n);
+
 tval graft__tpl_eval(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_node *n)
+{
+    /* Left-nested chains (a + b + c ..., x|f|g ...) are as deep as they are long: bound the
+     * recursion so that no template can exhaust the stack. */
+    if (++r->c->eval_depth > MAX_EVAL_DEPTH)
+        graft__tpl_fail(r->c, GRAFT_ECAPACITY, n->line, n->col,
+                        "template: expressions nested more than %d deep", MAX_EVAL_DEPTH);
+    tval v = eval_node(r, s, n);
+    r->c->eval_depth--;
+    return v;
+}
+
+static tval eval_node(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_node *n)
 {
     switch (n->kind) {
     case N_CONST:

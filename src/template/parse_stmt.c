@@ -12,6 +12,10 @@
 
 #include "template/template.h"
 
+/* Blocks (and elif branches) nested deeper than this are a syntax error: rendering them
+ * recurses as deep. */
+#define MAX_NESTING 200
+
 typedef struct stmt_parser {
     graft__tpl_parser p;
     int loop_depth; /* for loops around the statement (break / continue need one) */
@@ -50,7 +54,11 @@ static graft__tpl_node *parse_if(stmt_parser *sp, graft__tpl_token *at)
     parse_body(sp, &n->args, ends, at);
     graft__tpl_token *end = take_tag(sp);
     if (graft__tpl_is_name(end, "elif")) {
+        /* An elif is an if nested in the else: it counts as a level of nesting. */
+        if (++sp->p.c->depth > MAX_NESTING)
+            graft__tpl_syntax_error(&sp->p, end, "blocks nested too deeply");
         graft__tpl_nodes_push(&sp->p, &n->kwargs, parse_if(sp, end));
+        sp->p.c->depth--;
         return n;
     }
     if (graft__tpl_is_name(end, "else")) {
@@ -284,7 +292,7 @@ static void parse_body(stmt_parser *sp, graft__tpl_nodes *body, const char *cons
                        graft__tpl_token *opener)
 {
     graft__tpl_parser *p = &sp->p;
-    if (++p->c->depth > 200)
+    if (++p->c->depth > MAX_NESTING)
         graft__tpl_syntax_error(p, opener, "blocks nested too deeply");
     for (;;) {
         graft__tpl_token *t = graft__tpl_peek(p);

@@ -51,6 +51,7 @@ typedef struct graft__tpl_ctx {
     int32_t depth, max_depth;
     size_t max_output;
     int32_t nest; /* nesting of repr() / tojson, bounded (a namespace may hold itself) */
+    int32_t eval_depth; /* nesting of expression evaluation, bounded (eval.c) */
     void *json_pending; /* a jansson value being copied (json.c), released on error */
 } graft__tpl_ctx;
 

@@ -377,6 +377,5 @@ void graft__tpl_render_body(graft__tpl_render *r, const graft__tpl_nodes *body, 
 {
     graft__tpl_scope *top = new_scope(r, NULL);
     top->vars = vars.u.dict;
-    r->globals = top;
     exec_body(r, top, body);
 }

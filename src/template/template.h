@@ -7,8 +7,11 @@
  *
  * Pipeline: lexer.c turns the text into tokens (whitespace control applied to the text
  * between tags), parse_stmt.c and parse_expr.c build an AST, and render.c walks it with
- * eval.c evaluating expressions over JSON-like values (value.c). Filters, tests, methods and
- * globals are tables resolved at parse time (filters.c, tests.c, methods.c, globals.c).
+ * eval.c evaluating expressions over JSON-like values (value.c; Python's str() and repr()
+ * in value_str.c; JSON in and tojson out in json.c; code points in utf8.c). Filters and
+ * tests are tables resolved at parse time (filters.c, tests.c); methods and globals are
+ * looked up when used (methods.c, globals.c); strings.c has the str operations they share;
+ * arena.c the memory and errors; template_api.c the public entry points.
  *
  * Memory: a parsed template owns one arena (its AST, literals and names); a render uses a
  * second arena for every value it makes and drops it whole at the end, so values are plain
@@ -263,12 +266,7 @@ struct graft__tpl_node {
     tval value;              /* N_CONST, N_TEXT */
 };
 
-typedef struct graft__tpl_parsed {
-    graft__tpl_arena arena;
-    graft__tpl_nodes body;
-} graft__tpl_parsed;
-
-/* Parses the template text into p->body (AST in p->arena). */
+/* Parses the template text into body (the AST in c's arena). */
 void graft__tpl_parse(graft__tpl_ctx *c, const char *src, size_t n, graft__tpl_nodes *body);
 /* Parsing of expressions (parse_expr.c), used by the statement parser (parse_stmt.c). */
 typedef struct graft__tpl_parser {
@@ -302,7 +300,6 @@ typedef struct graft__tpl_scope graft__tpl_scope;
 typedef struct graft__tpl_render {
     graft__tpl_ctx *c;
     graft__tpl_buf *out;       /* where output goes now */
-    graft__tpl_scope *globals; /* the template's top-level scope */
     int64_t now;               /* strftime_now's time (Unix seconds, UTC) */
 } graft__tpl_render;
 

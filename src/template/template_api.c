@@ -121,7 +121,7 @@ int graft_template_render(const graft_template *tmpl, const char *json, size_t j
     c->max_steps = o.max_steps ? o.max_steps : DEFAULT_MAX_STEPS;
     c->max_depth = o.max_depth > 0 ? o.max_depth : DEFAULT_MAX_DEPTH;
     c->max_output = o.max_output ? o.max_output : DEFAULT_MAX_OUTPUT;
-    graft__tpl_render r = {c, &st->result, NULL, o.now};
+    graft__tpl_render r = {c, &st->result, o.now};
     if (setjmp(c->jump) != 0) {
         int rc = report(c, errmsg);
         graft__tpl_json_release(c);

@@ -787,6 +787,71 @@ int graft_prompt_capture_collect(graft_prompt_capture *capture);
  * free it: that is the wrappers' last use of it). */
 void graft_prompt_capture_free(graft_prompt_capture *capture);
 
+/* ---------------------------------------------------------------------------------------
+ * Chat templates: the Jinja template a chat model's GGUF carries (tokenizer.chat_template)
+ * turns a conversation into the prompt text the model was trained on. graft renders it as
+ * Hugging Face does (Python's jinja2 in an ImmutableSandboxedEnvironment with trim_blocks,
+ * lstrip_blocks and loop controls; tojson is json.dumps; raise_exception and strftime_now
+ * as globals), byte for byte. See README "Chat templates" for the language covered.
+ *
+ * A parsed template is immutable: it may be rendered from any number of threads at once.
+ * Rendering is bounded (steps, macro nesting, output size, memory), so a hostile template in
+ * a GGUF ends with an error, never a hang or an exhausted process.
+ * CONSTRUCTOR: graft_template_parse   DESTRUCTOR: graft_template_free
+ */
+typedef struct graft_template graft_template;
+
+/* Parses `len` bytes of template text. Errors: GRAFT_EFORMAT (a syntax error, an unknown
+ * filter or test, an unsupported tag: the message starts "line L, column C: "),
+ * GRAFT_ENOMEM. On failure *out is NULL and nothing is left to free. */
+int graft_template_parse(const char *text, size_t len, graft_template **out, char **errmsg);
+
+/* DESTRUCTOR. NULL is fine. */
+void graft_template_free(graft_template *tmpl);
+
+/* Limits and the clock of a render. All zero: the defaults. */
+typedef struct graft_template_options {
+    int64_t now;         /* strftime_now's time: Unix seconds, formatted as UTC (0: the
+                            current local time, as Hugging Face does) */
+    size_t max_output;   /* bytes of any text the render builds (0: 16 MiB) */
+    size_t max_memory;   /* bytes the render may allocate (0: 256 MiB) */
+    uint64_t max_steps;  /* loop iterations and macro calls (0: 1,000,000) */
+    int32_t max_depth;   /* macro calls nested (0: 100) */
+} graft_template_options;
+
+/* Renders the template with the variables of `json` (json_len bytes of a JSON object:
+ * messages, tools, add_generation_prompt, bos_token, eos_token and any other variable the
+ * template reads, such as enable_thinking; objects keep their key order). opts may be NULL.
+ * On success *out (free with graft_free) holds the text, NUL-terminated, and *out_len
+ * (when not NULL) its length in bytes. Errors, with *out NULL:
+ *   GRAFT_EINVAL     the JSON is malformed or not an object ("input: ..."), or the template
+ *                    failed on this input: raise_exception(msg), a type error, an
+ *                    undefined value used (all "line L, column C: " then the reason;
+ *                    for raise_exception the reason is msg itself);
+ *   GRAFT_ECAPACITY  a limit of opts was reached;
+ *   GRAFT_ERANGE     an integer overflowed 64 bits, or range() went over 100000 items;
+ *   GRAFT_EUNSUPPORTED  a construct graft does not implement (named in the message);
+ *   GRAFT_ENOMEM.
+ * Any thread; the template is not modified. */
+int graft_template_render(const graft_template *tmpl, const char *json, size_t json_len,
+                          const graft_template_options *opts, char **out, size_t *out_len,
+                          char **errmsg);
+
+/* The template to use when a model has none: ChatML, as llama.cpp uses then. Static text,
+ * NUL-terminated. */
+const char *graft_template_default(void);
+
+/* What a model's chat template needs from the model. Strings are borrowed from the model
+ * (valid until graft_model_free) and NUL-terminated. */
+typedef struct graft_model_chat {
+    const char *chat_template; /* tokenizer.chat_template, or NULL when the GGUF has none */
+    const char *bos_text;      /* the BOS token's text ("<s>", "<|endoftext|>"), "" if none */
+    const char *eos_text;      /* the EOS token's text, "" if none */
+} graft_model_chat;
+
+/* METHOD: graft_model. Fills *chat. Any thread. */
+void graft_model_get_chat(const graft_model *model, graft_model_chat *chat);
+
 #ifdef __cplusplus
 }
 #endif

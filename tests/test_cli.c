@@ -9,7 +9,7 @@
  * same text with and without the cache, the tokens reused), `synth` files of every
  * architecture that `info` and `run` then accept, and `bench clone`, `bench speed` and
  * `bench prefix` on a tiny synth model, their --json output checked for every field their
- * --help documents.
+ * --help documents, and `template` (stdout alone, stdin input, a model's default, errors).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -920,6 +921,82 @@ static void test_bench_prefix(void **state)
     unlink(path);
 }
 
+/* ---- template ---------------------------------------------------------------------------- */
+
+/* graft with stdin read from the file `in`. */
+static cli_result run_stdin(const char *in, const char *const *args)
+{
+    const char *argv[32] = {bin()};
+    size_t n = 1;
+    while (args[n - 1] != NULL && n < 31) {
+        argv[n] = args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
+    int out = scratch_fd("out"), err = scratch_fd("err");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out, 1);
+    posix_spawn_file_actions_adddup2(&fa, err, 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, bin(), &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        fail_msg("cannot run %s: %s", bin(), strerror(rc));
+    int wstatus;
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    cli_result r = {WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, slurp_fd(out), slurp_fd(err)};
+    return r;
+}
+
+/* `graft template`: the text alone on stdout (from a file and from stdin), a model's default
+ * template said on stderr, exit 1 with the template's message, usage errors. */
+static void test_template(void **state)
+{
+    (void)state;
+    char tmpl[512], input[512], bad[512];
+    write_file(tmpl, sizeof tmpl, "chat.jinja", "{%- for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                     "{{- bos_token }}{% if add_generation_prompt %}>{% endif %}\n");
+    write_file(input, sizeof input, "chat.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi \\u00e9\"}], "
+                      "\"add_generation_prompt\": true, \"bos_token\": \"<B>\"}");
+    write_file(bad, sizeof bad, "bad.jinja", "a\n{{ raise_exception('roles must alternate') }}");
+    static const char want[] = "[user] Hi \xc3\xa9\n<B>>";
+    cli_result r = GRAFT("template", "--template", tmpl, "--input", input);
+    expect_status(&r, 0);
+    assert_string_equal(r.out, want);
+    assert_string_equal(r.err, "");
+    result_free(&r);
+    r = run_stdin(input, (const char *const[]){"template", "--template", tmpl, "--input", "-",
+                                               NULL});
+    expect_status(&r, 0);
+    assert_string_equal(r.out, want);
+    result_free(&r);
+    r = GRAFT("template", "--template", bad, "--input", input);
+    expect_status(&r, 1);
+    assert_string_equal(r.out, "");
+    expect_contains(r.err, "line 2, column 4: roles must alternate");
+    result_free(&r);
+    r = GRAFT("template", "-m", stories(), "--input", input);
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "<|im_start|>user\nHi \xc3\xa9<|im_end|>\n<|im_start|>assistant\n");
+    expect_contains(r.err, "has no chat template: using the default (ChatML)");
+    result_free(&r);
+    r = GRAFT("template", "--help");
+    expect_status(&r, 0);
+    expect_contains(r.out, "usage: graft template");
+    result_free(&r);
+    USAGE_ERROR("option --input is required", "template", "--template", tmpl);
+    USAGE_ERROR("give one of --template and -m", "template", "--input", input);
+    USAGE_ERROR("give one of --template and -m", "template", "--template", tmpl, "-m", "x.gguf",
+                "--input", input);
+    USAGE_ERROR("option --now: 'x'", "template", "--template", tmpl, "--input", input, "--now",
+                "x");
+    unlink(tmpl);
+    unlink(input);
+    unlink(bad);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -941,6 +1018,7 @@ int main(void)
         cmocka_unit_test(test_bench_clone),
         cmocka_unit_test(test_bench_speed),
         cmocka_unit_test(test_bench_prefix),
+        cmocka_unit_test(test_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

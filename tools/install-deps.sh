@@ -2,7 +2,8 @@
 # Installs the Debian packages graft needs to build and test (see README "Dependencies").
 # Runs apt-get when root; otherwise prints the one command to run and fails.
 set -e
-pkgs="cmake make gcc clang libclang-rt-14-dev pkg-config libcmocka-dev libpcre2-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev"
+pkgs="cmake make gcc clang libclang-rt-14-dev pkg-config libcmocka-dev libpcre2-dev libjansson-dev
+      libmicrohttpd-dev libcurl4-openssl-dev python3 python3-jinja2"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

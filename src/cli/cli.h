@@ -85,5 +85,6 @@ int graft__cli_bench_clone(int argc, char **argv);  /* `graft bench clone` */
 int graft__cli_bench_prefix(int argc, char **argv); /* `graft bench prefix` */
 int graft__cli_synth(int argc, char **argv);
 int graft__cli_serve(int argc, char **argv);
+int graft__cli_template(int argc, char **argv);
 
 #endif /* GRAFT_CLI_H */

@@ -21,6 +21,7 @@ static const command commands[] = {
     {"run", graft__cli_run, "generate text from a prompt"},
     {"info", graft__cli_info, "describe a GGUF model"},
     {"tokenize", graft__cli_tokenize, "show the tokens of a text"},
+    {"template", graft__cli_template, "render a chat template with a conversation"},
     {"synth", graft__cli_synth, "write a random-weight model at real shapes"},
     {"bench", graft__cli_bench, "benchmarks: speed, clone costs, prefix cache"},
 };

@@ -89,6 +89,7 @@ struct graft_model {
     graft__weight rope_freqs;  /* llama3 frequency factors (rope_dims/2), or data NULL */
     graft__layer *layers;      /* n_layer */
     char *name;
+    char *chat_template;       /* tokenizer.chat_template, or NULL */
     /* Packing (model_pack.c): the matmul path the weights are packed for (NULL until the
      * first context or engine on a packing path), the memory of the packed weights, and
      * the lock packers take. */

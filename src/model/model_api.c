@@ -93,6 +93,16 @@ void graft_model_get_info(const graft_model *m, graft_model_info *info)
     count_tensors(m->file, info);
 }
 
+void graft_model_get_chat(const graft_model *m, graft_model_chat *chat)
+{
+    int32_t bos = graft__vocab_bos(m->vocab), eos = graft__vocab_eos(m->vocab);
+    const char *bos_text = bos >= 0 ? graft__vocab_text(m->vocab, bos) : NULL;
+    const char *eos_text = eos >= 0 ? graft__vocab_text(m->vocab, eos) : NULL;
+    chat->chat_template = m->chat_template;
+    chat->bos_text = bos_text ? bos_text : "";
+    chat->eos_text = eos_text ? eos_text : "";
+}
+
 graft_context_options graft_context_default_options(void)
 {
     graft_context_options o = {0, 0, 0, NULL, 0};

@@ -369,6 +369,12 @@ static int load_from_file(struct graft_model *m, char **errmsg)
     m->name = graft__strndup(name.ptr, (size_t)name.len);
     if (m->name == NULL)
         return graft__errmsg(errmsg, GRAFT_ENOMEM, "model: out of memory");
+    graft__gguf_str chat;
+    if (graft__gguf_get_str(m->file, "tokenizer.chat_template", &chat) == GRAFT_OK) {
+        m->chat_template = graft__strndup(chat.ptr, (size_t)chat.len);
+        if (m->chat_template == NULL)
+            return graft__errmsg(errmsg, GRAFT_ENOMEM, "model: out of memory");
+    }
     return bind_weights(&l, ad, m);
 }
 
@@ -379,6 +385,7 @@ void graft__model_free(struct graft_model *m)
     graft__vocab_free(m->vocab);
     graft__free(m->layers);
     graft__free(m->name);
+    graft__free(m->chat_template);
     graft__free(m->packed_memory);
     pthread_mutex_destroy(&m->pack_lock);
     graft__gguf_close(m->file);

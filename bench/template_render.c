@@ -1,0 +1,155 @@
+/*
+ * template_render.c: how long graft takes to render a chat template (a benchmark, not a
+ * test: it prints figures and fails nothing on a timing).
+ *
+ * Renders a 50-message conversation (a system message, then users and assistants in turn,
+ * a few hundred bytes each, one assistant with a tool call, tools defined) with a template
+ * (default: Qwen3's, $GRAFT_TEMPLATES_DIR/Qwen-Qwen3-0.6B.jinja or
+ * ../shared/templates/Qwen-Qwen3-0.6B.jinja), parsed once; prints the median, the fastest
+ * and the slowest of the render times over --reps renders (after --warmup), the parse time,
+ * and the output size.
+ *
+ *   build/release/bench_template [TEMPLATE.jinja] [--reps N] [--warmup N]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "graft.h"
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *data = malloc((size_t)n + 1);
+    if (data == NULL || fread(data, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        free(data);
+        return NULL;
+    }
+    fclose(f);
+    data[n] = '\0';
+    *len = (size_t)n;
+    return data;
+}
+
+/* The 50-message conversation as JSON (malloc'd). */
+static char *conversation(void)
+{
+    size_t cap = 1 << 20, k = 0;
+    char *j = malloc(cap);
+    if (j == NULL)
+        return NULL;
+    k += (size_t)snprintf(j + k, cap - k,
+                          "{\"add_generation_prompt\": true, \"enable_thinking\": true, "
+                          "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+                          "\"get_weather\", \"description\": \"Current weather\", "
+                          "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+                          "{\"type\": \"string\"}}, \"required\": [\"city\"]}}}], "
+                          "\"messages\": [{\"role\": \"system\", \"content\": \"You are a "
+                          "helpful assistant who answers briefly and precisely.\"}");
+    for (int i = 1; i < 50; i++) {
+        if (i == 20)
+            k += (size_t)snprintf(j + k, cap - k,
+                                  ", {\"role\": \"assistant\", \"content\": \"\", "
+                                  "\"tool_calls\": [{\"type\": \"function\", \"function\": "
+                                  "{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                                  "\"Paris\"}}}]}");
+        else if (i == 21)
+            k += (size_t)snprintf(j + k, cap - k,
+                                  ", {\"role\": \"tool\", \"content\": \"{\\\"temp\\\": 21}\"}");
+        else if (i % 2 == 1)
+            k += (size_t)snprintf(j + k, cap - k,
+                                  ", {\"role\": \"user\", \"content\": \"Question %d: could you "
+                                  "explain, in a few sentences, how the tides depend on the "
+                                  "moon and the sun, and why there are two a day?\"}", i);
+        else
+            k += (size_t)snprintf(j + k, cap - k,
+                                  ", {\"role\": \"assistant\", \"content\": \"<think>\\nThe "
+                                  "user asks about tides again.\\n</think>\\n\\nAnswer %d: the "
+                                  "moon's gravity pulls the ocean into two bulges, one facing "
+                                  "it and one opposite; the earth turns under both each day, "
+                                  "and the sun adds spring and neap tides.\"}", i);
+    }
+    snprintf(j + k, cap - k, "]}");
+    return j;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL;
+    int reps = 2000, warmup = 100;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
+            warmup = atoi(argv[++i]);
+        else
+            path = argv[i];
+    }
+    char buf[4096];
+    if (path == NULL) {
+        const char *dir = getenv("GRAFT_TEMPLATES_DIR");
+        snprintf(buf, sizeof buf, "%s/Qwen-Qwen3-0.6B.jinja", dir ? dir : "../shared/templates");
+        path = buf;
+    }
+    if (reps < 1)
+        reps = 1;
+    size_t len;
+    char *text = slurp(path, &len);
+    char *vars = conversation();
+    if (text == NULL || vars == NULL) {
+        fprintf(stderr, "bench_template: cannot read %s\n", path);
+        return 1;
+    }
+    graft_template *t = NULL;
+    char *err = NULL;
+    double t0 = now_us();
+    if (graft_template_parse(text, len, &t, &err) != GRAFT_OK) {
+        fprintf(stderr, "bench_template: %s\n", err);
+        return 1;
+    }
+    double parse_us = now_us() - t0;
+    double *times = malloc((size_t)reps * sizeof *times);
+    size_t out_len = 0;
+    for (int i = -warmup; i < reps; i++) {
+        char *out = NULL;
+        double start = now_us();
+        if (graft_template_render(t, vars, strlen(vars), NULL, &out, &out_len, &err) != GRAFT_OK) {
+            fprintf(stderr, "bench_template: %s\n", err);
+            return 1;
+        }
+        double us = now_us() - start;
+        if (i >= 0)
+            times[i] = us;
+        graft_free(out);
+    }
+    qsort(times, (size_t)reps, sizeof *times, by_value);
+    printf("template %s (%zu bytes), parsed in %.1f us\n", path, len, parse_us);
+    printf("50 messages (%zu bytes of JSON) -> %zu bytes of prompt\n", strlen(vars), out_len);
+    printf("render: median %.1f us, min %.1f us, max %.1f us over %d renders\n",
+           times[reps / 2], times[0], times[reps - 1], reps);
+    free(times);
+    graft_template_free(t);
+    free(vars);
+    free(text);
+    return 0;
+}

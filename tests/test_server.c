@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "graft.h"
+
 typedef struct server {
     pid_t pid;
     int port;
@@ -585,6 +587,140 @@ static void test_queue_limit_and_drain(void **state)
     response_free(&first.r);
 }
 
+
+/* The assistant's content of a whole chat completion response. */
+static char *chat_text(const response *r)
+{
+    if (r->status != 200)
+        fail_msg("status %ld: %s", r->status, r->body ? r->body : "");
+    json_t *j = json_of(r);
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "chat.completion");
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
+    char *copy = strdup(json_string_value(json_object_get(msg, "content")));
+    json_decref(j);
+    return copy;
+}
+
+static int cached_tokens(const response *r)
+{
+    json_t *j = json_of(r);
+    int n = (int)json_integer_value(json_object_get(
+        json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"), "cached_tokens"));
+    json_decref(j);
+    return n;
+}
+
+/* The deltas of a streamed chat completion joined (the first one carries the role). */
+static char *chat_stream_text(const response *r)
+{
+    assert_int_equal(r->status, 200);
+    char *body = strdup(r->body), *save = NULL, *text = calloc(1, 1);
+    size_t len = 0;
+    int n = 0;
+    for (char *ev = strtok_r(body, "\n", &save); ev; ev = strtok_r(NULL, "\n", &save)) {
+        if (strcmp(ev, "data: [DONE]") == 0)
+            break;
+        json_t *j = json_loads(ev + 6, 0, NULL);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_object_get(j, "object")),
+                            "chat.completion.chunk");
+        json_t *delta = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+        if (n++ == 0)
+            assert_string_equal(json_string_value(json_object_get(delta, "role")), "assistant");
+        const char *t = json_string_value(json_object_get(delta, "content"));
+        text = realloc(text, len + strlen(t) + 1);
+        strcpy(text + len, t);
+        len += strlen(t);
+        json_decref(j);
+    }
+    free(body);
+    return text;
+}
+
+/* A conversation through the model's template (ChatML for stories260K): the second turn
+ * reuses the first's prompt from the cache and answers as a cold run of it does. */
+static void check_chat(const server *s)
+{
+    const char *turn1 = "{\"messages\": [{\"role\": \"system\", \"content\": \"You tell "
+                        "stories.\"}, {\"role\": \"user\", \"content\": \"A story about a "
+                        "cat.\"}], \"max_tokens\": 24, \"temperature\": 0}";
+    response a = request(s, "POST", "/v1/chat/completions", turn1);
+    char *answer = chat_text(&a);
+    json_t *t2 = json_loads(turn1, 0, NULL);
+    json_t *msgs = json_object_get(t2, "messages");
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", answer));
+    json_array_append_new(msgs, json_pack("{s:s, s:[{s:s, s:s}]}", "role", "user", "content",
+                                          "type", "text", "text", "And then?"));
+    char *turn2 = json_dumps(t2, JSON_COMPACT);
+    response b = request(s, "POST", "/v1/chat/completions", turn2);
+    response c = request(s, "POST", "/v1/chat/completions", turn2);
+    char *tb = chat_text(&b), *tc = chat_text(&c);
+    assert_string_equal(tb, tc);
+    assert_true(cached_tokens(&b) > 0);
+    /* streamed, the same text */
+    json_object_set_new(t2, "stream", json_true());
+    char *turn2s = json_dumps(t2, JSON_COMPACT);
+    response d = request(s, "POST", "/v1/chat/completions", turn2s);
+    char *td = chat_stream_text(&d);
+    assert_string_equal(td, tb);
+    /* a malformed message is refused naming its path */
+    response e = request(s, "POST", "/v1/chat/completions",
+                         "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
+                         "\"image_url\"}]}]}");
+    free(expect_error(&e, 400, "messages[0].content[0]"));
+    response f = request(s, "POST", "/v1/chat/completions", "{\"messages\": []}");
+    free(expect_error(&f, 400, "messages"));
+    json_decref(t2);
+    free(turn2);
+    free(turn2s);
+    free(answer);
+    free(tb);
+    free(tc);
+    free(td);
+    response_free(&a);
+    response_free(&b);
+    response_free(&c);
+    response_free(&d);
+    response_free(&e);
+    response_free(&f);
+}
+
+static void test_chat_stories(void **state)
+{
+    (void)state;
+    check_chat(&main_server);
+}
+
+/* A synth qwen3 with the real Qwen tokenizer and its own chat template: the prompt is
+ * rendered with <|im_start|> markers, tokenized as special tokens, and answers agree. */
+static void test_chat_qwen_template(void **state)
+{
+    (void)state;
+    const char *dir = getenv("GRAFT_MODELS_DIR"), *tmp = getenv("GRAFT_TEST_TMP");
+    char vocab[1024], path[1024];
+    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-qwen2.gguf", dir ? dir : "../shared/models");
+    snprintf(path, sizeof path, "%s/server-qwen3-tiny.gguf", tmp ? tmp : "/tmp");
+    graft_synth_options so = {"qwen3", "tiny", 0, vocab, 7, path};
+    assert_int_equal(graft_synth_write(&so, NULL), GRAFT_OK);
+    const char *args[] = {"-m", path, "--ctx", "512", NULL};
+    server s = start_server(args);
+    FILE *log = fopen(s.log, "r");
+    char line[512];
+    bool own = false;
+    while (fgets(line, sizeof line, log))
+        own = own || strstr(line, "chat template: the model's own") != NULL;
+    fclose(log);
+    assert_true(own);
+    check_chat(&s);
+    response t = request(&s, "POST", "/tokenize", "{\"content\": \"<|im_start|>user\"}");
+    json_t *j = json_of(&t);
+    assert_int_equal(json_array_size(json_object_get(j, "tokens")), 2); /* marker, "user" */
+    json_decref(j);
+    response_free(&t);
+    assert_int_equal(stop_server(&s), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -596,6 +732,8 @@ int main(void)
         cmocka_unit_test(test_concurrent_answers_agree),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_tokenize_roundtrip),
+        cmocka_unit_test(test_chat_stories),
+        cmocka_unit_test(test_chat_qwen_template),
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_queue_limit_and_drain),

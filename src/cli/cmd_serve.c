@@ -57,6 +57,8 @@ static const char serve_usage[] =
     "  --threads N             compute threads (default: one per online CPU)\n"
     "  --kernels K             scalar, avx2 or avx512 (default: the best this CPU runs)\n"
     "  --api-key KEY           require 'Authorization: Bearer KEY' (not on /health)\n"
+    "  --chat-template FILE    the Jinja chat template for /v1/chat/completions (default:\n"
+    "                          the model's own, else ChatML)\n"
     "  --max-body SIZE         request body bytes at most (default 1M); more get 413\n"
     "  --timeout S             seconds an idle connection is kept (default 600)\n"
     "  --grace-ms N            on SIGINT/SIGTERM, how long running requests may finish\n"
@@ -69,6 +71,7 @@ typedef struct serve_options {
     const char *alias;
     const char *api_key;
     const char *kernels;
+    const char *chat_template;
     int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, grace_ms;
     size_t kv_mem, cache_mem, max_body;
 } serve_options;
@@ -93,6 +96,7 @@ static int parse(int argc, char **argv, serve_options *o)
         {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
         {"--api-key", NULL, GRAFT_CLI_STRING, &o->api_key, 0, 0, 0},
+        {"--chat-template", NULL, GRAFT_CLI_STRING, &o->chat_template, 0, 0, 0},
         {"--max-body", NULL, GRAFT_CLI_SIZE, &o->max_body, 64, (double)SIZE_MAX, 0},
         {"--timeout", NULL, GRAFT_CLI_INT, &o->timeout_s, 1, 86400, 0},
         {"--grace-ms", NULL, GRAFT_CLI_INT, &o->grace_ms, 0, 3600000, 0},
@@ -124,7 +128,75 @@ typedef struct serving {
     graft_model *model;
     graft_engine *engine;
     graft_prefix_cache *cache;
+    graft__chat chat;
 } serving;
+
+/* The whole of a file, NUL-terminated, or NULL. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0, got;
+    char chunk[65536];
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (n + got + 1 > cap) {
+            cap = (n + got + 1) * 2;
+            char *grown = realloc(buf, cap);
+            if (grown == NULL) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = grown;
+        }
+        memcpy(buf + n, chunk, got);
+        n += got;
+    }
+    fclose(f);
+    if (buf == NULL)
+        buf = calloc(1, 1);
+    else
+        buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* The chat template: --chat-template's file, the model's own, or ChatML; says which. */
+static int load_template(const serve_options *o, serving *sv)
+{
+    graft_model_chat mc;
+    graft_model_get_chat(sv->model, &mc);
+    sv->chat.bos_text = mc.bos_text;
+    sv->chat.eos_text = mc.eos_text;
+    char *file = NULL;
+    size_t len = 0;
+    const char *text = mc.chat_template, *which = "the model's own";
+    if (o->chat_template != NULL) {
+        file = read_file(o->chat_template, &len);
+        if (file == NULL) {
+            graft__cli_error("serve", "option --chat-template: cannot read %s", o->chat_template);
+            return GRAFT_CLI_USAGE;
+        }
+        text = file;
+        which = o->chat_template;
+    } else if (text == NULL) {
+        text = graft_template_default();
+        which = "ChatML (the model has none)";
+    }
+    char *err = NULL;
+    int rc = graft_template_parse(text, file ? len : strlen(text), &sv->chat.tmpl, &err);
+    free(file);
+    if (rc != GRAFT_OK) {
+        graft__cli_error("serve", "the chat template (%s) does not parse: %s", which,
+                         err ? err : graft_status_str(rc));
+        graft_free(err);
+        return GRAFT_CLI_FAILED;
+    }
+    fprintf(stderr, "graft: chat template: %s\n", which);
+    return GRAFT_CLI_OK;
+}
 
 static int start_engine(const serve_options *o, const char *path, serving *sv)
 {
@@ -166,11 +238,12 @@ static int start_engine(const serve_options *o, const char *path, serving *sv)
         graft_free(err);
         return GRAFT_CLI_FAILED;
     }
-    return GRAFT_CLI_OK;
+    return load_template(o, sv);
 }
 
 static void stop_engine(serving *sv)
 {
+    graft_template_free(sv->chat.tmpl);
     graft_prefix_cache_destroy(sv->cache);
     graft_engine_shutdown(sv->engine);
     graft_model_free(sv->model);
@@ -214,7 +287,7 @@ int graft__cli_serve(int argc, char **argv)
         free(path);
         return rc;
     }
-    graft__server_set_ready(server, sv.model, sv.engine, sv.cache, NULL, NULL);
+    graft__server_set_ready(server, sv.model, sv.engine, sv.cache, &sv.chat);
     fprintf(stderr, "graft: listening on http://%s:%d\n", o.host, port);
     fprintf(stderr, "graft: try: curl http://%s:%d/v1/completions -H 'Content-Type: "
                     "application/json' -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": "

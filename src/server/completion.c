@@ -149,7 +149,9 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
     graft_model_info info;
     graft_model_get_info(c->ctx->model, &info);
     if (r->prompt_text != NULL) {
-        if (graft_tokenize(c->ctx->model, r->prompt_text, strlen(r->prompt_text), !r->chat, 1,
+        /* a rendered chat prompt that starts with BOS does not get another one */
+        int add_bos = !r->chat || !graft__chat_starts_with_bos(c->ctx->chat, r->prompt_text);
+        if (graft_tokenize(c->ctx->model, r->prompt_text, strlen(r->prompt_text), add_bos, 1,
                            &c->prompt, &c->n_prompt) != GRAFT_OK) {
             graft__reply_error(reply, 500, "server_error", NULL, "cannot tokenize the prompt");
             return -1;
@@ -256,6 +258,7 @@ static void finish_request(completion *c, graft__request_log *log)
                          (unsigned long long)m.prompt_tokens_computed);
         atomic_fetch_add(&c->ctx->metrics->generated_tokens, (unsigned long long)c->n_tokens);
         if (log != NULL) {
+            log->generated = true;
             log->reused = c->reused;
             log->computed = m.prompt_tokens_computed;
             log->ttft_ms = m.time_to_first_token_ns / 1e6;
@@ -386,8 +389,8 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, boo
     snprintf(c->id, sizeof c->id, "%s-%llu", chat ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
     char *param = NULL, *message = NULL;
-    int rc = graft__request_parse(body, chat, ctx->render, ctx->render_user, &c->req, &param,
-                                  &message);
+    int rc = graft__request_parse(body, chat, ctx->chat ? graft__chat_render : NULL,
+                                  (void *)ctx->chat, &c->req, &param, &message);
     if (rc != GRAFT_OK) {
         if (rc == GRAFT_EUNSUPPORTED)
             graft__reply_error(reply, 501, "server_error", NULL,

@@ -94,7 +94,7 @@ static void log_request(graft__server *s, int endpoint, uint64_t t_start, const 
 {
     atomic_fetch_add(&s->metrics.requests[endpoint][status_class(status)], 1);
     double total_ms = (now_ns() - t_start) / 1e6;
-    if (log != NULL)
+    if (log != NULL && log->generated)
         fprintf(stderr, "graft: %s %s %d reused %d computed %d ttft %.1f ms total %.1f ms\n",
                 method, url, status, (int)log->reused, (int)log->computed, log->ttft_ms,
                 total_ms);
@@ -530,8 +530,7 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
 }
 
 void graft__server_set_ready(graft__server *s, graft_model *model, graft_engine *engine,
-                             graft_prefix_cache *cache, graft__render_fn render,
-                             void *render_user)
+                             graft_prefix_cache *cache, const graft__chat *chat)
 {
     graft_engine_config cfg;
     graft_engine_get_config(engine, &cfg);
@@ -539,8 +538,7 @@ void graft__server_set_ready(graft__server *s, graft_model *model, graft_engine 
     s->ctx.engine = engine;
     s->ctx.cache = cache;
     s->ctx.max_context = cfg.options.max_context;
-    s->ctx.render = render;
-    s->ctx.render_user = render_user;
+    s->ctx.chat = chat;
     atomic_store(&s->ready, true);
 }
 

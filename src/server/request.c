@@ -280,7 +280,7 @@ int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
             rc = parse_prompt(body, r, param, message);
         else if (render == NULL)
             rc = GRAFT_EUNSUPPORTED;
-        else if ((rc = render(body, &r->prompt_text, message, render_user)) != GRAFT_OK &&
+        else if ((rc = render(body, &r->prompt_text, param, message, render_user)) != GRAFT_OK &&
                  *param == NULL)
             *param = strdup("messages");
     }

@@ -14,6 +14,7 @@
  *   request.c     a JSON body to a validated completion request (errors name the JSON path)
  *   completion.c  one completion: prompt, reuse, generation, stop strings, the response
  *                 (whole or streamed as server-sent events)
+ *   chat.c        chat messages to prompt text through the model's chat template
  *   channel.c     tokens from the engine thread to the request's HTTP thread
  *   metrics.c     counters and the Prometheus text of /metrics
  *
@@ -50,17 +51,31 @@ typedef struct graft__server_config {
 
 typedef struct graft__server graft__server;
 
-typedef int (*graft__render_fn)(const json_t *body, char **text, char **message, void *user);
+typedef int (*graft__render_fn)(const json_t *body, char **text, char **param,
+                                char **message, void *user);
+
+/* The chat template a server renders messages with, and the special tokens' text. */
+typedef struct graft__chat {
+    graft_template *tmpl;
+    const char *bos_text, *eos_text;
+} graft__chat;
+
+/* chat.c. graft__render_fn with user a graft__chat: the request body's messages (and
+ * chat_template_kwargs) rendered; GRAFT_EINVAL with *param (the JSON path) and *message for
+ * a malformed message or a template that raised. */
+int graft__chat_render(const json_t *body, char **text, char **param, char **message,
+                       void *user);
+/* Whether rendered text starts with the BOS text (then tokenizing adds no BOS again). */
+bool graft__chat_starts_with_bos(const graft__chat *chat, const char *text);
 
 /* Starts listening; until graft__server_set_ready, /health answers 503 and every other route
  * 503 too. *port_out receives the port bound. */
 int graft__server_start(const graft__server_config *config, graft__server **out, int *port_out,
                         char **errmsg);
-/* Serves from now on with this model, engine and prefix cache (the caller's, freed after
- * graft__server_stop); render turns chat messages into prompt text (NULL: chat is 501). */
+/* Serves from now on with this model, engine, prefix cache and chat template (the
+ * caller's, freed after graft__server_stop). */
 void graft__server_set_ready(graft__server *server, graft_model *model, graft_engine *engine,
-                             graft_prefix_cache *cache, graft__render_fn render,
-                             void *render_user);
+                             graft_prefix_cache *cache, const graft__chat *chat);
 /* Stops accepting, lets running requests finish within the grace period, cancels the rest,
  * and frees the server. */
 void graft__server_stop(graft__server *server);
@@ -154,8 +169,7 @@ typedef struct graft__server_ctx {
     const graft__server_config *config;
     graft__server_metrics *metrics;
     int32_t max_context;
-    graft__render_fn render; /* chat messages to prompt text; NULL: chat is refused (501) */
-    void *render_user;
+    const graft__chat *chat;
     atomic_bool cancel_all;  /* shutdown after the grace period: every completion cancels */
 } graft__server_ctx;
 
@@ -169,6 +183,7 @@ void graft__reply_json(graft__reply *reply, int status, json_t *j);
 
 /* What one request's log line tells. */
 typedef struct graft__request_log {
+    bool generated; /* a generation ran: the figures below are its */
     int32_t reused, computed;
     double ttft_ms;
 } graft__request_log;

@@ -1,0 +1,137 @@
+/*
+ * chat.c: the messages of a chat completion request, rendered into prompt text with the
+ * model's own chat template (or --chat-template's), as graft__render_fn (server.h).
+ *
+ * The template's input is what Hugging Face's apply_chat_template gives it: messages (each
+ * with its role and content; content given as an array of text parts is joined into one
+ * string, as llama-server does, since most templates only handle strings), add_generation_
+ * prompt true, bos_token and eos_token (the model's), and the variables of
+ * chat_template_kwargs (e.g. enable_thinking). A message that is malformed is refused naming
+ * its JSON path; a template that raises (roles out of order) is refused with its message.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+typedef struct why {
+    char **param, **message;
+} why;
+
+static int refuse(const why *w, const char *fmt, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, fmt, path);
+    *w->message = strdup(buf);
+    *w->param = strdup(path);
+    return GRAFT_EINVAL;
+}
+
+/* The content of message i as the template sees it, or NULL after setting *message. */
+static json_t *content_of(const json_t *m, size_t i, const why *w)
+{
+    char path[64];
+    const json_t *c = json_object_get(m, "content");
+    if (c == NULL || json_is_null(c) || json_is_string(c))
+        return c ? json_incref((json_t *)c) : json_null();
+    snprintf(path, sizeof path, "messages[%zu].content", i);
+    if (!json_is_array(c)) {
+        refuse(w, "'%s' must be a string, an array of text parts or null", path);
+        return NULL;
+    }
+    size_t len = 0;
+    char *text = calloc(1, 1);
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        const json_t *part = json_array_get(c, k);
+        const char *type = json_string_value(json_object_get(part, "type"));
+        const char *t = json_string_value(json_object_get(part, "text"));
+        if (type == NULL || strcmp(type, "text") != 0 || t == NULL) {
+            snprintf(path, sizeof path, "messages[%zu].content[%zu]", i, k);
+            refuse(w, "'%s' must be a text part {\"type\": \"text\", \"text\": ...}", path);
+            free(text);
+            return NULL;
+        }
+        size_t n = strlen(t);
+        text = realloc(text, len + n + 1);
+        memcpy(text + len, t, n + 1);
+        len += n;
+    }
+    json_t *joined = json_stringn(text, len);
+    free(text);
+    return joined;
+}
+
+/* The template's messages: each the request's with its content normalised. */
+static json_t *messages_of(const json_t *body, const why *w)
+{
+    const json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        refuse(w, "'%s' must be a non-empty array of messages", "messages");
+        return NULL;
+    }
+    json_t *out = json_array();
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        const json_t *m = json_array_get(msgs, i);
+        char path[64];
+        snprintf(path, sizeof path, "messages[%zu].role", i);
+        if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) {
+            refuse(w, "'%s' must be a string", path);
+            json_decref(out);
+            return NULL;
+        }
+        json_t *copy = json_deep_copy(m);
+        json_t *content = content_of(m, i, w);
+        if (content == NULL) {
+            json_decref(copy);
+            json_decref(out);
+            return NULL;
+        }
+        json_object_set_new(copy, "content", content);
+        json_array_append_new(out, copy);
+    }
+    return out;
+}
+
+int graft__chat_render(const json_t *body, char **text, char **param, char **message,
+                       void *user)
+{
+    const graft__chat *chat = user;
+    const why w = {param, message};
+    *text = NULL;
+    json_t *messages = messages_of(body, &w);
+    if (messages == NULL)
+        return GRAFT_EINVAL;
+    json_t *input = json_object();
+    const json_t *kwargs = json_object_get(body, "chat_template_kwargs");
+    if (json_is_object(kwargs))
+        json_object_update(input, (json_t *)kwargs);
+    json_object_set_new(input, "messages", messages);
+    json_object_set_new(input, "add_generation_prompt", json_true());
+    json_object_set_new(input, "bos_token", json_string(chat->bos_text));
+    json_object_set_new(input, "eos_token", json_string(chat->eos_text));
+    char *dump = json_dumps(input, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(input);
+    if (dump == NULL)
+        return GRAFT_ENOMEM;
+    char *rendered = NULL, *err = NULL;
+    int rc = graft_template_render(chat->tmpl, dump, strlen(dump), NULL, &rendered, NULL, &err);
+    free(dump);
+    if (rc != GRAFT_OK) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "the chat template refused the messages: %s",
+                 err ? err : graft_status_str(rc));
+        *message = strdup(buf);
+        graft_free(err);
+        return GRAFT_EINVAL;
+    }
+    *text = strdup(rendered);
+    graft_free(rendered);
+    return *text ? GRAFT_OK : GRAFT_ENOMEM;
+}
+
+bool graft__chat_starts_with_bos(const graft__chat *chat, const char *text)
+{
+    size_t n = strlen(chat->bos_text);
+    return n > 0 && strncmp(text, chat->bos_text, n) == 0;
+}

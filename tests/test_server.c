@@ -721,6 +721,85 @@ static void test_chat_qwen_template(void **state)
     assert_int_equal(stop_server(&s), 0);
 }
 
+/* The graft object's source of a whole response. */
+static char *source_of(const response *r)
+{
+    json_t *j = json_of(r);
+    char *src = strdup(json_string_value(json_object_get(json_object_get(j, "graft"), "source")));
+    json_decref(j);
+    return src;
+}
+
+static int reused_of(const response *r)
+{
+    json_t *j = json_of(r);
+    int n = (int)json_integer_value(json_object_get(json_object_get(j, "graft"), "tokens_reused"));
+    json_decref(j);
+    return n;
+}
+
+/* A named session: the next turn continues its KV (source "session"), a turn that rewinds
+ * (an edited earlier message) clones it at the common prefix; both answer as the same
+ * request without a session does. Listed, deleted, then gone. */
+static void test_named_sessions(void **state)
+{
+    (void)state;
+    const char *turn1 = "{\"prompt\": \"Once upon a time, there was a king\", \"max_tokens\": 16, "
+                        "\"temperature\": 0, \"session_id\": \"conv-1\"}";
+    response a = request(&main_server, "POST", "/v1/completions", turn1);
+    char *t1 = completion_text(&a);
+    char body[2048];
+    snprintf(body, sizeof body, "{\"prompt\": \"Once upon a time, there was a king%s. He\", "
+             "\"max_tokens\": 16, \"temperature\": 0, \"session_id\": \"conv-1\"}", t1);
+    response b = request(&main_server, "POST", "/v1/completions", body);
+    char *src = source_of(&b), *t2 = completion_text(&b);
+    assert_string_equal(src, "session");
+    assert_true(reused_of(&b) > 10);
+    free(src);
+    /* the same turn without a session: the same text */
+    snprintf(body, sizeof body, "{\"prompt\": \"Once upon a time, there was a king%s. He\", "
+             "\"max_tokens\": 16, \"temperature\": 0}", t1);
+    response c = request(&main_server, "POST", "/v1/completions", body);
+    char *t2_anonymous = completion_text(&c);
+    assert_string_equal(t2, t2_anonymous);
+    /* a rewind through the header: a clone at the common prefix */
+    const char *rewind = "{\"prompt\": \"Once upon a time, there was a queen\", \"max_tokens\": 16, "
+                         "\"temperature\": 0, \"session_id\": \"conv-1\"}";
+    response d = request(&main_server, "POST", "/v1/completions", rewind);
+    src = source_of(&d);
+    assert_string_equal(src, "session");
+    free(src);
+    response e = request(&main_server, "POST", "/v1/completions",
+                         "{\"prompt\": \"Once upon a time, there was a queen\", \"max_tokens\": "
+                         "16, \"temperature\": 0}");
+    char *td = completion_text(&d), *te = completion_text(&e);
+    assert_string_equal(td, te);
+    response l = request(&main_server, "GET", "/v1/sessions", NULL);
+    assert_int_equal(l.status, 200);
+    assert_non_null(strstr(l.body, "\"conv-1\""));
+    response del = request(&main_server, "DELETE", "/v1/sessions/conv-1", NULL);
+    assert_int_equal(del.status, 200);
+    response again = request(&main_server, "DELETE", "/v1/sessions/conv-1", NULL);
+    free(expect_error(&again, 404, NULL));
+    response bad = request(&main_server, "POST", "/v1/completions",
+                           "{\"prompt\": \"x\", \"session_id\": 7}");
+    free(expect_error(&bad, 400, "session_id"));
+    free(t1);
+    free(t2);
+    free(t2_anonymous);
+    free(td);
+    free(te);
+    response_free(&a);
+    response_free(&b);
+    response_free(&c);
+    response_free(&d);
+    response_free(&e);
+    response_free(&l);
+    response_free(&del);
+    response_free(&again);
+    response_free(&bad);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -733,6 +812,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_tokenize_roundtrip),
         cmocka_unit_test(test_chat_stories),
+        cmocka_unit_test(test_named_sessions),
         cmocka_unit_test(test_chat_qwen_template),
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_api_key),

@@ -9,8 +9,8 @@
  * cancelled) and releases everything; the exit status is 0.
  *
  * Engine limits: --max-sessions requests generate at once; the engine holds one session per
- * running request, one for its prompt's snapshot on its way into the cache, and the cache's
- * snapshots (--cache-entries). Its KV budget (--kv-mem, default: what the engine gives that
+ * running request, one for its prompt's snapshot on its way into the cache, the cache's
+ * snapshots (--cache-entries) and the named sessions (--named-sessions). Its KV budget (--kv-mem, default: what the engine gives that
  * many sessions of --ctx) is shared, and the prefix cache gives blocks back when a request
  * waits for KV.
  */
@@ -29,6 +29,8 @@
 #define DEFAULT_MAX_QUEUE 64
 #define DEFAULT_TIMEOUT_S 600
 #define DEFAULT_GRACE_MS 5000
+#define DEFAULT_NAMED 16
+#define DEFAULT_TTL_S 600
 
 static const char serve_usage[] =
     "usage: graft serve [-m MODEL] [OPTIONS]\n"
@@ -52,6 +54,8 @@ static const char serve_usage[] =
     "  --kv-mem SIZE           KV budget in bytes, with an optional K, M or G suffix\n"
     "                          (default: what the engine gives its sessions of --ctx)\n"
     "  --cache-entries N       prompt snapshots the prefix cache holds (default 32)\n"
+    "  --named-sessions N      named sessions kept (session_id, X-Session-ID; default 16)\n"
+    "  --session-ttl S         seconds an idle named session is kept (default 600)\n"
     "  --cache-mem SIZE        KV bytes the cache holds alone at most (default: no bound\n"
     "                          but --kv-mem; it gives blocks back when a request waits)\n"
     "  --threads N             compute threads (default: one per online CPU)\n"
@@ -73,6 +77,7 @@ typedef struct serve_options {
     const char *kernels;
     const char *chat_template;
     int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, grace_ms;
+    int32_t named, ttl_s;
     size_t kv_mem, cache_mem, max_body;
 } serve_options;
 
@@ -81,7 +86,8 @@ static int parse(int argc, char **argv, serve_options *o)
     *o = (serve_options){.host = "127.0.0.1", .port = DEFAULT_PORT, .slots = DEFAULT_SLOTS,
                          .queue = DEFAULT_MAX_QUEUE, .cache_entries = DEFAULT_CACHE_ENTRIES,
                          .timeout_s = DEFAULT_TIMEOUT_S, .grace_ms = DEFAULT_GRACE_MS,
-                         .max_body = DEFAULT_MAX_BODY};
+                         .max_body = DEFAULT_MAX_BODY, .named = DEFAULT_NAMED,
+                         .ttl_s = DEFAULT_TTL_S};
     const graft__cli_opt opts[] = {
         {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
         {"--host", NULL, GRAFT_CLI_STRING, &o->host, 0, 0, 0},
@@ -93,6 +99,8 @@ static int parse(int argc, char **argv, serve_options *o)
         {"--kv-mem", NULL, GRAFT_CLI_SIZE, &o->kv_mem, 1, (double)SIZE_MAX, 0},
         {"--cache-entries", NULL, GRAFT_CLI_INT, &o->cache_entries, 0, 2000, 0},
         {"--cache-mem", NULL, GRAFT_CLI_SIZE, &o->cache_mem, 1, (double)SIZE_MAX, 0},
+        {"--named-sessions", NULL, GRAFT_CLI_INT, &o->named, 1, 1000, 0},
+        {"--session-ttl", NULL, GRAFT_CLI_INT, &o->ttl_s, 1, 30 * 86400, 0},
         {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
         {"--api-key", NULL, GRAFT_CLI_STRING, &o->api_key, 0, 0, 0},
@@ -215,7 +223,7 @@ static int start_engine(const serve_options *o, const char *path, serving *sv)
                          (int)o->ctx, (int)info.n_ctx_train);
         return GRAFT_CLI_USAGE;
     }
-    eo.max_sessions = 2 * o->slots + o->cache_entries + 1;
+    eo.max_sessions = 2 * o->slots + o->cache_entries + o->named + 1;
     eo.n_threads = o->threads;
     eo.kernels = o->kernels;
     if (o->kv_mem > 0) {
@@ -267,7 +275,8 @@ int graft__cli_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
     graft__server_config cfg = {o.host, o.port, alias, o.api_key, o.max_body, o.queue, o.slots,
-                                2 * (o.slots + o.queue) + 16, o.timeout_s, o.grace_ms};
+                                2 * (o.slots + o.queue) + 16, o.timeout_s, o.named, o.ttl_s,
+                                o.grace_ms};
     graft__server *server = NULL;
     int port = 0;
     char *err = NULL;

@@ -15,6 +15,12 @@
  * them, so a client that went away cancels its generation within one slice; a streamed one
  * finds out when a write fails (http.c frees the stream, which cancels).
  *
+ * Named sessions (sessions.c): a request with a session id takes its conversation's
+ * session: the session itself when the prompt extends its committed history, else a clone at
+ * their longest common prefix (as long as the session retains); the first request of a new
+ * one starts as an anonymous one does. When the request ends, its session (prompt and reply
+ * committed) becomes the conversation's.
+ *
  * Ownership: the request's session, capture and generation belong to this request alone,
  * and are released when it ends (finish_request), whatever the outcome.
  */
@@ -39,6 +45,8 @@ typedef struct completion {
     int32_t *prompt;
     size_t n_prompt;
     int32_t reused;
+    const char *source;    /* where the reused KV came from: cold, cache, session */
+    graft__named *named;   /* the named session taken, or NULL */
     graft_session *session;
     graft_prompt_capture *capture;
     graft_generation *gen;
@@ -191,15 +199,78 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
     return 0;
 }
 
-/* The session to generate on: a clone of the longest cached prefix, or a new one. */
-static int find_session(completion *c, graft__reply *reply)
+/* Tokens a and b have in common at their start. */
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i])
+        i++;
+    return i;
+}
+
+/* The named session's conversation as the new prompt can use it: the session itself when
+ * the prompt extends its history, else a clone at their common prefix. 0, or -1 when the
+ * conversation gave nothing (held is closed then). */
+static int continue_named(completion *c, graft_session *held)
+{
+    int32_t *history = NULL;
+    size_t n_history = 0;
+    if (graft_session_tokens(held, &history, &n_history) != GRAFT_OK) {
+        graft_session_close(held);
+        return -1;
+    }
+    size_t lcp = common_prefix(history, n_history, c->prompt, c->n_prompt);
+    graft_free(history);
+    if (lcp == n_history && lcp < c->n_prompt) {
+        c->session = held;
+        c->reused = (int32_t)lcp;
+        return 0;
+    }
+    size_t upto = lcp < c->n_prompt ? lcp : c->n_prompt - 1; /* the last token is computed */
+    graft_session *clone = NULL;
+    int rc = graft_session_clone_range_wait(held, 0, (int32_t)upto, &clone, NULL);
+    graft_session_close(held);
+    if (rc != GRAFT_OK || graft_session_position(clone) == 0) {
+        graft_session_close(clone);
+        return -1;
+    }
+    c->session = clone;
+    c->reused = graft_session_position(clone);
+    return 0;
+}
+
+/* The session to generate on: the named session's, a clone of the longest cached prefix, or
+ * a new one. */
+static int find_session(completion *c, const char *owner, graft__reply *reply)
 {
     uint64_t t0 = now_ns();
+    c->source = "cold";
+    if (c->req.session_id != NULL) {
+        graft_session *held = NULL;
+        int rc = graft__sessions_acquire(c->ctx->sessions, c->req.session_id, owner, &c->named,
+                                         &held);
+        if (rc == GRAFT_EINVAL) {
+            graft__reply_error(reply, 403, "permission_error", "session_id",
+                               "the session belongs to another API key");
+            return -1;
+        }
+        if (rc != GRAFT_OK) {
+            graft__reply_error(reply, 503, "server_error", "session_id",
+                               "no named session can be kept now: %s", graft_status_str(rc));
+            return -1;
+        }
+        if (held != NULL && continue_named(c, held) == 0) {
+            c->lookup_ns = now_ns() - t0;
+            c->source = "session";
+            return 0;
+        }
+    }
     int rc = graft_prefix_cache_lookup(c->ctx->cache, c->prompt, c->n_prompt, &c->session,
                                        &c->reused);
     c->lookup_ns = now_ns() - t0;
     if (rc == GRAFT_OK) {
         atomic_fetch_add(&c->ctx->metrics->cache_hits, 1);
+        c->source = "cache";
         return 0;
     }
     atomic_fetch_add(&c->ctx->metrics->cache_misses, 1);
@@ -269,7 +340,10 @@ static void finish_request(completion *c, graft__request_log *log)
         graft_prompt_capture_free(c->capture);
     }
     graft_generation_free(c->gen);
-    graft_session_close(c->session);
+    if (c->named != NULL)
+        graft__sessions_release(c->ctx->sessions, c->named, c->session);
+    else
+        graft_session_close(c->session);
     if (c->channel_ready)
         graft__channel_free(&c->channel);
     graft_detok_free(c->detok);
@@ -308,7 +382,7 @@ static json_t *graft_json(const completion *c)
 {
     graft_generation_metrics m;
     graft_generation_metrics_get(c->gen, &m);
-    return json_pack("{s:s, s:i, s:i, s:f, s:f, s:f}", "source", c->reused > 0 ? "cache" : "cold",
+    return json_pack("{s:s, s:i, s:i, s:f, s:f, s:f}", "source", c->source,
                      "tokens_reused", (int)c->reused, "tokens_computed",
                      (int)m.prompt_tokens_computed, "clone_ms", c->lookup_ns / 1e6, "queue_ms",
                      m.queue_wait_ns / 1e6, "ttft_ms",
@@ -376,7 +450,8 @@ static bool client_gone(int fd)
 /* ---- the entry points ------------------------------------------------------------------------ */
 
 void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, bool chat, int fd,
-                           graft__reply *reply, graft__request_log *log)
+                           const char *session_header, const char *owner, graft__reply *reply,
+                           graft__request_log *log)
 {
     completion *c = calloc(1, sizeof *c);
     if (c == NULL) {
@@ -403,7 +478,9 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, boo
         free(c);
         return;
     }
-    if (tokenize_prompt(c, reply) != 0 || find_session(c, reply) != 0 ||
+    if (c->req.session_id == NULL && session_header != NULL && session_header[0] != '\0')
+        c->req.session_id = strndup(session_header, 128);
+    if (tokenize_prompt(c, reply) != 0 || find_session(c, owner, reply) != 0 ||
         start_generation(c, reply) != 0) {
         finish_request(c, log);
         return;

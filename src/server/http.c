@@ -5,7 +5,8 @@
  *
  * Routes: GET /health (503 until the model is loaded and the engine runs), GET /v1/models,
  * GET /metrics, POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
- * POST /detokenize; any other path is a JSON 404, a known path with another method a 405.
+ * POST /detokenize, GET /v1/sessions, DELETE /v1/sessions/{id}; any other path is a JSON
+ * 404, a known path with another method a 405.
  *
  * Admission: at most `slots` completions generate at once; up to max_queue more wait for a
  * slot; beyond that a request is answered 429 with Retry-After at once (the connection is
@@ -32,6 +33,7 @@ struct graft__server {
     graft__server_config config;
     graft__server_ctx ctx;
     graft__server_metrics metrics;
+    graft__session_store sessions;
     atomic_bool ready;
     pthread_mutex_t mu; /* guards running, queued and the waits on cv */
     pthread_cond_t cv;
@@ -307,23 +309,55 @@ static void route_detokenize(graft__server *s, const json_t *body, graft__reply 
 }
 
 typedef enum route {
-    R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_NONE
+    R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_SESSIONS,
+    R_SESSION, R_NONE
 } route;
 
 static const struct {
-    const char *path;
+    const char *path; /* a trailing '/' matches any one path segment after it */
     const char *method;
 } routes[R_NONE] = {{"/health", "GET"},           {"/v1/models", "GET"},
                     {"/metrics", "GET"},          {"/v1/completions", "POST"},
                     {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"},
-                    {"/detokenize", "POST"}};
+                    {"/detokenize", "POST"},      {"/v1/sessions", "GET"},
+                    {"/v1/sessions/", "DELETE"}};
 
 static route find_route(const char *url)
 {
-    for (int i = 0; i < R_NONE; i++)
-        if (strcmp(url, routes[i].path) == 0)
+    for (int i = 0; i < R_NONE; i++) {
+        size_t n = strlen(routes[i].path);
+        if (routes[i].path[n - 1] == '/' ? strncmp(url, routes[i].path, n) == 0 &&
+                                               url[n] != '\0' && strchr(url + n, '/') == NULL
+                                         : strcmp(url, routes[i].path) == 0)
             return (route)i;
+    }
     return R_NONE;
+}
+
+/* The API key the client presented (the owner of its named sessions), or NULL. */
+static const char *client_key(graft__server *s, struct MHD_Connection *conn)
+{
+    if (s->config.api_key == NULL)
+        return NULL;
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    return auth != NULL && strncmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
+}
+
+static void route_sessions(graft__server *s, struct MHD_Connection *conn, graft__reply *reply)
+{
+    graft__reply_json(reply, 200, json_pack("{s:s, s:o}", "object", "list", "data",
+                                            graft__sessions_list(&s->sessions,
+                                                                 client_key(s, conn))));
+}
+
+static void route_delete_session(graft__server *s, struct MHD_Connection *conn, const char *id,
+                                 graft__reply *reply)
+{
+    if (graft__sessions_delete(&s->sessions, id, client_key(s, conn)) != GRAFT_OK)
+        graft__reply_error(reply, 404, "not_found_error", NULL, "no session '%s'", id);
+    else
+        graft__reply_json(reply, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object",
+                                                "session", "deleted", 1));
 }
 
 /* Compares the key without stopping at the first difference. */
@@ -386,6 +420,10 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
         route_models(s, &reply);
     } else if (r == R_METRICS) {
         route_metrics(s, &reply);
+    } else if (r == R_SESSIONS) {
+        route_sessions(s, conn, &reply);
+    } else if (r == R_SESSION) {
+        route_delete_session(s, conn, url + strlen(routes[R_SESSION].path), &reply);
     } else {
         json_error_t jerr;
         json_t *body = json_loadb(rq->body ? rq->body : "", rq->len, 0, &jerr);
@@ -409,7 +447,13 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
             else if (refused != 0)
                 graft__reply_error(&reply, 503, "server_error", NULL, "the server is stopping");
             else {
-                graft__completion_run(&s->ctx, body, r == R_CHAT, client_fd(conn), &reply, &log);
+                const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                              "X-Session-ID");
+                if (sid == NULL)
+                    sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                      "x-session-affinity");
+                graft__completion_run(&s->ctx, body, r == R_CHAT, client_fd(conn), sid,
+                                      client_key(s, conn), &reply, &log);
                 logged_generation = true;
                 if (reply.stream != NULL) {
                     json_decref(body);
@@ -492,6 +536,12 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     s->config = *config;
     s->ctx.config = &s->config;
     s->ctx.metrics = &s->metrics;
+    s->ctx.sessions = &s->sessions;
+    if (graft__sessions_store_init(&s->sessions, config->named_sessions,
+                                   config->session_ttl_s) != GRAFT_OK) {
+        free(s);
+        return GRAFT_ENOMEM;
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     struct sockaddr_in addr;
@@ -500,7 +550,8 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     addr.sin_port = htons((uint16_t)config->port);
     if (inet_pton(AF_INET, config->host, &addr.sin_addr) != 1) {
         if (errmsg)
-            *errmsg = strdup("--host must be an IPv4 address such as 127.0.0.1 or 0.0.0.0");
+            *errmsg = strdup("option --host: must be an IPv4 address such as 127.0.0.1");
+        graft__sessions_store_free(&s->sessions);
         free(s);
         return GRAFT_EINVAL;
     }
@@ -520,6 +571,7 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
         }
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
+        graft__sessions_store_free(&s->sessions);
         free(s);
         return GRAFT_EIO;
     }
@@ -566,6 +618,7 @@ void graft__server_stop(graft__server *s)
         nanosleep(&ts, NULL);
     }
     MHD_stop_daemon(s->daemon);
+    graft__sessions_store_free(&s->sessions);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

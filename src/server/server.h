@@ -15,6 +15,7 @@
  *   completion.c  one completion: prompt, reuse, generation, stop strings, the response
  *                 (whole or streamed as server-sent events)
  *   chat.c        chat messages to prompt text through the model's chat template
+ *   sessions.c    named sessions: a conversation's KV kept between its requests
  *   channel.c     tokens from the engine thread to the request's HTTP thread
  *   metrics.c     counters and the Prometheus text of /metrics
  *
@@ -46,6 +47,8 @@ typedef struct graft__server_config {
     int32_t slots;          /* requests generating at once */
     int32_t max_connections;
     int32_t timeout_s;      /* idle connection timeout */
+    int32_t named_sessions; /* named sessions kept at most */
+    int32_t session_ttl_s;  /* an idle named session expires after this */
     int32_t grace_ms;       /* shutdown: how long running requests may finish */
 } graft__server_config;
 
@@ -118,7 +121,7 @@ typedef struct graft__completion_request {
     graft_sampling sampling;
     char *stop[GRAFT__MAX_STOP];
     size_t n_stop;
-    char *session_id;       /* a named session's id, or NULL */
+    char *session_id;       /* a named session's id (body or header), or NULL */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad
@@ -130,6 +133,35 @@ int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
                          void *render_user, graft__completion_request *r, char **param,
                          char **message);
 void graft__request_free(graft__completion_request *r);
+
+/* ---- sessions.c ----------------------------------------------------------------------------- */
+
+typedef struct graft__named graft__named;
+typedef struct graft__session_store {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* requests waiting their turn on an entry */
+    graft__named *head;
+    int32_t count, max;
+    uint64_t ttl_ns;
+} graft__session_store;
+
+int graft__sessions_store_init(graft__session_store *st, int32_t max, int32_t ttl_s);
+/* Closes every entry's session. No request may be using the store. */
+void graft__sessions_store_free(graft__session_store *st);
+/* Takes the entry `id` (made when new; owner: the API key, or NULL), after the requests that
+ * arrived on it before: *session is its conversation's session, now the caller's, or NULL for
+ * a new entry. GRAFT_EINVAL: the entry belongs to another key; GRAFT_ECAPACITY: the store is
+ * full of busy entries; GRAFT_ENOMEM. */
+int graft__sessions_acquire(graft__session_store *st, const char *id, const char *owner,
+                            graft__named **entry, graft_session **session);
+/* Gives the entry back with `session` (NULL: none) as its conversation's state. */
+void graft__sessions_release(graft__session_store *st, graft__named *entry,
+                             graft_session *session);
+/* Closes the entry (once its running requests end). GRAFT_ENOTFOUND when there is none for
+ * this owner. */
+int graft__sessions_delete(graft__session_store *st, const char *id, const char *owner);
+/* The owner's entries: [{id, tokens, busy, idle_s}]. */
+json_t *graft__sessions_list(graft__session_store *st, const char *owner);
 
 /* ---- metrics.c ------------------------------------------------------------------------------ */
 
@@ -170,6 +202,7 @@ typedef struct graft__server_ctx {
     graft__server_metrics *metrics;
     int32_t max_context;
     const graft__chat *chat;
+    graft__session_store *sessions;
     atomic_bool cancel_all;  /* shutdown after the grace period: every completion cancels */
 } graft__server_ctx;
 
@@ -192,7 +225,8 @@ typedef struct graft__request_log {
  * stream (reply->stream, read by graft__completion_stream_read, freed by _stream_free).
  * `fd` is the client's socket, watched for a disconnect while a whole response is made. */
 void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, bool chat, int fd,
-                           graft__reply *reply, graft__request_log *log);
+                           const char *session_header, const char *owner, graft__reply *reply,
+                           graft__request_log *log);
 /* Streams: the next bytes of the event stream into buf (at most max); -1 at the end. */
 long graft__completion_stream_read(void *stream, char *buf, size_t max);
 /* The client went away (or the response ended): cancels and frees. */

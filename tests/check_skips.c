@@ -6,8 +6,8 @@
  * (tests/support/skips.h) and prints one line per skip. A skipped kernel path that this
  * processor runs (the same CPUID test the kernels' dispatch makes, graft__kernels_by_name)
  * is an error, and so is a line of any other kind: the only skip CI accepts is of a path
- * the processor lacks. The exit status is 1 after any error, else 0. Prints which kernel paths the processor runs first, so a CI log
- * says why a path was or was not checked.
+ * the processor lacks. The exit status is 1 after any error, else 0. It prints first which
+ * kernel paths the processor runs, so a CI log says why a path was or was not checked.
  */
 #include <dirent.h>
 #include <stdbool.h>

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "act_quant.h"
 #include "fixtures.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_path.h"
@@ -163,20 +164,6 @@ static double dot_scale(const problem *p, int64_t o, int64_t t)
     return s;
 }
 
-/* xq (n) = x (n) quantized and decoded as the path documents, per block of `block`. */
-static void quantize_like_path(double *xq, const float *x, int64_t n, int block)
-{
-    for (int64_t b = 0; b < n; b += block) {
-        float amax = 0.0f;
-        for (int i = 0; i < block; i++)
-            amax = fmaxf(amax, fabsf(x[b + i]));
-        float id = amax > 0x1p-96f ? 127.0f / amax : 0.0f;
-        float d = amax / 127.0f;
-        for (int i = 0; i < block; i++)
-            xq[b + i] = (double)d * nearbyintf(x[b + i] * id);
-    }
-}
-
 /* ------------------------------------------------------------------------------------
  * Checks.
  */
@@ -194,7 +181,7 @@ static void check_accuracy(const problem *p, int64_t n_tok)
     double err2 = 0, ref2 = 0, worst = 0;
     for (int64_t t = 0; t < n_tok; t++) {
         if (p->c->act_block)
-            quantize_like_path(xq, p->x + t * n_in, n_in, p->c->act_block);
+            graft_test_quantize_acts(xq, p->x + t * n_in, n_in, p->c->act_block, 0x1p-96f);
         for (int64_t o = 0; o < N_OUT; o++) {
             double got = y[t * N_OUT + o], want = ref[t * N_OUT + o];
             double s = dot_scale(p, o, t);

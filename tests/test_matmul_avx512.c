@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "act_quant.h"
 #include "fixtures.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
@@ -203,21 +204,6 @@ static int path_act_block(const problem *p)
     return p->packed != NULL && p->type == GRAFT_TYPE_Q4_K ? 32 : act_block(p->type);
 }
 
-/* xq (n) = x (n) quantized and decoded as the path does, per block of `block`
- * (graft__avx512_quantize32; the K-quants' quantize_block). */
-static void quantize_like_path(double *xq, const float *x, int64_t n, int block)
-{
-    for (int64_t b = 0; b < n; b += block) {
-        float amax = 0.0f;
-        for (int i = 0; i < block; i++)
-            amax = fmaxf(amax, fabsf(x[b + i]));
-        float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        float d = amax / 127.0f;
-        for (int i = 0; i < block; i++)
-            xq[b + i] = (double)d * nearbyintf(x[b + i] * id);
-    }
-}
-
 /* y equals the emulated integer dot products (see the top of the file) within the float
  * rounding; returns the worst |y - exact| / sum |w xq|. */
 static double check_exact(const problem *p, const float *y)
@@ -227,7 +213,7 @@ static double check_exact(const problem *p, const float *y)
     assert_non_null(xq);
     double worst = 0;
     for (int t = 0; t < N_TOK; t++) {
-        quantize_like_path(xq, p->x + t * p->n_in, p->n_in, block);
+        graft_test_quantize_acts(xq, p->x + t * p->n_in, p->n_in, block, 0.0f);
         for (int o = 0; o < p->n_out; o++) {
             const float *w = p->wd + o * p->n_in;
             double exact = 0, sq = 0;

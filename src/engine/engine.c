@@ -2,11 +2,13 @@
  * engine.c: the engine's lifecycle, its thread and its command queue (graft_engine in
  * include/graft.h; the internal interface is engine.h).
  *
- * The engine thread loops: take every queued command and run them in order, again and again
- * until the queue is empty, then run one step of the scheduler. Callbacks run inside
- * commands and steps and may queue more commands; since the queue is drained before each
- * step, those run before the next forward pass (DESIGN.md invariant 5), even when they were
- * queued by a callback of a command. With nothing queued and no live generation the thread
+ * The engine thread loops: take every queued command and run them in order, then run one
+ * step of the scheduler. Callbacks run inside commands and steps and may queue more
+ * commands: those go to a second queue that only the engine thread touches (`local`), which
+ * is run until empty before the next step, so a command queued from a callback runs before
+ * the next forward pass (DESIGN.md invariant 5), even when a callback of a command queued
+ * it. Commands from other threads queued meanwhile wait for the next turn, so however many
+ * threads keep queuing, every turn runs a step. With nothing queued and no live generation the thread
  * sleeps on `wake`; likewise while every live generation waits for KV room (`stalled`),
  * until a command arrives, a KV wait deadline passes or a short poll finds a cancel.
  *
@@ -267,6 +269,14 @@ void graft_engine_get_config(const graft_engine *e, graft_engine_config *out)
 int graft__engine_submit(graft_engine *e, graft__cmd *cmd)
 {
     cmd->next = NULL;
+    if (graft__engine_on_thread(e) && !e->closed_local) {
+        if (e->local_tail)
+            e->local_tail->next = cmd;
+        else
+            e->local_head = cmd;
+        e->local_tail = cmd;
+        return GRAFT_OK;
+    }
     pthread_mutex_lock(&e->mu);
     if (e->closed) {
         pthread_mutex_unlock(&e->mu);
@@ -334,6 +344,8 @@ void graft__engine_set_step_hook(graft_engine *e, graft__step_hook hook, void *u
  * run (none, or all waiting for KV with no cancel pending). Under mu. */
 static bool idle(const graft_engine *e)
 {
+    if (e->local_head != NULL)
+        return false;
     if (e->paused)
         return true;
     if (e->head != NULL || e->n_active == 0)
@@ -400,17 +412,6 @@ static bool take_commands(graft_engine *e, graft__cmd **cmds)
     return stop;
 }
 
-/* Takes whatever is queued now, without waiting (and the test hooks). */
-static graft__cmd *take_queued(graft_engine *e)
-{
-    pthread_mutex_lock(&e->mu);
-    graft__cmd *cmds = e->paused ? NULL : e->head;
-    if (cmds != NULL)
-        e->head = e->tail = NULL;
-    pick_up_hooks(e);
-    pthread_mutex_unlock(&e->mu);
-    return cmds;
-}
 
 /* Runs a command, or answers it with a refusal when draining. */
 static void run_command(graft_engine *e, graft__cmd *cmd)
@@ -460,6 +461,16 @@ static void run_commands(graft_engine *e, graft__cmd *cmd)
     }
 }
 
+/* Runs the commands callbacks queued, and those their callbacks queue, until none is left. */
+static void run_local(graft_engine *e)
+{
+    while (e->local_head != NULL) {
+        graft__cmd *cmds = e->local_head;
+        e->local_head = e->local_tail = NULL;
+        run_commands(e, cmds);
+    }
+}
+
 /* Takes whatever is queued without waiting; when nothing is queued and no generation is
  * live, closes the queue. Returns the commands taken. */
 static graft__cmd *take_or_close(graft_engine *e)
@@ -467,8 +478,10 @@ static graft__cmd *take_or_close(graft_engine *e)
     pthread_mutex_lock(&e->mu);
     graft__cmd *cmds = e->head;
     e->head = e->tail = NULL;
-    if (cmds == NULL && e->n_active == 0)
+    if (cmds == NULL && e->n_active == 0) {
         e->closed = true;
+        e->closed_local = true;
+    }
     pthread_mutex_unlock(&e->mu);
     return cmds;
 }
@@ -477,10 +490,13 @@ static void drain(graft_engine *e, graft__cmd *cmds)
 {
     e->draining = true;
     for (;;) {
+        run_local(e);
         run_commands(e, cmds);
+        run_local(e);
         while (e->n_active > 0)
             graft__gen_settle(e, e->active[0], GRAFT_FINISH_CANCELLED, GRAFT_ESHUTDOWN,
                               "the engine is shutting down");
+        run_local(e);
         cmds = take_or_close(e);
         if (cmds == NULL && e->n_active == 0)
             break;
@@ -500,9 +516,9 @@ static void *engine_main(void *arg)
             drain(e, cmds);
             break;
         }
-        do
-            run_commands(e, cmds);
-        while ((cmds = take_queued(e)) != NULL);
+        run_local(e); /* queued by the last step's callbacks */
+        run_commands(e, cmds);
+        run_local(e);
         graft__sched_step(e);
     }
     current_engine = NULL;

@@ -473,7 +473,9 @@ static void test_tokenize_roundtrip(void **state)
     json_t *j = json_of(&r);
     json_t *tokens = json_object_get(j, "tokens");
     assert_true(json_array_size(tokens) > 2);
-    char *dump = json_dumps(json_pack("{s:O}", "tokens", tokens), JSON_COMPACT);
+    json_t *wrap = json_pack("{s:O}", "tokens", tokens);
+    char *dump = json_dumps(wrap, JSON_COMPACT);
+    json_decref(wrap);
     response d = request(&main_server, "POST", "/detokenize", dump);
     assert_int_equal(d.status, 200);
     json_t *jd = json_of(&d);

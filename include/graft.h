@@ -83,6 +83,13 @@ typedef struct graft_model graft_model;
 int graft_model_load(const char *path, graft_model **out, char **errmsg);
 void graft_model_free(graft_model *model);
 
+/* Loads only the tokenizer of a GGUF, of any architecture (vocab-only files included), as
+ * llama.cpp's tokenizer tool does: the model then serves graft_tokenize, graft_token_text,
+ * graft_token_is_eog, the detokenizer and graft_model_get_chat; graft_model_get_info gives
+ * its architecture's name and vocabulary size, and zero for the rest; contexts and engines
+ * refuse it (GRAFT_EINVAL). Errors as graft_model_load. DESTRUCTOR: graft_model_free. */
+int graft_model_load_vocab(const char *path, graft_model **out, char **errmsg);
+
 /* Facts about a loaded model. Strings are borrowed from the model. */
 typedef struct graft_model_info {
     const char *arch;            /* "llama", "qwen2", "qwen3", "gemma3" */

@@ -411,6 +411,13 @@ static void test_tokenize(void **state)
     expect_status(&r, 0);
     expect_contains(r.out, "      1  \"<s>\"\n1 token\n");
     result_free(&r);
+    /* a vocab-only GGUF of an architecture graft does not run (GPT-2's BPE) */
+    char gpt2[1024];
+    snprintf(gpt2, sizeof gpt2, "%s/vocab/ggml-vocab-gpt-2.gguf", graft_test_models_dir());
+    r = GRAFT("tokenize", gpt2, "hello world");
+    expect_status(&r, 0);
+    expect_contains(r.out, "  31373  \"hello\"\n    995  \"\xc4\xa0world\"\n2 tokens\n");
+    result_free(&r);
 }
 
 static void test_run_golden(void **state)

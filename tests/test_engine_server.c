@@ -1199,6 +1199,33 @@ static void test_reclaim_hooks(void **state)
     engine_end(e); /* a hook still registered is freed at shutdown */
 }
 
+/* A model loaded for its tokenizer alone tokenizes, and contexts and engines refuse it. */
+static void test_vocab_only_model(void **state)
+{
+    (void)state;
+    const char *dir = getenv("GRAFT_MODELS_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-qwen2.gguf", dir ? dir : "../shared/models");
+    graft_model *v = NULL;
+    assert_int_equal(graft_model_load_vocab(path, &v, NULL), GRAFT_OK);
+    graft_model_info info;
+    graft_model_get_info(v, &info);
+    assert_string_equal(info.arch, "qwen2");
+    assert_true(info.n_vocab > 150000);
+    int32_t *t = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_tokenize(v, "<|im_start|>user", 16, 0, 1, &t, &n), GRAFT_OK);
+    assert_int_equal(n, 2);
+    graft_free(t);
+    graft_engine *e = NULL;
+    graft_context *ctx = NULL;
+    assert_int_equal(graft_engine_create(v, NULL, &e, NULL), GRAFT_EINVAL);
+    assert_int_equal(graft_context_create(v, 64, &ctx, NULL), GRAFT_EINVAL);
+    assert_null(e);
+    assert_null(ctx);
+    graft_model_free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1220,6 +1247,7 @@ int main(void)
         cmocka_unit_test(test_insert_checks_key),
         cmocka_unit_test(test_engine_config),
         cmocka_unit_test(test_reclaim_hooks),
+        cmocka_unit_test(test_vocab_only_model),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

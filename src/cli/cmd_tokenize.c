@@ -15,7 +15,8 @@ static const char tokenize_usage[] =
     "usage: graft tokenize MODEL TEXT [--no-special] [--parse-special]\n"
     "\n"
     "Prints the tokens of TEXT, one per line: the id and the token's text (quoted, with\n"
-    "escapes), then the number of tokens.\n"
+    "escapes), then the number of tokens. MODEL may be any GGUF that carries a tokenizer,\n"
+    "vocab-only files and architectures graft does not run included.\n"
     "\n"
     "options:\n"
     "  --no-special      do not add BOS/EOS (by default they are added as the model says)\n"
@@ -57,7 +58,7 @@ int graft__cli_tokenize(int argc, char **argv)
         return rc;
     graft_model *model = NULL;
     char *err = NULL;
-    if (graft_model_load(args[0], &model, &err) != GRAFT_OK) {
+    if (graft_model_load_vocab(args[0], &model, &err) != GRAFT_OK) {
         graft__cli_error("tokenize", "%s", err ? err : "cannot load the model");
         graft_free(err);
         return GRAFT_CLI_FAILED;

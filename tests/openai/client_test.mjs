@@ -1,0 +1,87 @@
+// client_test.mjs: the official openai npm client (the version pinned in package.json)
+// against a running `graft serve` on 127.0.0.1:PORT (started by run.sh).
+//
+// Chat and text completions, whole and streamed: the streamed deltas add up to the whole
+// answer, usage comes in the last chunk; the model list; a request graft refuses surfaces as
+// the SDK's BadRequestError with the status and the field graft names.
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const port = process.argv[2];
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
+let passed = 0;
+async function check(name, fn) {
+    await fn();
+    passed++;
+    console.log(`ok ${passed} - ${name}`);
+}
+
+const messages = [
+    { role: 'system', content: 'You tell short stories.' },
+    { role: 'user', content: 'A story about a dog, please.' },
+];
+
+await check('models.list', async () => {
+    const models = await client.models.list();
+    assert.equal(models.data.length, 1);
+    assert.equal(models.data[0].id, 'stories260K');
+});
+
+let whole;
+await check('chat completion, whole', async () => {
+    whole = await client.chat.completions.create({ model: 'stories260K', messages, max_tokens: 24, temperature: 0 });
+    assert.equal(whole.object, 'chat.completion');
+    assert.equal(whole.choices[0].message.role, 'assistant');
+    assert.ok(whole.choices[0].message.content.length > 10);
+    assert.equal(whole.choices[0].finish_reason, 'length');
+    assert.equal(whole.usage.completion_tokens, 24);
+});
+
+await check('chat completion, streamed, same text and usage', async () => {
+    const stream = await client.chat.completions.create({
+        model: 'stories260K', messages, max_tokens: 24, temperature: 0, stream: true,
+        stream_options: { include_usage: true },
+    });
+    let text = '', usage = null, finish = null;
+    for await (const chunk of stream) {
+        if (chunk.usage) usage = chunk.usage;
+        for (const c of chunk.choices) {
+            text += c.delta.content ?? '';
+            finish = c.finish_reason ?? finish;
+        }
+    }
+    assert.equal(text, whole.choices[0].message.content);
+    assert.equal(finish, 'length');
+    assert.equal(usage.completion_tokens, 24);
+    assert.ok(usage.prompt_tokens_details.cached_tokens > 0); // the prompt came from the cache
+});
+
+await check('text completion, whole and streamed', async () => {
+    const params = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 20, temperature: 0 };
+    const done = await client.completions.create(params);
+    assert.equal(done.object, 'text_completion');
+    let text = '';
+    for await (const chunk of await client.completions.create({ ...params, stream: true }))
+        text += chunk.choices[0]?.text ?? '';
+    assert.equal(text, done.choices[0].text);
+});
+
+await check('seeded sampling repeats', async () => {
+    const params = { model: 'stories260K', prompt: 'The cat', max_tokens: 20, temperature: 1, seed: 5 };
+    const a = await client.completions.create(params);
+    const b = await client.completions.create(params);
+    assert.equal(a.choices[0].text, b.choices[0].text);
+});
+
+await check('a refused request is the SDK\'s BadRequestError', async () => {
+    await assert.rejects(
+        client.chat.completions.create({ model: 'stories260K', messages, temperature: 7 }),
+        (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'temperature',
+    );
+    await assert.rejects(
+        client.chat.completions.create({ model: 'stories260K', messages, logprobs: true }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === 'logprobs',
+    );
+});
+
+console.log(`${passed} passed, 0 failed`);

@@ -368,13 +368,16 @@ static bool contains(graft__tpl_render *r, const graft__tpl_node *at, tval a, tv
             graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
                             "TypeError: 'in <string>' requires string as left operand, not %s",
                             graft__tpl_type_name(a));
+        graft__tpl_charge(r, b.n / 4096, at);
         return a.n == 0 || memmem(b.u.s, b.n, a.u.s, a.n) != NULL;
     case TV_LIST:
+        graft__tpl_charge(r, b.u.list->n / 16, at);
         for (size_t i = 0; i < b.u.list->n; i++)
             if (graft__tpl_equal(a, b.u.list->items[i]))
                 return true;
         return false;
     case TV_DICT:
+        graft__tpl_charge(r, b.u.dict->n / 16, at);
         return graft__tpl_dict_find(b.u.dict, a) != NULL;
     case TV_UNDEF:
         if (b.flags & TVF_UNSAFE)

@@ -405,6 +405,7 @@ FILTER(f_unique)
             graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
                             "TypeError: unhashable type: '%s'", graft__tpl_type_name(key));
         bool dup = false;
+        graft__tpl_charge(r, seen.u.list->n / 16, at);
         for (size_t k = 0; k < seen.u.list->n && !dup; k++)
             dup = graft__tpl_equal(seen.u.list->items[k], key);
         if (dup)

@@ -7,7 +7,8 @@
  * macro call gets a scope over the scope the macro was defined in, and `if` makes none.
  * The `loop` variable is a TV_LOOP over the iteration's state.
  *
- * Bounds: every loop iteration and macro call counts a step against max_steps, macro calls
+ * Bounds: every loop iteration and macro call counts a step against max_steps (and scans
+ * that can be long, such as `in` over a list, count a step per 16 items), macro calls
  * nest at most max_depth deep, and every buffer (the output, a macro's or block's text) is
  * held under max_output bytes, so a hostile template ends with an error instead of running
  * away.
@@ -87,11 +88,13 @@ tval graft__tpl_lookup(graft__tpl_render *r, graft__tpl_scope *s, const char *na
     return graft__tpl_undef(name, n);
 }
 
-static void count_step(graft__tpl_render *r, const graft__tpl_node *at)
+void graft__tpl_charge(graft__tpl_render *r, uint64_t units, const graft__tpl_node *at)
 {
-    if (++r->c->steps > r->c->max_steps)
+    r->c->steps += units;
+    if (r->c->steps > r->c->max_steps)
         graft__tpl_fail(r->c, GRAFT_ECAPACITY, at->line, at->col,
-                        "template: more than %llu loop iterations and macro calls",
+                        "template: more than %llu steps (loop iterations, macro calls, long "
+                        "scans)",
                         (unsigned long long)r->c->max_steps);
 }
 
@@ -192,7 +195,7 @@ static int exec_for(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_
     if (n->c != NULL) {
         graft__tpl_list *kept = graft__tpl_new_list(r->c, items->n, 0).u.list;
         for (size_t i = 0; i < items->n; i++) {
-            count_step(r, n);
+            graft__tpl_charge(r, 1, n);
             graft__tpl_scope *it = new_scope(r, s);
             assign(r, it, n->a, items->items[i]);
             if (graft__tpl_truthy(graft__tpl_eval(r, it, n->c)))
@@ -207,7 +210,7 @@ static int exec_for(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_
     tval loop = {.kind = TV_LOOP};
     loop.u.loop = state;
     for (size_t i = 0; i < items->n; i++) {
-        count_step(r, n);
+        graft__tpl_charge(r, 1, n);
         state->index = i;
         graft__tpl_scope *it = new_scope(r, s);
         bind(r, it, "loop", 4, loop);
@@ -327,7 +330,7 @@ tval graft__tpl_call_macro(graft__tpl_render *r, tval fn, tval *args, size_t n_a
     const graft__tpl_node *def = m->node;
     const char *name = def->kind == N_MACRO ? def->name : "caller";
     int name_n = def->kind == N_MACRO ? (int)def->name_n : 6;
-    count_step(r, at);
+    graft__tpl_charge(r, 1, at);
     if (++r->c->depth > r->c->max_depth)
         graft__tpl_fail(r->c, GRAFT_ECAPACITY, at->line, at->col,
                         "template: macro calls nested more than %d deep", r->c->max_depth);

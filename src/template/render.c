@@ -4,7 +4,8 @@
  * Scopes follow jinja2: the template's top level is one scope over the input variables;
  * each iteration of a for loop gets a fresh scope (so `set` inside a loop does not leak out
  * of it, nor into the next iteration: namespace() is how templates carry state across), a
- * macro call gets a scope over the scope the macro was defined in, and `if` makes none.
+ * macro call gets a scope over the scope the macro was defined in, so do the bodies of
+ * block sets and filter blocks over theirs, and `if` makes none.
  * The `loop` variable is a TV_LOOP over the iteration's state.
  *
  * Bounds: every loop iteration and macro call counts a step against max_steps (and scans
@@ -275,8 +276,8 @@ static int exec_stmt(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl
     case N_SET:
         exec_set(r, s, n->a, graft__tpl_eval(r, s, n->b));
         return FLOW_NORMAL;
-    case N_SET_BLOCK:
-        exec_set(r, s, n->a, apply_chain(r, s, n->c, capture(r, s, &n->args)));
+    case N_SET_BLOCK: /* its body has a scope of its own, as a filter block's has */
+        exec_set(r, s, n->a, apply_chain(r, s, n->c, capture(r, new_scope(r, s), &n->args)));
         return FLOW_NORMAL;
     case N_MACRO: {
         graft__tpl_macro *m = graft__tpl_alloc(r->c, sizeof *m);
@@ -298,7 +299,7 @@ static int exec_stmt(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl
         return FLOW_NORMAL;
     }
     case N_FILTER_BLOCK: {
-        tval v = apply_chain(r, s, n->a, capture(r, s, &n->args));
+        tval v = apply_chain(r, s, n->a, capture(r, new_scope(r, s), &n->args));
         graft__tpl_to_str(r->c, r->out, v);
         return FLOW_NORMAL;
     }

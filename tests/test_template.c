@@ -546,6 +546,15 @@ static const render_case render_cases[] = {
     {"{%- macro fmt(x) -%}\n  {%- if x is mapping -%}\n    {%- for k, v in x.items() -%}{{ k }}={{ fmt(v) }}{% if not loop.last %},{% endif %}{%- endfor -%}\n  {%- elif x is iterable and x is not string -%}\n    [{{ x|map('string')|join(';') }}]\n  {%- else -%}\n    {{ x }}\n  {%- endif -%}\n{%- endmacro -%}\n{{ fmt({'a': [1, 2], 'b': {'c': 'd'}}) }}\n",
      VARS,
      "a=[1;2],b=c=d"},
+    {"{{ xs[::9223372036854775807] }}{{ xs[::-9223372036854775807] }}{{ 'abc'[::-2] }}{{ 'abcdef'[1:5:2] }}{{ 'abcdef'[5:1:-2] }}{{ xs[-100:100] }}{{ xs[2:0] }}",
+     VARS,
+     "[3][2]cabdfd[3, 1, 2][]"},
+    {"{{ range(9223372036854775806, 9223372036854775807, 2)|list }}{{ range(-5, 5, 3)|list }}{{ range(5, -5, -3)|list }}{{ range(0)|list }}{{ range(3, 3)|list }}",
+     VARS,
+     "[9223372036854775806][-5, -2, 1, 4][5, 2, -1, -4][][]"},
+    {"{{ msgs|map(attribute='0')|list }}{{ [[1, 2], [3]]|map(attribute='1')|list }}\n",
+     VARS,
+     "[Undefined, Undefined, Undefined][2, Undefined]"},
 };
 static const error_case jinja2_errors[] = {
     {"{{ nope.attr }}", "{}"}, /* UndefinedError: 'nope' is undefined */
@@ -683,6 +692,7 @@ static void test_runtime_errors(void **state)
     expect_error("{% set x = 1 %}{% set x.a = 2 %}", "{}", GRAFT_EINVAL, "non-namespace");
     expect_error("{{ 9223372036854775807 + 1 }}", "{}", GRAFT_ERANGE, "OverflowError");
     expect_error("{{ range(200000) }}", "{}", GRAFT_ERANGE, "Range too big");
+    expect_error("{{ 1e300|int }}", "{}", GRAFT_ERANGE, "OverflowError");
     expect_error("{{ '%s' % 1 }}", "{}", GRAFT_EUNSUPPORTED, "printf-style");
     expect_error("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "{}", GRAFT_EINVAL,
                  "takes not more than 1 argument");

@@ -139,6 +139,8 @@ tval graft__tpl_slice(graft__tpl_render *r, tval v, const tval *start, const tva
     if (st == 0)
         graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
                         "ValueError: slice step cannot be zero");
+    if (st < -INT64_MAX)
+        st = -INT64_MAX; /* as far as any list goes, and -st is defined */
     int64_t lo, hi;
     if (start && start->kind != TV_NONE) {
         lo = slice_bound(r, start, at);
@@ -164,11 +166,14 @@ tval graft__tpl_slice(graft__tpl_render *r, tval v, const tval *start, const tva
     }
     tval out = graft__tpl_new_list(r->c, 0, v.flags & TVF_TUPLE);
     graft__tpl_buf b = {0};
-    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+    for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
         if (is_str)
             graft__tpl_buf_add(r->c, &b, chars->items[i].u.s, chars->items[i].n);
         else
             graft__tpl_list_push(r->c, out.u.list, chars->items[i]);
+        if (st > 0 ? hi - i <= st : i - hi <= -st) /* the next index would be past the end */
+            break;
+        i += st;
     }
     if (is_str)
         return graft__tpl_str(b.p ? b.p : "", b.n);

@@ -760,6 +760,33 @@ static void test_limits(void **state)
     graft_free(text);
 }
 
+/* A big input dict (hashed from 16 keys on): every key found, in order, in linear time. */
+static void test_big_dict(void **state)
+{
+    (void)state;
+    size_t n = 50000;
+    char *json = malloc(n * 24 + 64);
+    assert_non_null(json);
+    size_t k = (size_t)sprintf(json, "{\"d\": {");
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)sprintf(json + k, "%s\"k%zu\": %zu", i ? ", " : "", (n - i) * 7, i);
+    strcpy(json + k, "}}");
+    char *text = NULL;
+    uint64_t t0 = graft__now_ns();
+    assert_int_equal(render("{% set ns = namespace(bad=0, sum=0) %}{% for key in d %}"
+                            "{% if d[key] != loop.index0 %}{% set ns.bad = ns.bad + 1 %}{% endif %}"
+                            "{% set ns.sum = ns.sum + d.get(key) %}{% endfor %}"
+                            "{{ ns.bad }} {{ ns.sum }} {{ d.k7 }} {{ d['k350000'] }} {{ 'k8' in d }} "
+                            "{{ (d|tojson(sort_keys=true))[:20] }} {{ d|dictsort|first }}",
+                            json, &text),
+                     GRAFT_OK);
+    /* (what jinja2 gives for the same input) */
+    assert_string_equal(text, "0 1249975000 49999 0 False {\"k100002\": 35714, \" ('k100002', 35714)");
+    assert_true(graft__now_ns() - t0 < 5000000000ull);
+    graft_free(text);
+    free(json);
+}
+
 /* ChatML, the default for a model without a template. */
 static void test_default_template(void **state)
 {
@@ -815,7 +842,7 @@ int main(void)
         cmocka_unit_test(test_render_cases),      cmocka_unit_test(test_jinja2_errors),
         cmocka_unit_test(test_syntax_errors),     cmocka_unit_test(test_runtime_errors),
         cmocka_unit_test(test_limits),            cmocka_unit_test(test_default_template),
-        cmocka_unit_test(test_allocation_failures),
+        cmocka_unit_test(test_allocation_failures), cmocka_unit_test(test_big_dict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -134,6 +134,8 @@ struct graft__tpl_dict {
     size_t n, cap;
     tval *keys;
     tval *vals;
+    uint32_t *slots; /* from 16 entries on: a hash index of the string keys (entry + 1) */
+    size_t n_slots;  /* a power of two, at least twice n; 0 without an index */
 };
 
 tval graft__tpl_undef(const char *name, size_t n);

@@ -10,8 +10,10 @@
  *   written.
  * - jinja2_errors: inputs on which jinja2 raises; graft must fail too.
  * - Syntax errors and runtime errors carry the line and column; raise_exception gives its
- *   message; the limits (steps, macro depth, output size, memory) stop runaway templates;
- *   every allocation failure during parse and render is a clean GRAFT_ENOMEM without leaks.
+ *   message; the limits (steps, macro depth, output size, memory, nesting) stop runaway
+ *   templates; every allocation failure during parse and render (of a small template and of
+ *   Qwen3's real one) is a clean GRAFT_ENOMEM without leaks; a 50000-key input dict is
+ *   looked up, sorted and dumped in linear time.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -760,6 +762,52 @@ static void test_limits(void **state)
     graft_free(text);
 }
 
+/* Allocation failures through a real template (Qwen3's, with tools and a tool call) and a
+ * parse of it: each one a clean GRAFT_ENOMEM without leaks. */
+static void test_allocation_failures_real(void **state)
+{
+    (void)state;
+    const char *dir = getenv("GRAFT_TEMPLATES_DIR");
+    const char *src = getenv("GRAFT_SOURCE_DIR");
+    if (dir == NULL || src == NULL)
+        fail_msg("GRAFT_TEMPLATES_DIR and GRAFT_SOURCE_DIR must be set (ctest sets them)");
+    char path[2048];
+    snprintf(path, sizeof path, "%s/Qwen-Qwen3-0.6B.jinja", dir);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot read %s", path);
+    static char tmpl[1 << 16], vars[1 << 16];
+    tmpl[fread(tmpl, 1, sizeof tmpl - 1, f)] = '\0';
+    fclose(f);
+    snprintf(path, sizeof path, "%s/tests/template_corpus/25_tool_call_empty_content.json", src);
+    f = fopen(path, "rb");
+    assert_non_null(f);
+    vars[fread(vars, 1, sizeof vars - 1, f)] = '\0';
+    fclose(f);
+    char *want = NULL;
+    assert_int_equal(render(tmpl, vars, &want), GRAFT_OK);
+    long base = graft__alloc_live();
+    for (long n = 0;; n++) {
+        graft__alloc_fail_after(n, n % 2 == 1); /* transient and persistent in turn */
+        char *text = NULL;
+        int rc = render(tmpl, vars, &text);
+        long failures = graft__alloc_failures();
+        graft__alloc_fail_after(-1, false);
+        if (failures == 0) {
+            assert_int_equal(rc, GRAFT_OK);
+            assert_string_equal(text, want);
+            graft_free(text);
+            break;
+        }
+        if (rc != GRAFT_ENOMEM)
+            fail_msg("allocation %ld failing: %s (%s)", n, graft_status_str(rc), text ? text : "");
+        graft_free(text);
+        assert_int_equal(graft__alloc_live(), base);
+        assert_true(n < 100000);
+    }
+    graft_free(want);
+}
+
 /* A big input dict (hashed from 16 keys on): every key found, in order, in linear time. */
 static void test_big_dict(void **state)
 {
@@ -842,7 +890,8 @@ int main(void)
         cmocka_unit_test(test_render_cases),      cmocka_unit_test(test_jinja2_errors),
         cmocka_unit_test(test_syntax_errors),     cmocka_unit_test(test_runtime_errors),
         cmocka_unit_test(test_limits),            cmocka_unit_test(test_default_template),
-        cmocka_unit_test(test_allocation_failures), cmocka_unit_test(test_big_dict),
+        cmocka_unit_test(test_allocation_failures), cmocka_unit_test(test_allocation_failures_real),
+        cmocka_unit_test(test_big_dict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

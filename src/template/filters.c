@@ -668,7 +668,7 @@ FILTER(f_round)
             return v.kind == TV_BOOL ? graft__tpl_int(v.u.b) : v;
         if (!isfinite(x))
             return v;
-        char buf[512];
+        char buf[700]; /* 309 integer digits, the point and 300 decimals at most */
         snprintf(buf, sizeof buf, "%.*f", (int)p, x);
         return graft__tpl_float(strtod(buf, NULL));
     }

@@ -215,8 +215,10 @@ static _Noreturn void overflow(graft__tpl_render *r, const graft__tpl_node *at)
 
 static tval repeat(graft__tpl_render *r, const graft__tpl_node *at, tval seq, int64_t times)
 {
-    if (times < 0)
-        times = 0;
+    size_t len = seq.kind == TV_STR ? seq.n : seq.u.list->n;
+    if (times <= 0 || len == 0) /* and no loop over a huge count of nothing */
+        return seq.kind == TV_STR ? graft__tpl_str("", 0)
+                                  : graft__tpl_new_list(r->c, 0, seq.flags & TVF_TUPLE);
     if (seq.kind == TV_STR) {
         size_t total;
         if (!graft__mul_size(seq.n, (size_t)times, &total))

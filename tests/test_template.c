@@ -716,6 +716,9 @@ static void test_limits(void **state)
     expect_error("{% set big = range(100000)|list %}{% for i in range(100000) %}"
                  "{{ 'x' if -1 in big }}{% endfor %}",
                  "{}", GRAFT_ECAPACITY, "more than 1000000 steps");
+    expect_error("{% set a = range(100000)|list %}{% for i in range(100000) %}{{ a == a }}"
+                 "{% endfor %}",
+                 "{}", GRAFT_ECAPACITY, "more than 1000000 steps");
     expect_error("{{ range(100000)|list|unique|list|length }}{{ range(100000)|unique|list }}", "{}",
                  GRAFT_ECAPACITY, "more than 1000000 steps");
     expect_error("{% set s = 'a' * 1000000 %}{{ s.rfind('a' * 500000 ~ 'b') }}", "{}",

@@ -397,8 +397,16 @@ static bool contains(graft__tpl_render *r, const graft__tpl_node *at, tval a, tv
     }
 }
 
+/* Comparing two lists or dicts looks at every item: a long scan, counted as one. */
+static void charge_items(graft__tpl_render *r, const graft__tpl_node *at, tval a, tval b)
+{
+    if ((a.kind == TV_LIST && b.kind == TV_LIST) || (a.kind == TV_DICT && b.kind == TV_DICT))
+        graft__tpl_charge(r, (a.kind == TV_LIST ? a.u.list->n : a.u.dict->n) / 16, at);
+}
+
 static bool compare_one(graft__tpl_render *r, const graft__tpl_node *at, int op, tval a, tval b)
 {
+    charge_items(r, at, a, b);
     switch (op) {
     case OP_EQ:
         return graft__tpl_equal(a, b);

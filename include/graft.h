@@ -822,7 +822,8 @@ typedef struct graft_template_options {
                             current local time, as Hugging Face does) */
     size_t max_output;   /* bytes of any text the render builds (0: 16 MiB) */
     size_t max_memory;   /* bytes the render may allocate (0: 256 MiB) */
-    uint64_t max_steps;  /* loop iterations and macro calls (0: 1,000,000) */
+    uint64_t max_steps;  /* loop iterations and macro calls, plus long scans (`in` over a
+                            list: a step per 16 items) (0: 1,000,000) */
     int32_t max_depth;   /* macro calls nested (0: 100) */
 } graft_template_options;
 
@@ -838,7 +839,8 @@ typedef struct graft_template_options {
  *   GRAFT_ECAPACITY  a limit of opts was reached;
  *   GRAFT_ERANGE     an integer overflowed 64 bits, or range() went over 100000 items;
  *   GRAFT_EUNSUPPORTED  a construct graft does not implement (named in the message);
- *   GRAFT_ENOMEM.
+ *   GRAFT_ENOMEM     (the JSON is parsed by jansson, whose own allocations are outside
+ *                    graft's allocation hooks: a failure there reads as "input: ...").
  * Any thread; the template is not modified. */
 int graft_template_render(const graft_template *tmpl, const char *json, size_t json_len,
                           const graft_template_options *opts, char **out, size_t *out_len,

@@ -10,8 +10,10 @@
  *   written.
  * - jinja2_errors: inputs on which jinja2 raises; graft must fail too.
  * - Syntax errors and runtime errors carry the line and column; raise_exception gives its
- *   message; the limits (steps, macro depth, output size, memory) stop runaway templates;
- *   every allocation failure during parse and render is a clean GRAFT_ENOMEM without leaks.
+ *   message; the limits (steps, macro depth, output size, memory, nesting) stop runaway
+ *   templates; every allocation failure during parse and render (of a small template and of
+ *   Qwen3's real one) is a clean GRAFT_ENOMEM without leaks; a 50000-key input dict is
+ *   looked up, sorted and dumped in linear time.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -459,6 +461,102 @@ static const render_case render_cases[] = {
     {"{{ 1 if xs|selectattr('x') else 2 }}{{ 1 if [] else 2 }}\n",
      VARS,
      "12"},
+    {"{% filter upper %}{% set y = 1 %}{% endfilter %}[{{ y }}]",
+     VARS,
+     "[]"},
+    {"{% set b %}{% set z = 1 %}{% endset %}[{{ z }}]",
+     VARS,
+     "[]"},
+    {"{% macro m() %}{{ caller() }}{% endmacro %}{% call m() %}{% set w = 1 %}{{ w }}{% endcall %}[{{ w }}]",
+     VARS,
+     "1[]"},
+    {"{% set x = 1 %}{% macro m() %}{% set x = 2 %}{{ x }}{% endmacro %}{{ m() }}{{ x }}",
+     VARS,
+     "21"},
+    {"{% for i in [1, 2] %}{% set ns = namespace(v=i) %}{{ ns.v }}{% endfor %}",
+     VARS,
+     "12"},
+    {"{% set ns = namespace(v=0) %}{% macro inc() %}{% set ns.v = ns.v + 1 %}{% endmacro %}{{ inc() }}{{ inc() }}{{ ns.v }}",
+     VARS,
+     "2"},
+    {"{% macro outer() %}{% macro inner() %}in{% endmacro %}{{ inner() }}{% endmacro %}{{ outer() }}",
+     VARS,
+     "in"},
+    {"{% for x in [1] %}{% macro m() %}{{ x }}{% endmacro %}{{ m() }}{% endfor %}",
+     VARS,
+     "1"},
+    {"{% if true %}{% macro m() %}ok{% endmacro %}{% endif %}{{ m() }}",
+     VARS,
+     "ok"},
+    {"{% macro m(a, b) %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}",
+     VARS,
+     "1"},
+    {"{% set x = 1 %}{% for i in [1] %}{{ x }}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}",
+     VARS,
+     "121"},
+    {"{% for i in [1, 2] %}{% if loop.first %}{% set first = i %}{% endif %}[{{ first }}]{% endfor %}\n",
+     VARS,
+     "[1][]"},
+    {"{{ msgs | selectattr(\"role\", \"equalto\", \"user\") | list | length }}",
+     VARS,
+     "2"},
+    {"{{ '[INST] ' + msgs[0]['content'] | trim + ' [/INST]' }}",
+     VARS,
+     "[INST] hi [/INST]"},
+    {"{%- if not n is none %}a{% else %}b{% endif %}",
+     VARS,
+     "b"},
+    {"{{ (msgs|selectattr('role', 'equalto', 'user')|list|last).content|trim }}",
+     VARS,
+     "bye"},
+    {"{% for m in msgs %}{{ loop.index0 is even }}{{- \"\\n\\n\" if not loop.last }}{% endfor %}",
+     VARS,
+     "True\n\nFalse\n\nTrue"},
+    {"{%- set c = msgs[0]['content'] if msgs[0]['content'] is string else msgs[0]['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('\\n') %}{{ c }}",
+     VARS,
+     "hi"},
+    {"{% set parts = [{'type': 'text', 'text': 'a'}, {'type': 'image'}, {'type': 'text', 'text': 'b'}] %}{{ parts | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('\\n') }}",
+     VARS,
+     "a\nb"},
+    {"{{ msgs[0].content|length > 0 and msgs[1].content|length > 0 }}",
+     VARS,
+     "True"},
+    {"{{ xs | map('string') | map('upper') | list }}{{ msgs | map(attribute='role') | unique | list }}",
+     VARS,
+     "['3', '1', '2']['user', 'assistant']"},
+    {"{% for m in msgs %}{% if m.role == 'user' %}{{ '<|user|>\\n' + m.content + '<|end|>\\n' }}{% elif m.role == 'assistant' %}{{ '<|assistant|>\\n' + m.content + '<|end|>\\n' }}{% endif %}{% endfor %}",
+     VARS,
+     "<|user|>\nhi<|end|>\n<|assistant|>\nyo<|end|>\n<|user|>\nbye<|end|>\n"},
+    {"{{ 'a' if xs|length is divisibleby 3 }}{{ 4 is divisibleby(2) }}",
+     VARS,
+     "aTrue"},
+    {"{{ msgs|length - 1 }}{{ (msgs|length - 1) * 2 }}{{ msgs|length // 2 }}",
+     VARS,
+     "241"},
+    {"{{ d.a is defined }}{{ d.zz is defined }}{{ d['zz'] is not defined }}{{ msgs[5] is defined }}",
+     VARS,
+     "TrueFalseTrueFalse"},
+    {"{{ 10|string + 'x' }}{{ (1, 2)|join('-') }}{{ d|length }}",
+     VARS,
+     "10x1-22"},
+    {"{% set x = namespace(items=[]) %}{% set x.items = x.items + ['a'] %}{{ x.items }}",
+     VARS,
+     "['a']"},
+    {"{%- for m in msgs -%}\n    {%- if loop.first and m.role != 'system' -%}\n        {{- 'SYS\\n' -}}\n    {%- endif -%}\n    {{- m.role | upper }}: {{ m.content }}\n{% endfor -%}",
+     VARS,
+     "SYS\nUSER: hi\nASSISTANT: yo\nUSER: bye\n"},
+    {"{%- macro fmt(x) -%}\n  {%- if x is mapping -%}\n    {%- for k, v in x.items() -%}{{ k }}={{ fmt(v) }}{% if not loop.last %},{% endif %}{%- endfor -%}\n  {%- elif x is iterable and x is not string -%}\n    [{{ x|map('string')|join(';') }}]\n  {%- else -%}\n    {{ x }}\n  {%- endif -%}\n{%- endmacro -%}\n{{ fmt({'a': [1, 2], 'b': {'c': 'd'}}) }}\n",
+     VARS,
+     "a=[1;2],b=c=d"},
+    {"{{ xs[::9223372036854775807] }}{{ xs[::-9223372036854775807] }}{{ 'abc'[::-2] }}{{ 'abcdef'[1:5:2] }}{{ 'abcdef'[5:1:-2] }}{{ xs[-100:100] }}{{ xs[2:0] }}",
+     VARS,
+     "[3][2]cabdfd[3, 1, 2][]"},
+    {"{{ range(9223372036854775806, 9223372036854775807, 2)|list }}{{ range(-5, 5, 3)|list }}{{ range(5, -5, -3)|list }}{{ range(0)|list }}{{ range(3, 3)|list }}",
+     VARS,
+     "[9223372036854775806][-5, -2, 1, 4][5, 2, -1, -4][][]"},
+    {"{{ msgs|map(attribute='0')|list }}{{ [[1, 2], [3]]|map(attribute='1')|list }}\n",
+     VARS,
+     "[Undefined, Undefined, Undefined][2, Undefined]"},
 };
 static const error_case jinja2_errors[] = {
     {"{{ nope.attr }}", "{}"}, /* UndefinedError: 'nope' is undefined */
@@ -596,6 +694,7 @@ static void test_runtime_errors(void **state)
     expect_error("{% set x = 1 %}{% set x.a = 2 %}", "{}", GRAFT_EINVAL, "non-namespace");
     expect_error("{{ 9223372036854775807 + 1 }}", "{}", GRAFT_ERANGE, "OverflowError");
     expect_error("{{ range(200000) }}", "{}", GRAFT_ERANGE, "Range too big");
+    expect_error("{{ 1e300|int }}", "{}", GRAFT_ERANGE, "OverflowError");
     expect_error("{{ '%s' % 1 }}", "{}", GRAFT_EUNSUPPORTED, "printf-style");
     expect_error("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "{}", GRAFT_EINVAL,
                  "takes not more than 1 argument");
@@ -607,12 +706,28 @@ static void test_limits(void **state)
 {
     (void)state;
     expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
-                 "{}", GRAFT_ECAPACITY, "line 1, column 32: template: more than 1000000 loop");
+                 "{}", GRAFT_ECAPACITY, "line 1, column 32: template: more than 1000000 steps");
     expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "{}", GRAFT_ECAPACITY,
                  "macro calls nested more than 100 deep");
     expect_error("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}"
                  "{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}",
                  "{}", GRAFT_ECAPACITY, "template: ");
+    /* Scans inside loops count too: 100000 x 100000 comparisons would take minutes. */
+    expect_error("{% set big = range(100000)|list %}{% for i in range(100000) %}"
+                 "{{ 'x' if -1 in big }}{% endfor %}",
+                 "{}", GRAFT_ECAPACITY, "more than 1000000 steps");
+    expect_error("{% set a = range(100000)|list %}{% for i in range(100000) %}{{ a == a }}"
+                 "{% endfor %}",
+                 "{}", GRAFT_ECAPACITY, "more than 1000000 steps");
+    expect_error("{{ range(100000)|list|unique|list|length }}{{ range(100000)|unique|list }}", "{}",
+                 GRAFT_ECAPACITY, "more than 1000000 steps");
+    expect_error("{% set s = 'a' * 1000000 %}{{ s.rfind('a' * 500000 ~ 'b') }}", "{}",
+                 GRAFT_ECAPACITY, "more than 1000000 steps");
+    char *text0 = NULL; /* a huge count of nothing is nothing, at once */
+    assert_int_equal(render("{{ 8 ** 2 ** 7 * [] + [2] }}{{ '' * 9000000000000 }}|", "{}", &text0),
+                     GRAFT_OK);
+    assert_string_equal(text0, "[2]|");
+    graft_free(text0);
     expect_error("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}", "{}", GRAFT_EINVAL,
                  "nested too deeply");
     /* A left-nested chain as long as a hostile template likes: an error, not a crash. */
@@ -633,7 +748,7 @@ static void test_limits(void **state)
     char *text = NULL;
     assert_int_equal(render_opts("{% for i in range(60) %}x{% endfor %}", "{}", &small, &text),
                      GRAFT_ECAPACITY);
-    assert_non_null(strstr(text, "more than 50 loop iterations"));
+    assert_non_null(strstr(text, "more than 50 steps"));
     graft_free(text);
     assert_int_equal(render_opts("{{ 'x' * 2000 }}", "{}", &small, &text), GRAFT_ECAPACITY);
     assert_non_null(strstr(text, "output longer than the limit (1000 bytes)"));
@@ -653,6 +768,79 @@ static void test_limits(void **state)
                      GRAFT_OK);
     assert_int_equal(strlen(text), 40);
     graft_free(text);
+}
+
+/* Allocation failures through a real template (Qwen3's, with tools and a tool call) and a
+ * parse of it: each one a clean GRAFT_ENOMEM without leaks. */
+static void test_allocation_failures_real(void **state)
+{
+    (void)state;
+    const char *dir = getenv("GRAFT_TEMPLATES_DIR");
+    const char *src = getenv("GRAFT_SOURCE_DIR");
+    if (dir == NULL || src == NULL)
+        fail_msg("GRAFT_TEMPLATES_DIR and GRAFT_SOURCE_DIR must be set (ctest sets them)");
+    char path[2048];
+    snprintf(path, sizeof path, "%s/Qwen-Qwen3-0.6B.jinja", dir);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot read %s", path);
+    static char tmpl[1 << 16], vars[1 << 16];
+    tmpl[fread(tmpl, 1, sizeof tmpl - 1, f)] = '\0';
+    fclose(f);
+    snprintf(path, sizeof path, "%s/tests/template_corpus/25_tool_call_empty_content.json", src);
+    f = fopen(path, "rb");
+    assert_non_null(f);
+    vars[fread(vars, 1, sizeof vars - 1, f)] = '\0';
+    fclose(f);
+    char *want = NULL;
+    assert_int_equal(render(tmpl, vars, &want), GRAFT_OK);
+    long base = graft__alloc_live();
+    for (long n = 0;; n++) {
+        graft__alloc_fail_after(n, n % 2 == 1); /* transient and persistent in turn */
+        char *text = NULL;
+        int rc = render(tmpl, vars, &text);
+        long failures = graft__alloc_failures();
+        graft__alloc_fail_after(-1, false);
+        if (failures == 0) {
+            assert_int_equal(rc, GRAFT_OK);
+            assert_string_equal(text, want);
+            graft_free(text);
+            break;
+        }
+        if (rc != GRAFT_ENOMEM)
+            fail_msg("allocation %ld failing: %s (%s)", n, graft_status_str(rc), text ? text : "");
+        graft_free(text);
+        assert_int_equal(graft__alloc_live(), base);
+        assert_true(n < 100000);
+    }
+    graft_free(want);
+}
+
+/* A big input dict (hashed from 16 keys on): every key found, in order, in linear time. */
+static void test_big_dict(void **state)
+{
+    (void)state;
+    size_t n = 50000;
+    char *json = malloc(n * 24 + 64);
+    assert_non_null(json);
+    size_t k = (size_t)sprintf(json, "{\"d\": {");
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)sprintf(json + k, "%s\"k%zu\": %zu", i ? ", " : "", (n - i) * 7, i);
+    strcpy(json + k, "}}");
+    char *text = NULL;
+    uint64_t t0 = graft__now_ns();
+    assert_int_equal(render("{% set ns = namespace(bad=0, sum=0) %}{% for key in d %}"
+                            "{% if d[key] != loop.index0 %}{% set ns.bad = ns.bad + 1 %}{% endif %}"
+                            "{% set ns.sum = ns.sum + d.get(key) %}{% endfor %}"
+                            "{{ ns.bad }} {{ ns.sum }} {{ d.k7 }} {{ d['k350000'] }} {{ 'k8' in d }} "
+                            "{{ (d|tojson(sort_keys=true))[:20] }} {{ d|dictsort|first }}",
+                            json, &text),
+                     GRAFT_OK);
+    /* (what jinja2 gives for the same input) */
+    assert_string_equal(text, "0 1249975000 49999 0 False {\"k100002\": 35714, \" ('k100002', 35714)");
+    assert_true(graft__now_ns() - t0 < 5000000000ull);
+    graft_free(text);
+    free(json);
 }
 
 /* ChatML, the default for a model without a template. */
@@ -710,7 +898,8 @@ int main(void)
         cmocka_unit_test(test_render_cases),      cmocka_unit_test(test_jinja2_errors),
         cmocka_unit_test(test_syntax_errors),     cmocka_unit_test(test_runtime_errors),
         cmocka_unit_test(test_limits),            cmocka_unit_test(test_default_template),
-        cmocka_unit_test(test_allocation_failures),
+        cmocka_unit_test(test_allocation_failures), cmocka_unit_test(test_allocation_failures_real),
+        cmocka_unit_test(test_big_dict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -139,6 +139,8 @@ tval graft__tpl_slice(graft__tpl_render *r, tval v, const tval *start, const tva
     if (st == 0)
         graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
                         "ValueError: slice step cannot be zero");
+    if (st < -INT64_MAX)
+        st = -INT64_MAX; /* as far as any list goes, and -st is defined */
     int64_t lo, hi;
     if (start && start->kind != TV_NONE) {
         lo = slice_bound(r, start, at);
@@ -164,11 +166,14 @@ tval graft__tpl_slice(graft__tpl_render *r, tval v, const tval *start, const tva
     }
     tval out = graft__tpl_new_list(r->c, 0, v.flags & TVF_TUPLE);
     graft__tpl_buf b = {0};
-    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+    for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
         if (is_str)
             graft__tpl_buf_add(r->c, &b, chars->items[i].u.s, chars->items[i].n);
         else
             graft__tpl_list_push(r->c, out.u.list, chars->items[i]);
+        if (st > 0 ? hi - i <= st : i - hi <= -st) /* the next index would be past the end */
+            break;
+        i += st;
     }
     if (is_str)
         return graft__tpl_str(b.p ? b.p : "", b.n);
@@ -210,8 +215,10 @@ static _Noreturn void overflow(graft__tpl_render *r, const graft__tpl_node *at)
 
 static tval repeat(graft__tpl_render *r, const graft__tpl_node *at, tval seq, int64_t times)
 {
-    if (times < 0)
-        times = 0;
+    size_t len = seq.kind == TV_STR ? seq.n : seq.u.list->n;
+    if (times <= 0 || len == 0) /* and no loop over a huge count of nothing */
+        return seq.kind == TV_STR ? graft__tpl_str("", 0)
+                                  : graft__tpl_new_list(r->c, 0, seq.flags & TVF_TUPLE);
     if (seq.kind == TV_STR) {
         size_t total;
         if (!graft__mul_size(seq.n, (size_t)times, &total))
@@ -368,13 +375,16 @@ static bool contains(graft__tpl_render *r, const graft__tpl_node *at, tval a, tv
             graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
                             "TypeError: 'in <string>' requires string as left operand, not %s",
                             graft__tpl_type_name(a));
+        graft__tpl_charge(r, b.n / 4096, at);
         return a.n == 0 || memmem(b.u.s, b.n, a.u.s, a.n) != NULL;
     case TV_LIST:
+        graft__tpl_charge(r, b.u.list->n / 16, at);
         for (size_t i = 0; i < b.u.list->n; i++)
             if (graft__tpl_equal(a, b.u.list->items[i]))
                 return true;
         return false;
     case TV_DICT:
+        graft__tpl_charge(r, b.u.dict->n / 16, at);
         return graft__tpl_dict_find(b.u.dict, a) != NULL;
     case TV_UNDEF:
         if (b.flags & TVF_UNSAFE)
@@ -387,8 +397,16 @@ static bool contains(graft__tpl_render *r, const graft__tpl_node *at, tval a, tv
     }
 }
 
+/* Comparing two lists or dicts looks at every item: a long scan, counted as one. */
+static void charge_items(graft__tpl_render *r, const graft__tpl_node *at, tval a, tval b)
+{
+    if ((a.kind == TV_LIST && b.kind == TV_LIST) || (a.kind == TV_DICT && b.kind == TV_DICT))
+        graft__tpl_charge(r, (a.kind == TV_LIST ? a.u.list->n : a.u.dict->n) / 16, at);
+}
+
 static bool compare_one(graft__tpl_render *r, const graft__tpl_node *at, int op, tval a, tval b)
 {
+    charge_items(r, at, a, b);
     switch (op) {
     case OP_EQ:
         return graft__tpl_equal(a, b);

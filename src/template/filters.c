@@ -59,7 +59,8 @@ static tval get_path(graft__tpl_render *r, tval item, tval attr, const graft__tp
         int64_t num = 0;
         for (size_t k = 0; k < part.n && digits; k++) {
             digits = part.u.s[k] >= '0' && part.u.s[k] <= '9';
-            num = num * 10 + (part.u.s[k] - '0');
+            /* saturated: an index that large is out of range all the same */
+            num = num > (INT64_MAX - 9) / 10 ? INT64_MAX : num * 10 + (part.u.s[k] - '0');
         }
         item = graft__tpl_getitem(r, item, digits ? graft__tpl_int(num) : part, at);
         start = i + 1;
@@ -405,6 +406,7 @@ FILTER(f_unique)
             graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
                             "TypeError: unhashable type: '%s'", graft__tpl_type_name(key));
         bool dup = false;
+        graft__tpl_charge(r, seen.u.list->n / 16, at);
         for (size_t k = 0; k < seen.u.list->n && !dup; k++)
             dup = graft__tpl_equal(seen.u.list->items[k], key);
         if (dup)
@@ -566,6 +568,15 @@ static bool parse_number_text(tval s, bool want_int, double *f, int64_t *i)
     return !(buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X'));
 }
 
+/* int(f): truncation; beyond 64 bits an overflow (Python would make a big integer). */
+static tval float_to_int(graft__tpl_render *r, double f, const graft__tpl_node *at)
+{
+    if (!(f > -9223372036854775808.0 && f < 9223372036854775808.0))
+        graft__tpl_fail(r->c, GRAFT_ERANGE, at->line, at->col,
+                        "OverflowError: integer result beyond 64 bits");
+    return graft__tpl_int((int64_t)f);
+}
+
 FILTER(f_int)
 {
     tval *dflt = graft__tpl_arg(args, n, kwargs, 0, "default");
@@ -580,12 +591,12 @@ FILTER(f_int)
     case TV_FLOAT:
         if (!isfinite(v.u.f))
             return fallback;
-        return graft__tpl_int((int64_t)v.u.f);
+        return float_to_int(r, v.u.f, at);
     case TV_STR:
         if (parse_number_text(v, true, &f, &i))
             return graft__tpl_int(i);
         if (parse_number_text(v, false, &f, &i) && isfinite(f))
-            return graft__tpl_int((int64_t)f);
+            return float_to_int(r, f, at);
         return fallback;
     case TV_UNDEF:
         graft__tpl_undefined_error(r, v, at);
@@ -657,7 +668,7 @@ FILTER(f_round)
             return v.kind == TV_BOOL ? graft__tpl_int(v.u.b) : v;
         if (!isfinite(x))
             return v;
-        char buf[512];
+        char buf[700]; /* 309 integer digits, the point and 300 decimals at most */
         snprintf(buf, sizeof buf, "%.*f", (int)p, x);
         return graft__tpl_float(strtod(buf, NULL));
     }

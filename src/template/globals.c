@@ -34,15 +34,17 @@ static tval g_range(graft__tpl_render *r, tval self, tval *args, size_t n,
     if (step == 0)
         graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
                         "ValueError: range() arg 3 must not be zero");
-    double count = step > 0 ? ((double)stop - (double)start) / (double)step
-                            : ((double)start - (double)stop) / (double)-step;
+    /* The item count, in 128 bits so that no bound overflows. */
+    __int128 span = step > 0 ? (__int128)stop - start : (__int128)start - stop;
+    __int128 abs_step = step > 0 ? (__int128)step : -(__int128)step;
+    __int128 count = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
     if (count > MAX_RANGE)
         graft__tpl_fail(r->c, GRAFT_ERANGE, at->line, at->col,
                         "OverflowError: Range too big. The sandbox blocks ranges larger than "
                         "MAX_RANGE (%d).", MAX_RANGE);
-    tval out = graft__tpl_new_list(r->c, count > 0 ? (size_t)count + 1 : 0, 0);
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-        out.u.list->items[out.u.list->n++] = graft__tpl_int(i);
+    tval out = graft__tpl_new_list(r->c, (size_t)count, 0);
+    for (int64_t k = 0; k < (int64_t)count; k++)
+        out.u.list->items[out.u.list->n++] = graft__tpl_int((int64_t)(start + (__int128)k * step));
     return out;
 }
 

@@ -173,6 +173,25 @@ static tval key_text(dumper *d, tval k)
 
 static void dump(dumper *d, tval v, int level);
 
+/* Stable merge sort of order[0, n) by keys (Python's sorted(dct.items())). */
+static void sort_keys(dumper *d, const tval *keys, size_t *order, size_t *tmp, size_t n)
+{
+    if (n < 2)
+        return;
+    size_t half = n / 2, i = 0, j = half, k = 0;
+    sort_keys(d, keys, order, tmp, half);
+    sort_keys(d, keys, order + half, tmp, n - half);
+    while (i < half && j < n)
+        tmp[k++] = graft__tpl_compare(d->c, keys[order[j]], keys[order[i]], d->line, d->col) < 0
+                       ? order[j++]
+                       : order[i++];
+    while (i < half)
+        tmp[k++] = order[i++];
+    while (j < n)
+        tmp[k++] = order[j++];
+    memcpy(order, tmp, n * sizeof *order);
+}
+
 static void dump_dict(dumper *d, const graft__tpl_dict *dict, int level)
 {
     graft__tpl_ctx *c = d->c;
@@ -183,15 +202,10 @@ static void dump_dict(dumper *d, const graft__tpl_dict *dict, int level)
     size_t *order = graft__tpl_alloc(c, dict->n * sizeof *order);
     for (size_t i = 0; i < dict->n; i++)
         order[i] = i;
-    if (d->sort_keys) /* insertion sort: stable, and dicts are small */
-        for (size_t i = 1; i < dict->n; i++)
-            for (size_t j = i; j > 0 && graft__tpl_compare(c, dict->keys[order[j]],
-                                                           dict->keys[order[j - 1]], d->line,
-                                                           d->col) < 0; j--) {
-                size_t t = order[j];
-                order[j] = order[j - 1];
-                order[j - 1] = t;
-            }
+    if (d->sort_keys) {
+        size_t *tmp = graft__tpl_alloc(c, dict->n * sizeof *tmp);
+        sort_keys(d, dict->keys, order, tmp, dict->n);
+    }
     graft__tpl_buf_addc(c, d->b, '{');
     for (size_t i = 0; i < dict->n; i++) {
         if (i)

@@ -158,6 +158,7 @@ static tval split_common(graft__tpl_render *r, tval self, tval *args, size_t n,
         }
     }
     /* rsplit with a limit: find separators from the right. */
+    graft__tpl_charge(r, (self.n / 64) * (sp.n / 64 + 1), at);
     size_t end = self.n;
     tval parts = graft__tpl_new_list(r->c, 0, 0);
     int64_t splits = 0;
@@ -265,6 +266,7 @@ static tval find_common(graft__tpl_render *r, tval self, tval *args, size_t n,
 {
     graft__tpl_check_args(r, at, "find", n, 1);
     tval sub = str_arg(r, at, n ? &args[0] : NULL, "find() argument");
+    graft__tpl_charge(r, (self.n / 64) * (sub.n / 64 + 1), at);
     int64_t found = -1;
     for (size_t i = 0; i + sub.n <= self.n; i++)
         if (memcmp(self.u.s + i, sub.u.s, sub.n) == 0) {
@@ -287,6 +289,7 @@ METHOD(m_str_count)
     tval sub = str_arg(r, at, n ? &args[0] : NULL, "count() argument");
     if (sub.n == 0)
         return graft__tpl_int((int64_t)graft__tpl_utf8_count(self.u.s, self.n) + 1);
+    graft__tpl_charge(r, (self.n / 64) * (sub.n / 64 + 1), at);
     int64_t count = 0;
     for (size_t i = 0; i + sub.n <= self.n;) {
         if (memcmp(self.u.s + i, sub.u.s, sub.n) == 0) {

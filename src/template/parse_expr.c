@@ -418,7 +418,7 @@ static graft__tpl_node *parse_primary(graft__tpl_parser *p)
             graft__tpl_token *more = graft__tpl_next(p);
             graft__tpl_buf_add(p->c, &b, more->text, more->n);
         }
-        return constant(p, t, graft__tpl_str(b.p, b.n));
+        return constant(p, t, graft__tpl_str(b.p ? b.p : "", b.n));
     }
     case TK_INT:
         graft__tpl_next(p);

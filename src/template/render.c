@@ -4,10 +4,12 @@
  * Scopes follow jinja2: the template's top level is one scope over the input variables;
  * each iteration of a for loop gets a fresh scope (so `set` inside a loop does not leak out
  * of it, nor into the next iteration: namespace() is how templates carry state across), a
- * macro call gets a scope over the scope the macro was defined in, and `if` makes none.
+ * macro call gets a scope over the scope the macro was defined in, so do the bodies of
+ * block sets and filter blocks over theirs, and `if` makes none.
  * The `loop` variable is a TV_LOOP over the iteration's state.
  *
- * Bounds: every loop iteration and macro call counts a step against max_steps, macro calls
+ * Bounds: every loop iteration and macro call counts a step against max_steps (and scans
+ * that can be long, such as `in` over a list, count a step per 16 items), macro calls
  * nest at most max_depth deep, and every buffer (the output, a macro's or block's text) is
  * held under max_output bytes, so a hostile template ends with an error instead of running
  * away.
@@ -87,11 +89,13 @@ tval graft__tpl_lookup(graft__tpl_render *r, graft__tpl_scope *s, const char *na
     return graft__tpl_undef(name, n);
 }
 
-static void count_step(graft__tpl_render *r, const graft__tpl_node *at)
+void graft__tpl_charge(graft__tpl_render *r, uint64_t units, const graft__tpl_node *at)
 {
-    if (++r->c->steps > r->c->max_steps)
+    r->c->steps += units;
+    if (r->c->steps > r->c->max_steps)
         graft__tpl_fail(r->c, GRAFT_ECAPACITY, at->line, at->col,
-                        "template: more than %llu loop iterations and macro calls",
+                        "template: more than %llu steps (loop iterations, macro calls, long "
+                        "scans)",
                         (unsigned long long)r->c->max_steps);
 }
 
@@ -192,7 +196,7 @@ static int exec_for(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_
     if (n->c != NULL) {
         graft__tpl_list *kept = graft__tpl_new_list(r->c, items->n, 0).u.list;
         for (size_t i = 0; i < items->n; i++) {
-            count_step(r, n);
+            graft__tpl_charge(r, 1, n);
             graft__tpl_scope *it = new_scope(r, s);
             assign(r, it, n->a, items->items[i]);
             if (graft__tpl_truthy(graft__tpl_eval(r, it, n->c)))
@@ -207,7 +211,7 @@ static int exec_for(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_
     tval loop = {.kind = TV_LOOP};
     loop.u.loop = state;
     for (size_t i = 0; i < items->n; i++) {
-        count_step(r, n);
+        graft__tpl_charge(r, 1, n);
         state->index = i;
         graft__tpl_scope *it = new_scope(r, s);
         bind(r, it, "loop", 4, loop);
@@ -272,8 +276,8 @@ static int exec_stmt(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl
     case N_SET:
         exec_set(r, s, n->a, graft__tpl_eval(r, s, n->b));
         return FLOW_NORMAL;
-    case N_SET_BLOCK:
-        exec_set(r, s, n->a, apply_chain(r, s, n->c, capture(r, s, &n->args)));
+    case N_SET_BLOCK: /* its body has a scope of its own, as a filter block's has */
+        exec_set(r, s, n->a, apply_chain(r, s, n->c, capture(r, new_scope(r, s), &n->args)));
         return FLOW_NORMAL;
     case N_MACRO: {
         graft__tpl_macro *m = graft__tpl_alloc(r->c, sizeof *m);
@@ -295,7 +299,7 @@ static int exec_stmt(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl
         return FLOW_NORMAL;
     }
     case N_FILTER_BLOCK: {
-        tval v = apply_chain(r, s, n->a, capture(r, s, &n->args));
+        tval v = apply_chain(r, s, n->a, capture(r, new_scope(r, s), &n->args));
         graft__tpl_to_str(r->c, r->out, v);
         return FLOW_NORMAL;
     }
@@ -327,7 +331,7 @@ tval graft__tpl_call_macro(graft__tpl_render *r, tval fn, tval *args, size_t n_a
     const graft__tpl_node *def = m->node;
     const char *name = def->kind == N_MACRO ? def->name : "caller";
     int name_n = def->kind == N_MACRO ? (int)def->name_n : 6;
-    count_step(r, at);
+    graft__tpl_charge(r, 1, at);
     if (++r->c->depth > r->c->max_depth)
         graft__tpl_fail(r->c, GRAFT_ECAPACITY, at->line, at->col,
                         "template: macro calls nested more than %d deep", r->c->max_depth);

@@ -134,6 +134,8 @@ struct graft__tpl_dict {
     size_t n, cap;
     tval *keys;
     tval *vals;
+    uint32_t *slots; /* from 16 entries on: a hash index of the string keys (entry + 1) */
+    size_t n_slots;  /* a power of two, at least twice n; 0 without an index */
 };
 
 tval graft__tpl_undef(const char *name, size_t n);
@@ -308,6 +310,9 @@ struct graft__tpl_macro {
     graft__tpl_scope *closure;
 };
 
+/* Counts units of work against max_steps; fails beyond it. One unit: a loop iteration, a
+ * macro call, 16 items of a scan (`in` over a list, unique) or 4 KiB of string comparing. */
+void graft__tpl_charge(graft__tpl_render *r, uint64_t units, const graft__tpl_node *at);
 /* Renders body with the variables of `vars` (a dict) into out. */
 void graft__tpl_render_body(graft__tpl_render *r, const graft__tpl_nodes *body, tval vars);
 tval graft__tpl_eval(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_node *n);

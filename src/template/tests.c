@@ -107,6 +107,8 @@ static bool compare_test(graft__tpl_render *r, tval v, tval *args, size_t n,
                          const graft__tpl_node *at, int op)
 {
     tval other = one_arg(r, args, n, at, "comparison");
+    if (v.kind == TV_LIST && other.kind == TV_LIST)
+        graft__tpl_charge(r, v.u.list->n / 16, at);
     if (op == OP_EQ)
         return graft__tpl_equal(v, other);
     if (op == OP_NE)
@@ -138,6 +140,7 @@ TEST(t_in)
                             graft__tpl_type_name(v));
         return v.n == 0 || memmem(seq.u.s, seq.n, v.u.s, v.n) != NULL;
     case TV_LIST:
+        graft__tpl_charge(r, seq.u.list->n / 16, at); /* a long scan counts (render.c) */
         for (size_t i = 0; i < seq.u.list->n; i++)
             if (graft__tpl_equal(v, seq.u.list->items[i]))
                 return true;

@@ -5,7 +5,7 @@
  * Jinja adds (undefined, namespaces, macros, bound builtins, the loop variable). They are
  * small structs passed by value; lists and dicts point into the render arena and, apart
  * from namespaces, never change once built, so sharing them is safe. This file has their
- * constructors, dict lookup (insertion ordered, linear: template dicts are small),
+ * constructors, dict lookup (insertion ordered; linear while small, then hashed),
  * truthiness, equality and ordering as Python defines them, len() and iteration.
  */
 #include <string.h>
@@ -99,14 +99,40 @@ void graft__tpl_list_push(graft__tpl_ctx *c, graft__tpl_list *l, tval v)
     l->items[l->n++] = v;
 }
 
+/* Dicts up to this many entries are searched linearly; bigger ones get a hash index, so
+ * that a template looping over a big input dict is not quadratic. */
+#define INDEX_FROM 16
+
+static uint32_t hash_bytes(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+static bool key_is(const tval *k, const char *s, size_t n)
+{
+    return k->kind == TV_STR && k->n == n &&
+           (n == 0 || (k->u.s[0] == s[0] && memcmp(k->u.s, s, n) == 0));
+}
+
 tval *graft__tpl_dict_find_str(const graft__tpl_dict *d, const char *s, size_t n)
 {
-    for (size_t i = 0; i < d->n; i++) {
-        const tval *k = &d->keys[i];
-        if (k->kind == TV_STR && k->n == n && (n == 0 || (k->u.s[0] == s[0] && memcmp(k->u.s, s, n) == 0)))
-            return &d->vals[i];
+    if (d->n_slots == 0) {
+        for (size_t i = 0; i < d->n; i++)
+            if (key_is(&d->keys[i], s, n))
+                return &d->vals[i];
+        return NULL;
     }
-    return NULL;
+    size_t mask = d->n_slots - 1;
+    for (size_t at = hash_bytes(s, n) & mask;; at = (at + 1) & mask) {
+        uint32_t e = d->slots[at];
+        if (e == 0)
+            return NULL;
+        if (key_is(&d->keys[e - 1], s, n))
+            return &d->vals[e - 1];
+    }
 }
 
 tval *graft__tpl_dict_find(const graft__tpl_dict *d, tval key)
@@ -117,6 +143,34 @@ tval *graft__tpl_dict_find(const graft__tpl_dict *d, tval key)
         if (graft__tpl_equal(d->keys[i], key))
             return &d->vals[i];
     return NULL;
+}
+
+static void index_entry(graft__tpl_dict *d, size_t i)
+{
+    const tval *k = &d->keys[i];
+    if (k->kind != TV_STR)
+        return;
+    size_t mask = d->n_slots - 1;
+    size_t at = hash_bytes(k->u.s, k->n) & mask;
+    while (d->slots[at] != 0)
+        at = (at + 1) & mask;
+    d->slots[at] = (uint32_t)(i + 1);
+}
+
+/* (Re)builds the index when the dict has outgrown it. */
+static void reindex(graft__tpl_ctx *c, graft__tpl_dict *d)
+{
+    if (d->n < INDEX_FROM || d->n * 2 <= d->n_slots)
+        return;
+    if (d->n >= UINT32_MAX / 4)
+        graft__tpl_fail(c, GRAFT_ECAPACITY, 0, 0, "template: dict too large");
+    size_t slots = 64;
+    while (slots < d->n * 4)
+        slots *= 2;
+    d->slots = graft__tpl_alloc(c, slots * sizeof *d->slots);
+    d->n_slots = slots;
+    for (size_t i = 0; i < d->n; i++)
+        index_entry(d, i);
 }
 
 void graft__tpl_dict_set(graft__tpl_ctx *c, graft__tpl_dict *d, tval key, tval v)
@@ -141,6 +195,10 @@ void graft__tpl_dict_set(graft__tpl_ctx *c, graft__tpl_dict *d, tval key, tval v
     d->keys[d->n] = key;
     d->vals[d->n] = v;
     d->n++;
+    if (d->n_slots != 0 && d->n * 2 <= d->n_slots)
+        index_entry(d, d->n - 1);
+    else
+        reindex(c, d);
 }
 
 bool graft__tpl_truthy(tval v)

@@ -270,9 +270,11 @@ int graft_synth_write(const graft_synth_options *opts, char **errmsg);
  *     pool, the scheduler and the forward pass. The functions below may be called from any
  *     thread: they reach the engine through its command queue (a mutex and a condition
  *     variable) or through atomic flags, as each declaration says.
- *   - Commands run on the engine thread in the order they were queued, between forward
- *     passes. A command queued from a callback runs before the next forward pass, so a clone
- *     requested at a generation's first output holds exactly its prompt.
+ *   - Commands run on the engine thread between forward passes, those of one thread in the
+ *     order it queued them. A command queued from a callback runs before the next forward
+ *     pass (before commands other threads queued meanwhile), so a clone requested at a
+ *     generation's first output holds exactly its prompt; a command from another thread
+ *     waits at most one forward pass.
  *   - Callbacks (on_update, on_settled, on_done) run on the engine thread, one at a time.
  *     They must not block. Functions marked "callback-safe" may be called from them; the
  *     blocking ones return GRAFT_EINVAL there instead of deadlocking.

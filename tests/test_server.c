@@ -527,7 +527,7 @@ static void test_disconnect_cancels(void **state)
 static void test_api_key(void **state)
 {
     (void)state;
-    const char *args[] = {"--api-key", "sekret", NULL};
+    const char *args[] = {"--api-key", "sekret,other", NULL};
     server s = start_server(args);
     response r = request(&s, "GET", "/health", NULL);
     assert_int_equal(r.status, 200);
@@ -540,6 +540,26 @@ static void test_api_key(void **state)
     response_free(&r);
     r = request_full(&s, "GET", "/v1/models", NULL, "sekret", 0);
     assert_int_equal(r.status, 200);
+    response_free(&r);
+    r = request_full(&s, "GET", "/v1/models", NULL, "other", 0);
+    assert_int_equal(r.status, 200);
+    response_free(&r);
+    /* a named session is its key's: another key is refused it, and does not see it */
+    const char *body = "{\"prompt\": \"Once\", \"max_tokens\": 4, \"session_id\": \"mine\"}";
+    r = request_full(&s, "POST", "/v1/completions", body, "sekret", 0);
+    assert_int_equal(r.status, 200);
+    response_free(&r);
+    r = request_full(&s, "POST", "/v1/completions", body, "other", 0);
+    free(expect_error(&r, 403, "session_id"));
+    response_free(&r);
+    r = request_full(&s, "GET", "/v1/sessions", NULL, "other", 0);
+    assert_null(strstr(r.body, "\"mine\""));
+    response_free(&r);
+    r = request_full(&s, "GET", "/v1/sessions", NULL, "sekret", 0);
+    assert_non_null(strstr(r.body, "\"mine\""));
+    response_free(&r);
+    r = request_full(&s, "DELETE", "/v1/sessions/mine", NULL, "other", 0);
+    free(expect_error(&r, 404, NULL));
     response_free(&r);
     assert_int_equal(stop_server(&s), 0);
 }

@@ -360,24 +360,35 @@ static void route_delete_session(graft__server *s, struct MHD_Connection *conn, 
                                                 "session", "deleted", 1));
 }
 
-/* Compares the key without stopping at the first difference. */
-static bool key_matches(const char *given, const char *key)
+/* Compares a key (n bytes) without stopping at the first difference. */
+static bool key_matches(const char *given, const char *key, size_t n)
 {
-    size_t n = strlen(key), m = given ? strlen(given) : 0;
+    size_t m = strlen(given);
     unsigned char diff = (unsigned char)(n != m);
     for (size_t i = 0; i < n; i++)
         diff |= (unsigned char)(key[i] ^ (i < m ? given[i] : 0));
     return diff == 0;
 }
 
+/* Whether the client's bearer key is one of --api-key's (comma-separated), each compared
+ * in full whatever the others gave. */
 static bool authorized(graft__server *s, struct MHD_Connection *conn)
 {
     if (s->config.api_key == NULL)
         return true;
-    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+    const char *given = client_key(s, conn);
+    if (given == NULL)
         return false;
-    return key_matches(auth + 7, s->config.api_key);
+    bool ok = false;
+    for (const char *k = s->config.api_key;;) {
+        const char *end = strchr(k, ',');
+        size_t n = end ? (size_t)(end - k) : strlen(k);
+        ok |= n > 0 && key_matches(given, k, n);
+        if (end == NULL)
+            break;
+        k = end + 1;
+    }
+    return ok;
 }
 
 static int client_fd(struct MHD_Connection *conn)

@@ -46,8 +46,7 @@ void graft__channel_on_update(graft_generation *gen, const int32_t *tokens, size
     graft__channel *ch = user;
     pthread_mutex_lock(&ch->mu);
     for (size_t i = 0; i < n; i++) {
-        if (ch->n == ch->cap) {
-            ch->overflow = true;
+        if (ch->n == ch->cap) { /* sized for every token it may sample: never, but safe */
             graft_generation_cancel(gen);
             break;
         }

@@ -53,7 +53,7 @@ typedef struct completion {
     graft__channel channel;
     bool channel_ready;
     graft_detok *detok;
-    uint64_t t_start, lookup_ns;
+    uint64_t lookup_ns;
     /* text */
     char *text;
     size_t len, cap, sent; /* sent: bytes already given to the client */
@@ -459,7 +459,6 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, boo
         return;
     }
     c->ctx = ctx;
-    c->t_start = now_ns();
     c->created = (long long)time(NULL);
     snprintf(c->id, sizeof c->id, "%s-%llu", chat ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);

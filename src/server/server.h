@@ -92,7 +92,6 @@ typedef struct graft__channel {
     int32_t *tokens; /* (cap) received, not yet taken */
     size_t n, cap;
     bool settled;
-    bool overflow; /* a token could not be stored: the generation is cancelled */
 } graft__channel;
 
 int graft__channel_init(graft__channel *ch, size_t cap);

@@ -898,6 +898,31 @@ static void test_load_with_disconnects(void **state)
     assert_int_equal(stop_server(&s), 0);
 }
 
+/* llama-server's GET /props and POST /apply-template. */
+static void test_props_and_apply_template(void **state)
+{
+    (void)state;
+    response r = request(&main_server, "GET", "/props", NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = json_of(&r);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(j, "default_generation_settings"), "n_ctx")), 256);
+    assert_non_null(strstr(json_string_value(json_object_get(j, "chat_template")), "im_start"));
+    json_decref(j);
+    response_free(&r);
+    r = request(&main_server, "POST", "/apply-template",
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}");
+    assert_int_equal(r.status, 200);
+    j = json_of(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "prompt")),
+                        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    json_decref(j);
+    response_free(&r);
+    r = request(&main_server, "POST", "/apply-template", "{\"messages\": 3}");
+    free(expect_error(&r, 400, "messages"));
+    response_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -909,6 +934,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_answers_agree),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_tokenize_roundtrip),
+        cmocka_unit_test(test_props_and_apply_template),
         cmocka_unit_test(test_chat_stories),
         cmocka_unit_test(test_named_sessions),
         cmocka_unit_test(test_chat_qwen_template),

@@ -37,7 +37,8 @@ static const char serve_usage[] =
     "\n"
     "Serves the model over HTTP with an OpenAI-compatible API: POST /v1/completions and\n"
     "/v1/chat/completions (streamed as server-sent events with \"stream\": true), GET\n"
-    "/v1/models, /health and /metrics (Prometheus), POST /tokenize and /detokenize. Prompts\n"
+    "/v1/models, /health, /metrics (Prometheus), /v1/sessions and /props; POST /tokenize,\n"
+    "/detokenize and /apply-template; DELETE /v1/sessions/ID. Prompts\n"
     "that begin as an earlier one did reuse its KV from the prefix cache; the answer is the\n"
     "same bits either way. Runs until SIGINT or SIGTERM, then finishes running requests.\n"
     "\n"
@@ -196,6 +197,7 @@ static int load_template(const serve_options *o, serving *sv)
     }
     char *err = NULL;
     int rc = graft_template_parse(text, file ? len : strlen(text), &sv->chat.tmpl, &err);
+    sv->chat.text = strdup(text); /* for GET /props */
     free(file);
     if (rc != GRAFT_OK) {
         graft__cli_error("serve", "the chat template (%s) does not parse: %s", which,
@@ -253,6 +255,7 @@ static int start_engine(const serve_options *o, const char *path, serving *sv)
 static void stop_engine(serving *sv)
 {
     graft_template_free(sv->chat.tmpl);
+    free(sv->chat.text);
     graft_prefix_cache_destroy(sv->cache);
     graft_engine_shutdown(sv->engine);
     graft_model_free(sv->model);

@@ -5,8 +5,9 @@
  *
  * Routes: GET /health (503 until the model is loaded and the engine runs), GET /v1/models,
  * GET /metrics, POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
- * POST /detokenize, GET /v1/sessions, DELETE /v1/sessions/{id}; any other path is a JSON
- * 404, a known path with another method a 405.
+ * POST /detokenize, GET /v1/sessions, DELETE /v1/sessions/{id}, and llama-server's
+ * POST /apply-template and GET /props; any other path is a JSON 404, a known path with
+ * another method a 405.
  *
  * Admission: at most `slots` completions generate at once; up to max_queue more wait for a
  * slot; beyond that a request is answered 429 with Retry-After at once (the connection is
@@ -310,7 +311,7 @@ static void route_detokenize(graft__server *s, const json_t *body, graft__reply 
 
 typedef enum route {
     R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_SESSIONS,
-    R_SESSION, R_NONE
+    R_SESSION, R_APPLY_TEMPLATE, R_PROPS, R_NONE
 } route;
 
 static const struct {
@@ -320,7 +321,8 @@ static const struct {
                     {"/metrics", "GET"},          {"/v1/completions", "POST"},
                     {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"},
                     {"/detokenize", "POST"},      {"/v1/sessions", "GET"},
-                    {"/v1/sessions/", "DELETE"}};
+                    {"/v1/sessions/", "DELETE"},  {"/apply-template", "POST"},
+                    {"/props", "GET"}};
 
 static route find_route(const char *url)
 {
@@ -358,6 +360,36 @@ static void route_delete_session(graft__server *s, struct MHD_Connection *conn, 
     else
         graft__reply_json(reply, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object",
                                                 "session", "deleted", 1));
+}
+
+/* llama-server's POST /apply-template: {"prompt": the messages rendered}. */
+static void route_apply_template(graft__server *s, const json_t *body, graft__reply *reply)
+{
+    char *text = NULL, *param = NULL, *message = NULL;
+    if (graft__chat_render(body, &text, &param, &message, (void *)s->ctx.chat) != GRAFT_OK)
+        graft__reply_error(reply, 400, "invalid_request_error", param ? param : "messages",
+                           "%s", message ? message : "cannot render the messages");
+    else
+        graft__reply_json(reply, 200, json_pack("{s:s}", "prompt", text));
+    free(text);
+    free(param);
+    free(message);
+}
+
+/* llama-server's GET /props: the server's settings as its clients read them. */
+static void route_props(graft__server *s, graft__reply *reply)
+{
+    graft_sampling d = graft_sampling_default();
+    json_t *settings = json_pack("{s:i, s:f, s:i, s:f, s:f, s:f}", "n_ctx", (int)s->ctx.max_context,
+                                 "temperature", d.temperature, "top_k", (int)d.top_k, "top_p",
+                                 d.top_p, "min_p", d.min_p, "repeat_penalty",
+                                 d.repetition_penalty);
+    graft__reply_json(reply, 200,
+                      json_pack("{s:o, s:i, s:s, s:s, s:s, s:s, s:s}", "default_generation_settings",
+                                settings, "total_slots", (int)s->config.slots, "model_alias",
+                                s->config.alias, "chat_template", s->ctx.chat->text,
+                                "bos_token", s->ctx.chat->bos_text, "eos_token",
+                                s->ctx.chat->eos_text, "build_info", "graft-" GRAFT_VERSION));
 }
 
 /* Compares a key (n bytes) without stopping at the first difference. */
@@ -435,6 +467,8 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
         route_sessions(s, conn, &reply);
     } else if (r == R_SESSION) {
         route_delete_session(s, conn, url + strlen(routes[R_SESSION].path), &reply);
+    } else if (r == R_PROPS) {
+        route_props(s, &reply);
     } else {
         json_error_t jerr;
         json_t *body = json_loadb(rq->body ? rq->body : "", rq->len, 0, &jerr);
@@ -449,6 +483,8 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
             route_tokenize(s, body, &reply);
         } else if (r == R_DETOKENIZE) {
             route_detokenize(s, body, &reply);
+        } else if (r == R_APPLY_TEMPLATE) {
+            route_apply_template(s, body, &reply);
         } else {
             int refused = admit(s);
             if (refused == 429)

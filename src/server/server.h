@@ -60,6 +60,7 @@ typedef int (*graft__render_fn)(const json_t *body, char **text, char **param,
 /* The chat template a server renders messages with, and the special tokens' text. */
 typedef struct graft__chat {
     graft_template *tmpl;
+    char *text; /* the template's source */
     const char *bos_text, *eos_text;
 } graft__chat;
 

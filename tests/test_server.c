@@ -923,6 +923,53 @@ static void test_props_and_apply_template(void **state)
     response_free(&r);
 }
 
+/* llama-server's POST /completion: the same text as /v1/completions, in its shape, whole and
+ * streamed (chunks {content, stop}, the last with stop true; no [DONE]). */
+static void test_llama_completion(void **state)
+{
+    (void)state;
+    response o = request(&main_server, "POST", "/v1/completions", GREEDY);
+    char *expected = completion_text(&o);
+    const char *body = "{\"prompt\": \"Once upon a time, there was a dog\", \"n_predict\": 40, "
+                       "\"temperature\": 0, \"cache_prompt\": true}";
+    response r = request(&main_server, "POST", "/completion", body);
+    assert_int_equal(r.status, 200);
+    json_t *j = json_of(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "content")), expected);
+    assert_true(json_is_true(json_object_get(j, "stop")));
+    assert_string_equal(json_string_value(json_object_get(j, "stop_type")), "limit");
+    assert_int_equal(json_integer_value(json_object_get(j, "tokens_predicted")), 40);
+    assert_true(json_integer_value(json_object_get(j, "tokens_cached")) > 0);
+    json_decref(j);
+    const char *streamed = "{\"prompt\": \"Once upon a time, there was a dog\", \"n_predict\": "
+                           "40, \"temperature\": 0, \"stream\": true}";
+    response st = request(&main_server, "POST", "/completion", streamed);
+    assert_int_equal(st.status, 200);
+    assert_null(strstr(st.body, "[DONE]"));
+    char *text = calloc(1, 1), *save = NULL;
+    size_t len = 0;
+    int stops = 0;
+    for (char *ev = strtok_r(st.body, "\n", &save); ev; ev = strtok_r(NULL, "\n", &save)) {
+        assert_true(strncmp(ev, "data: ", 6) == 0);
+        json_t *c = json_loads(ev + 6, 0, NULL);
+        assert_non_null(c);
+        assert_int_equal(stops, 0); /* nothing after the stop chunk */
+        const char *t = json_string_value(json_object_get(c, "content"));
+        text = realloc(text, len + strlen(t) + 1);
+        strcpy(text + len, t);
+        len += strlen(t);
+        stops += json_is_true(json_object_get(c, "stop"));
+        json_decref(c);
+    }
+    assert_int_equal(stops, 1);
+    assert_string_equal(text, expected);
+    free(text);
+    free(expected);
+    response_free(&o);
+    response_free(&r);
+    response_free(&st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -935,6 +982,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_tokenize_roundtrip),
         cmocka_unit_test(test_props_and_apply_template),
+        cmocka_unit_test(test_llama_completion),
         cmocka_unit_test(test_chat_stories),
         cmocka_unit_test(test_named_sessions),
         cmocka_unit_test(test_chat_qwen_template),

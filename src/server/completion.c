@@ -8,6 +8,11 @@
  * at the first output and collected into the cache when the generation ends. The answer is
  * the same bits whichever way the prompt's KV came (DESIGN.md invariant 1).
  *
+ * Shapes: OpenAI's (choices, usage, chunks ending in [DONE]) for /v1/completions and
+ * /v1/chat/completions; llama-server's for POST /completion (content, stop, stop_type,
+ * tokens_predicted / evaluated / cached, timings; streamed chunks {content, stop} ending with
+ * the one whose stop is true).
+ *
  * Text: the HTTP thread turns tokens into text (a streaming detokenizer) and matches the
  * stop strings on the text. Text that could still be the start of a stop string is held
  * back; a match ends the generation (cancelled) and cuts the text before it. A whole
@@ -40,6 +45,8 @@ static atomic_ullong next_id;
 typedef struct completion {
     const graft__server_ctx *ctx;
     graft__completion_request req;
+    bool llama;            /* llama-server's /completion shape */
+    const char *stop_word; /* the stop string that matched, or NULL */
     char id[48];
     long long created;
     int32_t *prompt;
@@ -108,6 +115,7 @@ static size_t releasable(completion *c)
             c->len = (size_t)(hit - c->text);
             c->text[c->len] = '\0';
             c->stopped = true;
+            c->stop_word = stop;
             return c->len;
         }
         for (size_t k = n - 1; k > 0; k--) /* the longest tail that starts the stop string */
@@ -415,12 +423,43 @@ static json_t *choice_json(const completion *c, const char *text, size_t n, cons
     return choice;
 }
 
+/* llama-server's /completion fields of a finished request (the text given separately). */
+static json_t *llama_json(const completion *c, const char *text, size_t n, bool stop)
+{
+    graft_generation_metrics m;
+    graft_generation_metrics_get(c->gen, &m);
+    const char *reason = finish_reason(c);
+    json_t *j = json_pack("{s:s%, s:b, s:i}", "content", text, n, "stop", stop, "id_slot", 0);
+    if (!stop)
+        return j;
+    json_object_set_new(j, "model", json_string(c->ctx->config->alias));
+    json_object_set_new(j, "tokens_predicted", json_integer((json_int_t)c->n_tokens));
+    json_object_set_new(j, "tokens_evaluated", json_integer((json_int_t)c->n_prompt));
+    json_object_set_new(j, "tokens_cached", json_integer(c->reused));
+    json_object_set_new(j, "truncated", json_false());
+    json_object_set_new(j, "stop_type", json_string(c->stopped ? "word"
+                                                    : reason && strcmp(reason, "length") == 0
+                                                        ? "limit"
+                                                        : "eos"));
+    json_object_set_new(j, "stopping_word", json_string(c->stop_word ? c->stop_word : ""));
+    json_object_set_new(j, "timings",
+                        json_pack("{s:i, s:i, s:f}", "prompt_n", (int)m.prompt_tokens_computed,
+                                  "predicted_n", (int)c->n_tokens, "predicted_per_second",
+                                  m.decode_tokens_per_s));
+    json_object_set_new(j, "graft", graft_json(c));
+    return j;
+}
+
 static void whole_reply(completion *c, graft__reply *reply)
 {
     int status = graft_generation_status(c->gen);
     if (!c->stopped && status != GRAFT_OK) {
         graft__reply_error(reply, status == GRAFT_ECAPACITY ? 503 : 500, "server_error", NULL,
                            "generation failed: %s", graft_generation_error(c->gen));
+        return;
+    }
+    if (c->llama) {
+        graft__reply_json(reply, 200, llama_json(c, c->text ? c->text : "", c->len, true));
         return;
     }
     json_t *j = envelope(c, c->req.chat ? "chat.completion" : "text_completion");
@@ -449,7 +488,7 @@ static bool client_gone(int fd)
 
 /* ---- the entry points ------------------------------------------------------------------------ */
 
-void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, bool chat, int fd,
+void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, graft__api api, int fd,
                            const char *session_header, const char *owner, graft__reply *reply,
                            graft__request_log *log)
 {
@@ -458,7 +497,9 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, boo
         graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
         return;
     }
+    bool chat = api == GRAFT__API_CHAT;
     c->ctx = ctx;
+    c->llama = api == GRAFT__API_LLAMA;
     c->created = (long long)time(NULL);
     snprintf(c->id, sizeof c->id, "%s-%llu", chat ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
@@ -524,6 +565,8 @@ static void emit(completion *c, json_t *j)
 
 static json_t *chunk(completion *c, const char *text, size_t n, const char *finish)
 {
+    if (c->llama)
+        return llama_json(c, text, n, finish != NULL);
     json_t *j = envelope(c, c->req.chat ? "chat.completion.chunk" : "text_completion");
     json_t *choices = json_array();
     json_array_append_new(choices, choice_json(c, text, n, finish, true));
@@ -564,8 +607,9 @@ static void produce(completion *c)
                 if (c->len > c->sent)
                     emit(c, chunk(c, c->text + c->sent, c->len - c->sent, NULL));
                 c->sent = c->len;
-                emit(c, chunk(c, "", 0, finish_reason(c)));
-                if (c->req.include_usage) {
+                emit(c, chunk(c, "", 0, c->llama && !finish_reason(c) ? "stop"
+                                                                        : finish_reason(c)));
+                if (c->req.include_usage && !c->llama) {
                     json_t *u = envelope(c, c->req.chat ? "chat.completion.chunk"
                                                         : "text_completion");
                     json_object_set_new(u, "choices", json_array());
@@ -577,7 +621,8 @@ static void produce(completion *c)
             c->sent_final = true;
             continue;
         }
-        append(&c->out, &c->out_len, &c->out_cap, "data: [DONE]\n\n", 14);
+        if (!c->llama) /* llama-server's stream ends with its stop chunk */
+            append(&c->out, &c->out_len, &c->out_cap, "data: [DONE]\n\n", 14);
         c->sent_done = true;
     }
 }

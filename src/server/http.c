@@ -6,7 +6,7 @@
  * Routes: GET /health (503 until the model is loaded and the engine runs), GET /v1/models,
  * GET /metrics, POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
  * POST /detokenize, GET /v1/sessions, DELETE /v1/sessions/{id}, and llama-server's
- * POST /apply-template and GET /props; any other path is a JSON 404, a known path with
+ * POST /completion, POST /apply-template and GET /props; any other path is a JSON 404, a known path with
  * another method a 405.
  *
  * Admission: at most `slots` completions generate at once; up to max_queue more wait for a
@@ -311,7 +311,7 @@ static void route_detokenize(graft__server *s, const json_t *body, graft__reply 
 
 typedef enum route {
     R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_SESSIONS,
-    R_SESSION, R_APPLY_TEMPLATE, R_PROPS, R_NONE
+    R_SESSION, R_APPLY_TEMPLATE, R_PROPS, R_LLAMA_COMPLETION, R_NONE
 } route;
 
 static const struct {
@@ -322,7 +322,7 @@ static const struct {
                     {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"},
                     {"/detokenize", "POST"},      {"/v1/sessions", "GET"},
                     {"/v1/sessions/", "DELETE"},  {"/apply-template", "POST"},
-                    {"/props", "GET"}};
+                    {"/props", "GET"},            {"/completion", "POST"}};
 
 static route find_route(const char *url)
 {
@@ -436,7 +436,8 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
 {
     graft__reply reply = {0};
     route r = find_route(url);
-    rq->endpoint = r == R_COMPLETIONS ? EP_COMPLETIONS : r == R_CHAT ? EP_CHAT
+    rq->endpoint = r == R_COMPLETIONS || r == R_LLAMA_COMPLETION ? EP_COMPLETIONS
+                   : r == R_CHAT                                  ? EP_CHAT
                    : r == R_NONE      ? EP_UNKNOWN
                                       : EP_OTHER;
     graft__request_log log = {0};
@@ -499,7 +500,10 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
                 if (sid == NULL)
                     sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                       "x-session-affinity");
-                graft__completion_run(&s->ctx, body, r == R_CHAT, client_fd(conn), sid,
+                graft__api api = r == R_CHAT               ? GRAFT__API_CHAT
+                                 : r == R_LLAMA_COMPLETION ? GRAFT__API_LLAMA
+                                                           : GRAFT__API_TEXT;
+                graft__completion_run(&s->ctx, body, api, client_fd(conn), sid,
                                       client_key(s, conn), &reply, &log);
                 logged_generation = true;
                 if (reply.stream != NULL) {

@@ -221,10 +221,14 @@ typedef struct graft__request_log {
     double ttft_ms;
 } graft__request_log;
 
+/* The shape of a completion endpoint: OpenAI's text or chat completions, or llama-server's
+ * POST /completion. */
+typedef enum graft__api { GRAFT__API_TEXT, GRAFT__API_CHAT, GRAFT__API_LLAMA } graft__api;
+
 /* Runs a completion request (its body parsed) and fills the reply: a whole JSON body, or a
  * stream (reply->stream, read by graft__completion_stream_read, freed by _stream_free).
  * `fd` is the client's socket, watched for a disconnect while a whole response is made. */
-void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, bool chat, int fd,
+void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, graft__api api, int fd,
                            const char *session_header, const char *owner, graft__reply *reply,
                            graft__request_log *log);
 /* Streams: the next bytes of the event stream into buf (at most max); -1 at the end. */

@@ -99,28 +99,6 @@ static graft_session *open_session(graft_engine *e)
     return s;
 }
 
-static graft_generate_config greedy(int32_t max_new)
-{
-    graft_generate_config c = graft_generate_default();
-    c.max_new_tokens = max_new;
-    c.sampling.temperature = 0.0f;
-    c.ignore_eog = 1;
-    return c;
-}
-
-/* Runs a generation with no callbacks to its end; returns its status. */
-static int run_plain(graft_session *s, const int32_t *tokens, int32_t n, int32_t max_new)
-{
-    graft_generate_config c = greedy(max_new);
-    graft_generation *gen = NULL;
-    int rc = graft_session_generate(s, tokens, (size_t)n, &c, NULL, NULL, NULL, &gen);
-    if (rc != GRAFT_OK)
-        return rc;
-    rc = graft_generation_wait(gen);
-    graft_generation_free(gen);
-    return rc;
-}
-
 static void random_tokens(uint32_t *seed, int32_t *out, int32_t n, int32_t lo, int32_t hi)
 {
     for (int32_t i = 0; i < n; i++) {
@@ -181,7 +159,7 @@ static void test_capture_queued_behind_close(void **state)
         /* another session holding KV, whose sequence id a clone of freed memory could take */
         graft_session *other = open_session(e);
         int32_t warm[3] = {BOS, 300 + round, 301};
-        assert_int_equal(run_plain(other, warm, 3, 1), GRAFT_OK);
+        assert_int_equal(graft_test_run(other, warm, 3, 1), GRAFT_OK);
         closer_tap t = {0};
         graft__engine_set_tap(e, close_at_first_logits, &t);
         graft_session *s = open_session(e);
@@ -192,7 +170,7 @@ static void test_capture_queued_behind_close(void **state)
         graft_settled_cb st = NULL;
         void *user = NULL;
         assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-        graft_generate_config c = greedy(4);
+        graft_generate_config c = graft_test_greedy(4);
         graft_generation *gen = NULL;
         assert_int_equal(graft_session_generate(s, prompt, 6, &c, up, st, user, &gen), GRAFT_OK);
         int rc = graft_generation_wait(gen);
@@ -305,7 +283,7 @@ static void test_close_race_stress(void **state)
         graft_settled_cb st = NULL;
         void *user = NULL;
         assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-        graft_generate_config c = greedy(1 + (int32_t)(seed % 40)); /* often closed mid-way */
+        graft_generate_config c = graft_test_greedy(1 + (int32_t)(seed % 40)); /* often closed mid-way */
         graft_generation *gen = NULL;
         assert_int_equal(graft_session_generate(s, k.tokens, (size_t)k.n, &c, up, st, user, &gen),
                          GRAFT_OK);
@@ -415,7 +393,7 @@ static void test_callback_commands_before_step(void **state)
     graft_engine *e = engine_with(stories, &o);
     graft_session *s = open_session(e);
     int32_t bos = BOS;
-    graft_generate_config c = greedy(200);
+    graft_generate_config c = graft_test_greedy(200);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(s, &bos, 1, &c, NULL, NULL, NULL, &gen), GRAFT_OK);
     for (int i = 0; i < 20; i++) {
@@ -431,7 +409,7 @@ static void test_callback_commands_before_step(void **state)
         /* a refused admission's on_settled queues a clone */
         chain rf = {.watched = s};
         graft_generation *refused = NULL;
-        graft_generate_config one = greedy(1);
+        graft_generate_config one = graft_test_greedy(1);
         assert_int_equal(graft_session_generate(s, &bos, 1, &one, NULL, refused_settled, &rf,
                                                 &refused),
                          GRAFT_OK);
@@ -480,7 +458,7 @@ static void test_failed_step_settles_cancelled(void **state)
     fail_hook h = {0, 6};
     graft__engine_set_step_hook(e, cancel_then_fail, &h);
     graft__engine_pause(e, true); /* both admitted before the first step */
-    graft_generate_config c = greedy(50);
+    graft_generate_config c = graft_test_greedy(50);
     graft_generation *ga = NULL, *gb = NULL;
     assert_int_equal(graft_session_generate(a, &bos, 1, &c, NULL, NULL, NULL, &ga), GRAFT_OK);
     assert_int_equal(graft_session_generate(b, &bos, 1, &c, NULL, NULL, NULL, &gb), GRAFT_OK);
@@ -550,7 +528,7 @@ static void test_retention_matches_forward_reads(void **state)
     int accepted = 0, refused = 0;
     for (int32_t L = 60; L <= 130; L += 2) {
         graft_session *s = open_session(e);
-        assert_int_equal(run_plain(s, tokens, L, 1), GRAFT_OK); /* commits L tokens */
+        assert_int_equal(graft_test_run(s, tokens, L, 1), GRAFT_OK); /* commits L tokens */
         assert_int_equal(graft_session_position(s), L);
         for (int32_t u = 0; u <= L; u += (L % 7 == 0 ? 1 : 5)) {
             (void)metrics(e); /* the engine is idle: its pool may be read */
@@ -567,7 +545,7 @@ static void test_retention_matches_forward_reads(void **state)
             assert_int_equal(rc, GRAFT_OK);
             accepted++;
             tap.got = false;
-            assert_int_equal(run_plain(c, tokens + u, 1, 1), GRAFT_OK);
+            assert_int_equal(graft_test_run(c, tokens + u, 1, 1), GRAFT_OK);
             assert_true(tap.got);
             cold_logits(gemma, tokens, u + 1, ref);
             assert_memory_equal(tap.logits, ref, (size_t)gemma->hp.n_vocab * sizeof *ref);
@@ -603,7 +581,7 @@ static void test_exact_repeat_hits_at_every_length(void **state)
         graft_settled_cb st = NULL;
         void *user = NULL;
         assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-        graft_generate_config c = greedy(20); /* on past the window of L - 1 */
+        graft_generate_config c = graft_test_greedy(20); /* on past the window of L - 1 */
         graft_generation *gen = NULL;
         assert_int_equal(graft_session_generate(s, tokens, (size_t)L, &c, up, st, user, &gen),
                          GRAFT_OK);
@@ -647,7 +625,7 @@ static void *full_worker(void *arg)
     j->status = graft_session_open(j->engine, &s, NULL);
     if (j->status != GRAFT_OK)
         return NULL;
-    graft_generate_config c = greedy(FULL_NEW);
+    graft_generate_config c = graft_test_greedy(FULL_NEW);
     graft_generation *gen = NULL;
     j->status = graft_session_generate(s, j->prompt, FULL_PROMPT, &c, NULL, NULL, NULL, &gen);
     if (j->status == GRAFT_OK) {
@@ -665,7 +643,7 @@ static void expected_tokens(const int32_t *prompt, int32_t *out)
     graft_engine_options o = options(stories, 2);
     graft_engine *e = engine_with(stories, &o);
     graft_session *s = open_session(e);
-    graft_generate_config c = greedy(FULL_NEW);
+    graft_generate_config c = graft_test_greedy(FULL_NEW);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(s, prompt, FULL_PROMPT, &c, NULL, NULL, NULL, &gen),
                      GRAFT_OK);
@@ -694,7 +672,7 @@ static void test_full_pool_waits_and_reclaims(void **state)
         int32_t t[SNAP_LEN];
         random_tokens(&seed, t, SNAP_LEN, 3, 500);
         graft_session *s = open_session(e);
-        assert_int_equal(run_plain(s, t, SNAP_LEN, 1), GRAFT_OK);
+        assert_int_equal(graft_test_run(s, t, SNAP_LEN, 1), GRAFT_OK);
         graft_session *snap = NULL;
         assert_int_equal(graft_session_clone_wait(s, SNAP_LEN, &snap, NULL), GRAFT_OK);
         graft_session_close(s);
@@ -751,9 +729,9 @@ static void test_kv_wait_is_bounded(void **state)
     int32_t t[CONTEXT];
     uint32_t seed = 1;
     random_tokens(&seed, t, CONTEXT, 3, 500);
-    assert_int_equal(run_plain(hog, t, 200, 1), GRAFT_OK); /* 7 blocks held */
+    assert_int_equal(graft_test_run(hog, t, 200, 1), GRAFT_OK); /* 7 blocks held */
     graft_session *s = open_session(e);
-    graft_generate_config c = greedy(60);
+    graft_generate_config c = graft_test_greedy(60);
     graft_generation *gen = NULL;
     uint64_t t0 = graft__now_ns();
     assert_int_equal(graft_session_generate(s, t, 40, &c, NULL, NULL, NULL, &gen), GRAFT_OK);
@@ -805,7 +783,7 @@ static void test_cache_calls_from_callbacks(void **state)
     assert_int_equal(graft_prefix_cache_create(e, 8, 1 << 20, &bounded, NULL), GRAFT_OK);
     graft_session *s = open_session(e), *spare = open_session(e);
     int32_t bos = BOS;
-    assert_int_equal(run_plain(spare, &bos, 1, 1), GRAFT_OK);
+    assert_int_equal(graft_test_run(spare, &bos, 1, 1), GRAFT_OK);
     graft_session *snapshot = NULL;
     assert_int_equal(graft_session_clone_wait(spare, 1, &snapshot, NULL), GRAFT_OK);
     /* a capture whose collect is called from the generation's own on_settled */
@@ -816,7 +794,7 @@ static void test_cache_calls_from_callbacks(void **state)
     graft_settled_cb st = cache_calls_settled;
     void *user = &fc;
     assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-    graft_generate_config c = greedy(2);
+    graft_generate_config c = graft_test_greedy(2);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(s, &bos, 1, &c, up, st, user, &gen), GRAFT_OK);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
@@ -854,13 +832,13 @@ static void test_insert_never_reports_evicted_as_kept(void **state)
         random_tokens(&seed, b, 100, 3, 500);
         /* an entry that shares every block with a live session: it costs nothing */
         graft_session *live = open_session(e);
-        assert_int_equal(run_plain(live, a, 40, 1), GRAFT_OK);
+        assert_int_equal(graft_test_run(live, a, 40, 1), GRAFT_OK);
         graft_session *snap_a = NULL;
         assert_int_equal(graft_session_clone_wait(live, 40, &snap_a, NULL), GRAFT_OK);
         assert_int_equal(graft_prefix_cache_insert(c, a, 40, snap_a), GRAFT_OK);
         /* a snapshot that holds 4 blocks alone, over the bound of one block */
         graft_session *src = open_session(e);
-        assert_int_equal(run_plain(src, b, 100, 1), GRAFT_OK);
+        assert_int_equal(graft_test_run(src, b, 100, 1), GRAFT_OK);
         graft_session *snap_b = NULL;
         assert_int_equal(graft_session_clone_wait(src, 100, &snap_b, NULL), GRAFT_OK);
         graft_session_close(src);
@@ -901,13 +879,13 @@ static void test_overlong_prompt_is_erange(void **state)
     int32_t *t = calloc(CONTEXT + 1, sizeof *t);
     for (int i = 0; i <= CONTEXT; i++)
         t[i] = 5 + i % 100;
-    graft_generate_config c = greedy(1);
+    graft_generate_config c = graft_test_greedy(1);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(s, t, CONTEXT + 1, &c, NULL, NULL, NULL, &gen),
                      GRAFT_ERANGE);
     assert_null(gen);
     /* at a position: admitted, then refused with the numbers */
-    assert_int_equal(run_plain(s, t, 10, 1), GRAFT_OK);
+    assert_int_equal(graft_test_run(s, t, 10, 1), GRAFT_OK);
     assert_int_equal(graft_session_generate(s, t, CONTEXT - 5, &c, NULL, NULL, NULL, &gen),
                      GRAFT_OK);
     assert_int_equal(graft_generation_wait(gen), GRAFT_ERANGE);
@@ -930,7 +908,7 @@ static void test_capture_when_first_token_stops(void **state)
     int32_t prompt[4] = {BOS, 403, 407, 261};
     /* the greedy token after the prompt, to use as the stop token */
     graft_session *probe = open_session(e);
-    graft_generate_config one = greedy(1);
+    graft_generate_config one = graft_test_greedy(1);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(probe, prompt, 4, &one, NULL, NULL, NULL, &gen),
                      GRAFT_OK);
@@ -946,7 +924,7 @@ static void test_capture_when_first_token_stops(void **state)
     graft_settled_cb st = NULL;
     void *user = NULL;
     assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-    graft_generate_config c = greedy(10);
+    graft_generate_config c = graft_test_greedy(10);
     c.stop_tokens = &first;
     c.n_stop_tokens = 1;
     assert_int_equal(graft_session_generate(s, prompt, 4, &c, up, st, user, &gen), GRAFT_OK);
@@ -1003,7 +981,7 @@ static void test_clone_range_picks_boundary_when_it_runs(void **state)
     uint32_t seed = 8;
     prompt[0] = BOS;
     random_tokens(&seed, prompt + 1, 99, 3, 500);
-    graft_generate_config c = greedy(100);
+    graft_generate_config c = graft_test_greedy(100);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(donor, prompt, 100, &c, NULL, NULL, NULL, &gen),
                      GRAFT_OK);
@@ -1053,7 +1031,7 @@ static void test_clone_range_retention(void **state)
     int32_t t[GEMMA_CONTEXT];
     uint32_t seed = 4;
     random_tokens(&seed, t, GEMMA_CONTEXT, 0, gemma->hp.n_vocab);
-    assert_int_equal(run_plain(s, t, 100, 1), GRAFT_OK); /* keeps keys from 64 on */
+    assert_int_equal(graft_test_run(s, t, 100, 1), GRAFT_OK); /* keeps keys from 64 on */
     graft_session *c = NULL;
     assert_int_equal(graft_session_clone_range_wait(s, 5, 40, &c, NULL), GRAFT_ERETENTION);
     assert_int_equal(graft_session_clone_range_wait(s, 5, 100, &c, NULL), GRAFT_OK);
@@ -1091,7 +1069,7 @@ static void test_session_tokens(void **state)
     assert_int_equal(n, 0);
     int32_t prompt[3] = {BOS, 30, 31};
     int from_callback = 1;
-    graft_generate_config c = greedy(3);
+    graft_generate_config c = graft_test_greedy(3);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(s, prompt, 3, &c, tokens_update, NULL,
                                             &from_callback, &gen),
@@ -1123,7 +1101,7 @@ static void test_insert_checks_key(void **state)
     memcpy(wrong, t, sizeof t);
     wrong[5] = 99;
     graft_session *s = open_session(e);
-    assert_int_equal(run_plain(s, t, 8, 1), GRAFT_OK);
+    assert_int_equal(graft_test_run(s, t, 8, 1), GRAFT_OK);
     graft_session *snap = NULL;
     assert_int_equal(graft_session_clone_wait(s, 8, &snap, NULL), GRAFT_OK);
     assert_int_equal(graft_prefix_cache_insert(c, wrong, 8, snap), GRAFT_EINVAL);

@@ -156,34 +156,12 @@ static void make_tokens(const graft_model *m, uint32_t seed, int32_t *out, int32
     }
 }
 
-static graft_generate_config greedy(int32_t max_new)
-{
-    graft_generate_config c = graft_generate_default();
-    c.max_new_tokens = max_new;
-    c.ignore_eog = 1;
-    c.sampling.temperature = 0.0f;
-    return c;
-}
-
-/* Runs a generation to its end; returns its status. */
-static int run(graft_session *s, const int32_t *tokens, int32_t n, int32_t max_new)
-{
-    graft_generate_config c = greedy(max_new);
-    graft_generation *gen = NULL;
-    int rc = graft_session_generate(s, tokens, (size_t)n, &c, NULL, NULL, NULL, &gen);
-    if (rc != GRAFT_OK)
-        return rc;
-    rc = graft_generation_wait(gen);
-    graft_generation_free(gen);
-    return rc;
-}
-
 /* A new session holding exactly tokens[0, n) (its one sampled token is not committed). */
 static graft_session *computed(fx *f, const int32_t *tokens, int32_t n)
 {
     graft_session *s = NULL;
     assert_int_equal(graft_session_open(f->e, &s, NULL), GRAFT_OK);
-    assert_int_equal(run(s, tokens, n, 1), GRAFT_OK);
+    assert_int_equal(graft_test_run(s, tokens, n, 1), GRAFT_OK);
     assert_int_equal(graft_session_position(s), n);
     return s;
 }
@@ -200,7 +178,7 @@ static void check_clone(fx *f, graft_session *s, const int32_t *tokens, int32_t 
 {
     assert_int_equal(graft_session_position(s), m);
     f->tap.got = false;
-    assert_int_equal(run(s, tokens + m, 1, 1), GRAFT_OK);
+    assert_int_equal(graft_test_run(s, tokens + m, 1, 1), GRAFT_OK);
     assert_true(f->tap.got);
     assert_int_equal(graft_context_seq_reset(f->cold, 0), GRAFT_OK);
     assert_int_equal(graft_context_eval(f->cold, tokens, (size_t)m + 1, f->ref), GRAFT_OK);
@@ -564,7 +542,7 @@ static void test_capacity_refusal_no_leak_no_evict(void **state)
     graft_settled_cb st_cb = NULL;
     void *user = NULL;
     assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-    graft_generate_config cfg = greedy(2);
+    graft_generate_config cfg = graft_test_greedy(2);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(l1, a, 20, &cfg, up, st_cb, user, &gen), GRAFT_OK);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
@@ -685,7 +663,7 @@ static void test_alloc_failures(void **state)
             graft_settled_cb st_cb = NULL;
             void *user = NULL;
             assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-            graft_generate_config cfg = greedy(2);
+            graft_generate_config cfg = graft_test_greedy(2);
             if (graft_session_generate(s, k, 40, &cfg, up, st_cb, user, &gen) == GRAFT_OK)
                 graft_generation_wait(gen);
             collected = graft_prompt_capture_collect(cap);
@@ -742,7 +720,7 @@ static void test_clear_and_destroy_release_own_snapshots(void **state)
     insert_ok(&f, c, u, 40);
     graft_prefix_cache_destroy(c);
     assert_int_equal(sessions_open(f.e), 2);
-    assert_int_equal(run(live, t + 40, 1, 3), GRAFT_OK);
+    assert_int_equal(graft_test_run(live, t + 40, 1, 3), GRAFT_OK);
     graft_session_close(live);
     graft_session_close(hit);
     fx_end(&f);
@@ -918,7 +896,7 @@ static int captured_run(graft_prefix_cache *c, graft_session *s, const int32_t *
     CHECK(graft_prompt_capture_wrap(cap, &up, &st, &user) == GRAFT_EINVAL);
     CHECK(user == (void *)cap);
     u->session = s;
-    graft_generate_config cfg = greedy(max_new);
+    graft_generate_config cfg = graft_test_greedy(max_new);
     graft_generation *gen = NULL;
     *gen_rc = graft_session_generate(s, tokens + from, (size_t)(n - from), &cfg, up, st, user,
                                      &gen);
@@ -1015,7 +993,7 @@ static void test_rejected_generation_captures_nothing(void **state)
     assert_int_equal(gen_rc, GRAFT_EINVAL);
     make_tokens(stories, 38, t, 300);
     /* admitted, then failed: 150 prompt tokens at position 150 exceed max_context */
-    assert_int_equal(run(s, t, 150, 1), GRAFT_OK);
+    assert_int_equal(graft_test_run(s, t, 150, 1), GRAFT_OK);
     memset(&u, 0, sizeof u);
     assert_int_equal(captured_run(c, s, t, 150, 300, 2, &u, &gen_rc), GRAFT_ENOTFOUND);
     assert_int_equal(gen_rc, GRAFT_ERANGE);
@@ -1028,7 +1006,7 @@ static void test_rejected_generation_captures_nothing(void **state)
     graft_settled_cb st_cb = NULL;
     void *user = NULL;
     assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-    graft_generate_config cfg = greedy(4);
+    graft_generate_config cfg = graft_test_greedy(4);
     graft_generation *gen = NULL;
     graft__engine_pause(f.e, true);
     assert_int_equal(graft_session_generate(s, t, 100, &cfg, up, st_cb, user, &gen), GRAFT_OK);
@@ -1102,7 +1080,7 @@ static void test_empty_updates_do_not_trigger(void **state)
         void *user = &u;
         assert_int_equal(graft_prompt_capture_wrap(cap, &r.update, &r.settled, &user), GRAFT_OK);
         r.user = user;
-        graft_generate_config cfg = greedy(3);
+        graft_generate_config cfg = graft_test_greedy(3);
         graft_generation *gen = NULL;
         assert_int_equal(
             graft_session_generate(s, t, 40, &cfg, relay_update, relay_settled, &r, &gen),
@@ -1180,7 +1158,7 @@ static void test_capture_moved_or_freed_handles(void **state)
     graft_settled_cb st_cb = NULL;
     void *user = NULL;
     assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-    graft_generate_config cfg = greedy(2);
+    graft_generate_config cfg = graft_test_greedy(2);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(b.s, t, 40, &cfg, up, st_cb, user, &gen), GRAFT_OK);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
@@ -1239,7 +1217,7 @@ static void test_capture_freed_uncollected(void **state)
         graft_settled_cb st_cb = user_settled;
         void *user = &u;
         assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-        graft_generate_config cfg = greedy(1);
+        graft_generate_config cfg = graft_test_greedy(1);
         graft_generation *gen = NULL;
         assert_int_equal(graft_session_generate(s, t, 40, &cfg, up, st_cb, user, &gen), GRAFT_OK);
         assert_int_equal(graft_generation_wait(gen), GRAFT_OK);

@@ -70,6 +70,10 @@ void graft__cli_error(const char *command, const char *fmt, ...)
 /* The type id named `name` (case-insensitive, as graft_type_name spells it), or -1. */
 int graft__cli_type_by_name(const char *name);
 
+/* The whole of a file ("-": stdin), NUL-terminated, its length in *len; NULL after printing
+ * "graft COMMAND: cannot open / read 'PATH'". The caller frees it. */
+char *graft__cli_read_file(const char *command, const char *path, size_t *len);
+
 /* The model `graft run` uses: `explicit_path` (-m) when given, else the first that exists
  * of $GRAFT_MODEL, $GRAFT_MODELS_DIR/stories260K.gguf, ../shared/models/stories260K.gguf
  * and <folder of the executable>/../../../shared/models/stories260K.gguf. Returns a path to

@@ -142,38 +142,6 @@ typedef struct serving {
     graft__chat chat;
 } serving;
 
-/* The whole of a file, NUL-terminated, or NULL. */
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0, got;
-    char chunk[65536];
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (n + got + 1 > cap) {
-            cap = (n + got + 1) * 2;
-            char *grown = realloc(buf, cap);
-            if (grown == NULL) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = grown;
-        }
-        memcpy(buf + n, chunk, got);
-        n += got;
-    }
-    fclose(f);
-    if (buf == NULL)
-        buf = calloc(1, 1);
-    else
-        buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /* The chat template: --chat-template's file, the model's own, or ChatML; says which. */
 static int load_template(const serve_options *o, serving *sv)
 {
@@ -185,11 +153,9 @@ static int load_template(const serve_options *o, serving *sv)
     size_t len = 0;
     const char *text = mc.chat_template, *which = "the model's own";
     if (o->chat_template != NULL) {
-        file = read_file(o->chat_template, &len);
-        if (file == NULL) {
-            graft__cli_error("serve", "option --chat-template: cannot read %s", o->chat_template);
+        file = graft__cli_read_file("serve", o->chat_template, &len);
+        if (file == NULL)
             return GRAFT_CLI_USAGE;
-        }
         text = file;
         which = o->chat_template;
     } else if (text == NULL) {

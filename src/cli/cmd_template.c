@@ -34,45 +34,6 @@ static const char template_usage[] =
     "                    current local time)\n"
     "  -h, --help        show this help\n";
 
-/* The whole of a file ("-": stdin), NUL-terminated; NULL after printing why. */
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (f == NULL) {
-        graft__cli_error("template", "cannot open '%s'", path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf != NULL) {
-        if (n + 1 >= cap) {
-            char *more = realloc(buf, cap * 2);
-            if (more == NULL) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = more;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    bool failed = buf == NULL || ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (failed) {
-        free(buf);
-        graft__cli_error("template", "cannot read '%s'", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /* The input with bos_token / eos_token added where it lacks them (a string to free()),
  * or NULL after printing why. */
 static char *with_model_tokens(const char *input, size_t len, const graft_model_chat *chat)
@@ -119,14 +80,14 @@ int graft__cli_template(int argc, char **argv)
         return GRAFT_CLI_USAGE;
     }
     size_t input_len = 0, text_len = 0;
-    char *input = read_all(input_path, &input_len);
+    char *input = graft__cli_read_file("template", input_path, &input_len);
     if (input == NULL)
         return GRAFT_CLI_FAILED;
     char *text = NULL, *err = NULL;
     const char *template_text = NULL;
     graft_model *model = NULL;
     if (template_path != NULL) {
-        text = read_all(template_path, &text_len);
+        text = graft__cli_read_file("template", template_path, &text_len);
         if (text == NULL) {
             free(input);
             return GRAFT_CLI_FAILED;

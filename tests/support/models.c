@@ -40,3 +40,24 @@ graft_context *graft_test_cold_context(const graft_model *m, int32_t n_ctx)
     graft_context *ctx = NULL;
     return graft_context_create_ex(m, &o, &ctx, NULL) == GRAFT_OK ? ctx : NULL;
 }
+
+graft_generate_config graft_test_greedy(int32_t max_new)
+{
+    graft_generate_config c = graft_generate_default();
+    c.max_new_tokens = max_new;
+    c.ignore_eog = 1;
+    c.sampling.temperature = 0.0f;
+    return c;
+}
+
+int graft_test_run(graft_session *s, const int32_t *tokens, int32_t n, int32_t max_new)
+{
+    graft_generate_config c = graft_test_greedy(max_new);
+    graft_generation *gen = NULL;
+    int rc = graft_session_generate(s, tokens, (size_t)n, &c, NULL, NULL, NULL, &gen);
+    if (rc != GRAFT_OK)
+        return rc;
+    rc = graft_generation_wait(gen);
+    graft_generation_free(gen);
+    return rc;
+}

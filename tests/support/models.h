@@ -7,6 +7,7 @@
  *   folder under `file` and loaded.
  * - graft_test_cold_context: a one-sequence, one-thread context of n_ctx positions, the
  *   reference engine tests compare logits with by memcmp.
+ * - graft_test_greedy, graft_test_run: the greedy generation engine tests run.
  */
 #ifndef GRAFT_TEST_MODELS_H
 #define GRAFT_TEST_MODELS_H
@@ -19,5 +20,11 @@ graft_model *graft_test_load_model(const char *rel);
 graft_model *graft_test_synth_model(const char *arch, const char *preset, int type,
                                     uint64_t seed, const char *file);
 graft_context *graft_test_cold_context(const graft_model *m, int32_t n_ctx);
+
+/* Greedy sampling of at most max_new tokens, end of generation ignored. */
+graft_generate_config graft_test_greedy(int32_t max_new);
+/* Runs tokens[0, n) on s greedily (graft_test_greedy) with no callbacks to its end; returns
+ * its status. */
+int graft_test_run(graft_session *s, const int32_t *tokens, int32_t n, int32_t max_new);
 
 #endif /* GRAFT_TEST_MODELS_H */

@@ -225,18 +225,33 @@ typedef struct graft_sampling {
     float top_p;              /* 1: off */
     float min_p;              /* 0: off */
     float repetition_penalty; /* 1: off */
+    float presence_penalty;   /* 0: off; subtracted from the logit of a token picked before */
+    float frequency_penalty;  /* 0: off; subtracted once per time the token was picked */
     uint64_t seed;
 } graft_sampling;
 
-/* The defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, penalty 1, seed 0. */
+/* The defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition penalty 1,
+ * presence and frequency penalties 0, seed 0. */
 graft_sampling graft_sampling_default(void);
+
+/* A bias added to one token's logit before sampling (OpenAI's logit_bias). */
+typedef struct graft_logit_bias {
+    int32_t token;
+    float bias;
+} graft_logit_bias;
 
 /* CONSTRUCTOR: graft_sampler_create   DESTRUCTOR: graft_sampler_free */
 typedef struct graft_sampler graft_sampler;
 int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sampler **out);
 void graft_sampler_free(graft_sampler *sampler);
-/* Picks the next token from `logits` (n_vocab values, modified in place). `history` holds
- * the tokens the repetition penalty looks at. Deterministic for a given seed. */
+/* METHOD: graft_sampler. Sets the logit biases (copied; a token listed twice gets both
+ * biases added). GRAFT_EINVAL: a token outside the vocabulary or a bias not finite;
+ * GRAFT_ENOMEM. */
+int graft_sampler_set_logit_bias(graft_sampler *sampler, const graft_logit_bias *bias, size_t n);
+/* Picks the next token from `logits` (n_vocab values, modified in place). Order: logit
+ * biases; the repetition penalty over `history`; presence and frequency penalties over the
+ * tokens this sampler picked before; then greedy, or top-k, temperature, top-p, min-p and a
+ * draw. Deterministic for a given seed and sequence of calls. */
 int32_t graft_sampler_sample(graft_sampler *sampler, float *logits, const int32_t *history,
                              size_t n_history);
 
@@ -469,7 +484,14 @@ typedef struct graft_generate_config {
     int32_t ignore_eog;         /* nonzero: the model's end-of-generation tokens do not stop */
     graft_sampling sampling;    /* with its own random state (the seed): results do not
                                    depend on what else is batched */
+    const graft_logit_bias *logit_bias; /* added to the logits before sampling; copied */
+    size_t n_logit_bias;
+    int32_t logprobs;     /* nonzero: each sampled token's log-probability is kept ... */
+    int32_t top_logprobs; /* ... with the top_logprobs most likely tokens' (at most
+                             GRAFT_MAX_TOP_LOGPROBS) */
 } graft_generate_config;
+
+#define GRAFT_MAX_TOP_LOGPROBS 20
 
 /* max_new_tokens 0, no stop tokens, graft_sampling_default(). */
 graft_generate_config graft_generate_default(void);
@@ -524,6 +546,22 @@ const char *graft_generation_error(const graft_generation *gen);
 /* Once done: the tokens sampled, stop token excluded (borrowed, valid until
  * graft_generation_free). */
 const int32_t *graft_generation_tokens(const graft_generation *gen, size_t *n);
+
+typedef struct graft_token_logprob {
+    int32_t token;
+    float logprob;
+} graft_token_logprob;
+
+/* The log-probabilities kept for sampled token `index` (0: the first reported): *entries
+ * (borrowed, valid until graft_generation_free) holds *n = 1 + top_logprobs of them, the
+ * token itself first, then the most likely tokens in descending order (equal ones: lower
+ * id first). They are the log-softmax of the logits as the model gave them, before logit
+ * biases, penalties and temperature, and like the tokens they do not depend on what else
+ * is batched. Readable in the on_update call that reports the token and after it on the
+ * engine thread, and on any thread once done. GRAFT_EINVAL: logprobs were not asked for,
+ * or no such token was reported. */
+int graft_generation_logprobs(const graft_generation *gen, size_t index,
+                              const graft_token_logprob **entries, size_t *n);
 
 typedef struct graft_generation_metrics {
     uint64_t queue_wait_ns;          /* submission to the start of its first step */

@@ -136,6 +136,9 @@ struct graft_generation {
     graft_settled_cb on_settled;
     void *user;
     int32_t *out; /* (cap_out) tokens sampled */
+    graft_token_logprob *logprobs; /* (cap_out x logprob_width) when asked for, else NULL */
+    float *raw_logits;             /* (n_vocab) the logits before sampling, when asked for */
+    int32_t logprob_width;         /* 1 + top_logprobs */
     int32_t n_out, cap_out;
     bool has_pending; /* out[n_out - 1] was sampled and is not fed back yet */
     bool admitted;    /* in the engine's active list */
@@ -278,6 +281,12 @@ void graft__gen_settle(graft_engine *e, graft_generation *gen, graft_finish fini
 /* Records that the generation took part in a step whose forward pass began at `now` and
  * had `prompt_tokens` of its prompt computed in it. */
 void graft__gen_note_step(graft_generation *gen, uint64_t now, int32_t prompt_tokens);
+
+/* logprobs.c. entries[0]: `token`'s log-probability under the softmax of `logits`;
+ * entries[1 .. top]: the `top` most likely tokens', descending (equal logits: lower id
+ * first). top <= n_vocab. */
+void graft__logprobs_fill(const float *logits, int32_t n_vocab, int32_t token, int32_t top,
+                          graft_token_logprob *entries);
 
 /* scheduler.c (engine thread) */
 /* Runs one step if any generation has work: settles cancelled generations, plans a batch,

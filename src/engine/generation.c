@@ -36,6 +36,8 @@ static void gen_destroy(graft_generation *gen)
     graft__free(gen->prompt);
     graft__free(gen->stop);
     graft__free(gen->out);
+    graft__free(gen->logprobs);
+    graft__free(gen->raw_logits);
     graft__free(gen->error);
     graft_sampler_free(gen->sampler);
     pthread_cond_destroy(&gen->cv);
@@ -67,6 +69,10 @@ static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
         return GRAFT_ERANGE;
     const graft_model *m = s->engine->model;
     if (!tokens_valid(m, tokens, n) || !tokens_valid(m, c->stop_tokens, c->n_stop_tokens))
+        return GRAFT_EINVAL;
+    if ((c->n_logit_bias > 0 && c->logit_bias == NULL) || c->top_logprobs < 0 ||
+        c->top_logprobs > GRAFT_MAX_TOP_LOGPROBS || c->top_logprobs > m->hp.n_vocab ||
+        (c->top_logprobs > 0 && !c->logprobs))
         return GRAFT_EINVAL;
     return GRAFT_OK;
 }
@@ -102,8 +108,19 @@ static int gen_new(graft_session *s, const int32_t *tokens, size_t n,
     gen->prompt = copy_tokens(tokens, n);
     gen->stop = copy_tokens(c->stop_tokens, c->n_stop_tokens);
     gen->out = graft__malloc((size_t)gen->cap_out * sizeof *gen->out);
-    int rc = graft_sampler_create(&c->sampling, e->model->hp.n_vocab, &gen->sampler);
-    if (rc == GRAFT_OK && (!gen->prompt || !gen->stop || !gen->out))
+    const int32_t n_vocab = e->model->hp.n_vocab;
+    bool logprobs_lost = false;
+    if (c->logprobs) {
+        gen->logprob_width = 1 + c->top_logprobs;
+        gen->logprobs = graft__malloc((size_t)gen->cap_out * (size_t)gen->logprob_width *
+                                      sizeof *gen->logprobs);
+        gen->raw_logits = graft__malloc((size_t)n_vocab * sizeof *gen->raw_logits);
+        logprobs_lost = gen->logprobs == NULL || gen->raw_logits == NULL;
+    }
+    int rc = graft_sampler_create(&c->sampling, n_vocab, &gen->sampler);
+    if (rc == GRAFT_OK)
+        rc = graft_sampler_set_logit_bias(gen->sampler, c->logit_bias, c->n_logit_bias);
+    if (rc == GRAFT_OK && (!gen->prompt || !gen->stop || !gen->out || logprobs_lost))
         rc = GRAFT_ENOMEM;
     if (rc != GRAFT_OK) {
         gen_destroy(gen);
@@ -220,6 +237,9 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     int32_t position = atomic_load(&s->position);
     if (e->tap != NULL)
         e->tap(gen, logits, e->tap_user);
+    const int32_t n_vocab = e->model->hp.n_vocab;
+    if (gen->logprobs != NULL) /* the sampler changes the logits in place */
+        memcpy(gen->raw_logits, logits, (size_t)n_vocab * sizeof *logits);
     int32_t token = graft_sampler_sample(gen->sampler, logits, s->tokens, (size_t)position);
     note_token(gen, graft__now_ns());
     e->counters.sampled_tokens++;
@@ -228,6 +248,9 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
         return;
     }
     GRAFT_ASSERT(gen->n_out < gen->cap_out);
+    if (gen->logprobs != NULL)
+        graft__logprobs_fill(gen->raw_logits, n_vocab, token, gen->logprob_width - 1,
+                             gen->logprobs + (size_t)gen->n_out * (size_t)gen->logprob_width);
     gen->out[gen->n_out++] = token;
     gen->has_pending = true;
     if (gen->on_update != NULL)
@@ -335,6 +358,21 @@ const int32_t *graft_generation_tokens(const graft_generation *gen, size_t *n)
     bool finished = atomic_load(&gen->finish) != GRAFT_FINISH_NONE;
     *n = finished ? (size_t)gen->n_out : 0;
     return finished ? gen->out : NULL;
+}
+
+int graft_generation_logprobs(const graft_generation *gen, size_t index,
+                              const graft_token_logprob **entries, size_t *n)
+{
+    if (entries != NULL)
+        *entries = NULL;
+    if (n != NULL)
+        *n = 0;
+    if (gen == NULL || entries == NULL || n == NULL || gen->logprobs == NULL ||
+        index >= (size_t)gen->n_out)
+        return GRAFT_EINVAL;
+    *entries = gen->logprobs + index * (size_t)gen->logprob_width;
+    *n = (size_t)gen->logprob_width;
+    return GRAFT_OK;
 }
 
 void graft_generation_metrics_get(graft_generation *gen, graft_generation_metrics *out)

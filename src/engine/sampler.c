@@ -1,14 +1,19 @@
 /*
  * sampler.c: picking the next token from logits (graft_sampler in include/graft.h).
  *
- * Order of the filters, as in llama.cpp's common chain: repetition penalty, then greedy
- * (temperature 0) or: top-k, temperature softmax, top-p, min-p, and a draw from the
- * renormalised distribution. Each sampler owns its random state (xoshiro256** seeded by
- * splitmix64), so a generation's tokens depend only on its seed and its own logits, never
- * on what else runs at the same time.
+ * Order of the filters, as in llama.cpp's common chain: logit biases, repetition penalty,
+ * presence and frequency penalties, then greedy (temperature 0) or: top-k, temperature
+ * softmax, top-p, min-p, and a draw from the renormalised distribution. Each sampler owns
+ * its random state (xoshiro256** seeded by splitmix64), so a generation's tokens depend only
+ * on its seed and its own logits, never on what else runs at the same time.
+ *
+ * Presence and frequency penalties count what this sampler picked, the generation's own
+ * output (OpenAI's and vLLM's rule), so they do not depend on where the prompt's KV came
+ * from or on a session's earlier turns.
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/argmax.h"
 #include "util/util.h"
@@ -25,11 +30,17 @@ struct graft_sampler {
     graft__rng rng;
     candidate *cand; /* n_vocab */
     uint8_t *seen;   /* n_vocab: marks for the repetition penalty, all 0 between calls */
+    int32_t *picked; /* n_vocab: times each token was picked, and */
+    int32_t *distinct; /* n_vocab: the tokens picked, each once (n_distinct of them); both
+                          with a presence or frequency penalty only, else NULL */
+    int32_t n_distinct;
+    graft_logit_bias *bias;
+    size_t n_bias;
 };
 
 graft_sampling graft_sampling_default(void)
 {
-    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0};
+    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0};
     return p;
 }
 
@@ -37,7 +48,8 @@ static bool params_valid(const graft_sampling *p)
 {
     return p->temperature >= 0.0f && isfinite(p->temperature) && p->top_k >= 0 &&
            p->top_p > 0.0f && p->top_p <= 1.0f && p->min_p >= 0.0f && p->min_p <= 1.0f &&
-           p->repetition_penalty > 0.0f && isfinite(p->repetition_penalty);
+           p->repetition_penalty > 0.0f && isfinite(p->repetition_penalty) &&
+           isfinite(p->presence_penalty) && isfinite(p->frequency_penalty);
 }
 
 int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sampler **out)
@@ -50,7 +62,13 @@ int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sa
         return GRAFT_ENOMEM;
     s->cand = graft__malloc((size_t)n_vocab * sizeof *s->cand);
     s->seen = graft__calloc((size_t)n_vocab, 1);
-    if (s->cand == NULL || s->seen == NULL) {
+    bool counts = params->presence_penalty != 0.0f || params->frequency_penalty != 0.0f;
+    if (counts) {
+        s->picked = graft__calloc((size_t)n_vocab, sizeof *s->picked);
+        s->distinct = graft__malloc((size_t)n_vocab * sizeof *s->distinct);
+    }
+    if (s->cand == NULL || s->seen == NULL ||
+        (counts && (s->picked == NULL || s->distinct == NULL))) {
         graft_sampler_free(s);
         return GRAFT_ENOMEM;
     }
@@ -67,7 +85,30 @@ void graft_sampler_free(graft_sampler *s)
         return;
     graft__free(s->cand);
     graft__free(s->seen);
+    graft__free(s->picked);
+    graft__free(s->distinct);
+    graft__free(s->bias);
     graft__free(s);
+}
+
+int graft_sampler_set_logit_bias(graft_sampler *s, const graft_logit_bias *bias, size_t n)
+{
+    if (s == NULL || (n > 0 && bias == NULL))
+        return GRAFT_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (bias[i].token < 0 || bias[i].token >= s->n_vocab || !isfinite(bias[i].bias))
+            return GRAFT_EINVAL;
+    graft_logit_bias *copy = NULL;
+    if (n > 0) {
+        copy = graft__malloc(n * sizeof *copy);
+        if (copy == NULL)
+            return GRAFT_ENOMEM;
+        memcpy(copy, bias, n * sizeof *copy);
+    }
+    graft__free(s->bias);
+    s->bias = copy;
+    s->n_bias = n;
+    return GRAFT_OK;
 }
 
 /* Each distinct token of the history is penalised once (llama.cpp's rule): a positive
@@ -88,6 +129,15 @@ static void apply_penalty(graft_sampler *s, float *logits, const int32_t *histor
     for (size_t i = 0; i < n_history; i++)
         if (history[i] >= 0 && history[i] < s->n_vocab)
             s->seen[history[i]] = 0;
+}
+
+/* A token picked c > 0 times loses presence + c * frequency (OpenAI's definition). */
+static void apply_picked_penalties(graft_sampler *s, float *logits)
+{
+    for (int32_t i = 0; i < s->n_distinct; i++) {
+        int32_t id = s->distinct[i];
+        logits[id] -= s->params.presence_penalty + (float)s->picked[id] * s->params.frequency_penalty;
+    }
 }
 
 /* Descending logit; equal logits keep the lower id first, so the order is total. */
@@ -124,10 +174,8 @@ static int32_t filter(graft_sampler *s, int32_t n)
     return keep;
 }
 
-int32_t graft_sampler_sample(graft_sampler *s, float *logits, const int32_t *history,
-                             size_t n_history)
+static int32_t pick(graft_sampler *s, float *logits)
 {
-    apply_penalty(s, logits, history, n_history);
     if (s->params.temperature == 0.0f)
         return graft__argmax(logits, s->n_vocab);
     for (int32_t i = 0; i < s->n_vocab; i++)
@@ -144,4 +192,17 @@ int32_t graft_sampler_sample(graft_sampler *s, float *logits, const int32_t *his
             return s->cand[i].id;
     }
     return s->cand[n - 1].id;
+}
+
+int32_t graft_sampler_sample(graft_sampler *s, float *logits, const int32_t *history,
+                             size_t n_history)
+{
+    for (size_t i = 0; i < s->n_bias; i++)
+        logits[s->bias[i].token] += s->bias[i].bias;
+    apply_penalty(s, logits, history, n_history);
+    apply_picked_penalties(s, logits);
+    int32_t token = pick(s, logits);
+    if (s->picked != NULL && s->picked[token]++ == 0)
+        s->distinct[s->n_distinct++] = token;
+    return token;
 }

@@ -1,0 +1,412 @@
+/*
+ * test_engine_sampling.c: the sampling options a server passes through (logit biases,
+ * presence and frequency penalties) and the log-probabilities the engine reports.
+ *
+ * The sampler is checked against an oracle written here from OpenAI's definitions (a token
+ * picked c > 0 times loses presence + c * frequency; a bias is added). The engine's
+ * log-probabilities are checked against a float64 log-softmax of the cold logits computed
+ * here, a full sort for the top tokens, and for batch invariance by memcmp with the same
+ * request run beside others. Callbacks only record; asserts run on the test's thread.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "graft.h"
+#include "models.h"
+
+enum { CONTEXT = 128, N_GEN = 12, TOP = 5, BOS = 1 };
+
+static graft_model *stories;
+static graft_context *cold;
+static int32_t n_vocab;
+
+static int setup(void **state)
+{
+    (void)state;
+    stories = graft_test_load_model(GRAFT_TEST_STORIES);
+    if (stories == NULL)
+        return -1;
+    cold = graft_test_cold_context(stories, CONTEXT);
+    graft_model_info info;
+    graft_model_get_info(stories, &info);
+    n_vocab = info.n_vocab;
+    return cold != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    graft_context_free(cold);
+    graft_model_free(stories);
+    return 0;
+}
+
+/* ---- the sampler alone ------------------------------------------------------------------ */
+
+static graft_sampling greedy_sampling(void)
+{
+    graft_sampling p = graft_sampling_default();
+    p.temperature = 0.0f;
+    return p;
+}
+
+static void test_logit_bias_moves_greedy_pick(void **state)
+{
+    (void)state;
+    enum { V = 16 };
+    graft_sampling p = greedy_sampling();
+    graft_sampler *s = NULL;
+    assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
+    float logits[V] = {0};
+    logits[3] = 1.0f;
+    assert_int_equal(graft_sampler_sample(s, logits, NULL, 0), 3);
+    graft_logit_bias bias[2] = {{7, 0.75f}, {7, 0.5f}}; /* listed twice: both are added */
+    assert_int_equal(graft_sampler_set_logit_bias(s, bias, 2), GRAFT_OK);
+    memset(logits, 0, sizeof logits);
+    logits[3] = 1.0f;
+    assert_int_equal(graft_sampler_sample(s, logits, NULL, 0), 7);
+    assert_true(logits[7] == 1.25f);
+    graft_logit_bias ban = {3, -100.0f};
+    assert_int_equal(graft_sampler_set_logit_bias(s, &ban, 1), GRAFT_OK);
+    memset(logits, 0, sizeof logits);
+    logits[3] = 1.0f;
+    assert_int_equal(graft_sampler_sample(s, logits, NULL, 0), 0); /* ties: lowest id */
+    graft_logit_bias outside = {V, 1.0f}, not_finite = {1, NAN};
+    assert_int_equal(graft_sampler_set_logit_bias(s, &outside, 1), GRAFT_EINVAL);
+    assert_int_equal(graft_sampler_set_logit_bias(s, &not_finite, 1), GRAFT_EINVAL);
+    graft_sampler_free(s);
+}
+
+/* The oracle: greedy over base logits minus OpenAI's penalties of what was picked. */
+static int32_t oracle_pick(const float *base, int32_t v, const int32_t *counts, float presence,
+                           float frequency)
+{
+    int32_t best = 0;
+    double best_logit = -INFINITY;
+    for (int32_t i = 0; i < v; i++) {
+        double l = base[i] - (counts[i] > 0 ? presence : 0.0f) - (double)counts[i] * frequency;
+        if (l > best_logit) {
+            best_logit = l;
+            best = i;
+        }
+    }
+    return best;
+}
+
+static void test_presence_and_frequency_penalties(void **state)
+{
+    (void)state;
+    enum { V = 8, STEPS = 40 };
+    const float base[V] = {5.0f, 4.75f, 4.5f, 3.0f, 2.0f, 0.0f, -1.0f, 4.875f};
+    /* dyadic penalties: exact in float and double alike, so ties are ties in both */
+    const float cases[][2] = {{0.375f, 0.0f}, {0.0f, 0.1875f}, {0.25f, 0.125f}, {-0.5f, 0.0f}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        graft_sampling p = greedy_sampling();
+        p.presence_penalty = cases[c][0];
+        p.frequency_penalty = cases[c][1];
+        graft_sampler *s = NULL;
+        assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
+        int32_t counts[V] = {0};
+        int distinct = 0;
+        for (int step = 0; step < STEPS; step++) {
+            float logits[V];
+            memcpy(logits, base, sizeof logits);
+            int32_t want = oracle_pick(base, V, counts, p.presence_penalty, p.frequency_penalty);
+            int32_t got = graft_sampler_sample(s, logits, NULL, 0);
+            if (got != want)
+                fail_msg("case %zu step %d: picked %d, the oracle %d", c, step, got, want);
+            distinct += counts[got]++ == 0;
+        }
+        /* a positive penalty spreads the picks; a negative one keeps repeating the best */
+        if (p.presence_penalty < 0)
+            assert_int_equal(distinct, 1);
+        else
+            assert_true(distinct > 1);
+        graft_sampler_free(s);
+    }
+    graft_sampling bad = greedy_sampling();
+    bad.frequency_penalty = INFINITY;
+    graft_sampler *s = NULL;
+    assert_int_equal(graft_sampler_create(&bad, V, &s), GRAFT_EINVAL);
+    assert_null(s);
+}
+
+/* Sampled (temperature > 0) with penalties: the same seed gives the same picks. */
+static void test_penalised_sampling_is_deterministic(void **state)
+{
+    (void)state;
+    enum { V = 64, STEPS = 200 };
+    graft_sampling p = graft_sampling_default();
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.min_p = 0.0f;
+    p.top_p = 1.0f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.seed = 1234;
+    graft_sampler *a = NULL, *b = NULL;
+    assert_int_equal(graft_sampler_create(&p, V, &a), GRAFT_OK);
+    assert_int_equal(graft_sampler_create(&p, V, &b), GRAFT_OK);
+    int distinct[V] = {0};
+    for (int step = 0; step < STEPS; step++) {
+        float la[V], lb[V];
+        for (int i = 0; i < V; i++)
+            la[i] = lb[i] = (float)((i * 37) % 11) * 0.25f;
+        int32_t x = graft_sampler_sample(a, la, NULL, 0);
+        assert_int_equal(x, graft_sampler_sample(b, lb, NULL, 0));
+        distinct[x] = 1;
+    }
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        n += distinct[i];
+    assert_true(n > 8); /* a real draw, not a constant */
+    graft_sampler_free(a);
+    graft_sampler_free(b);
+}
+
+/* ---- log-probabilities through the engine ---------------------------------------------- */
+
+static graft_engine *new_engine(void)
+{
+    graft_engine_options o = graft_engine_default_options();
+    o.max_sessions = 8;
+    o.max_context = CONTEXT;
+    o.max_batch_tokens = 64;
+    o.n_threads = 1;
+    graft_engine *e = NULL;
+    char *err = NULL;
+    if (graft_engine_create(stories, &o, &e, &err) != GRAFT_OK)
+        fail_msg("engine_create: %s", err ? err : "?");
+    return e;
+}
+
+typedef struct run {
+    graft_session *session;
+    graft_generation *gen;
+} run;
+
+static void start(graft_engine *e, run *r, const int32_t *prompt, size_t n,
+                  const graft_generate_config *c)
+{
+    assert_int_equal(graft_session_open(e, &r->session, NULL), GRAFT_OK);
+    assert_int_equal(graft_session_generate(r->session, prompt, n, c, NULL, NULL, NULL, &r->gen),
+                     GRAFT_OK);
+}
+
+static void finish(run *r)
+{
+    assert_int_equal(graft_generation_wait(r->gen), GRAFT_OK);
+}
+
+static void release(run *r)
+{
+    graft_generation_free(r->gen);
+    graft_session_close(r->session);
+}
+
+static graft_generate_config with_logprobs(int32_t top)
+{
+    graft_generate_config c = graft_test_greedy(N_GEN);
+    c.logprobs = 1;
+    c.top_logprobs = top;
+    return c;
+}
+
+/* The float64 log-softmax of the cold logits after history, and its order (a full sort). */
+typedef struct ref_entry {
+    int32_t id;
+    double logit;
+} ref_entry;
+
+static int by_logit(const void *a, const void *b)
+{
+    const ref_entry *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static void expect_logprobs_match_cold(const int32_t *history, size_t n_history, int32_t token,
+                                       const graft_token_logprob *got, size_t n_got)
+{
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    ref_entry *sorted = malloc((size_t)n_vocab * sizeof *sorted);
+    assert_int_equal(graft_context_seq_reset(cold, 0), GRAFT_OK);
+    assert_int_equal(graft_context_eval(cold, history, n_history, logits), GRAFT_OK);
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        sum += exp((double)logits[i]);
+    for (int32_t i = 0; i < n_vocab; i++)
+        sorted[i] = (ref_entry){i, (double)logits[i] - log(sum)};
+    assert_int_equal(got[0].token, token);
+    assert_float_equal(got[0].logprob, sorted[token].logit, 1e-4);
+    qsort(sorted, (size_t)n_vocab, sizeof *sorted, by_logit);
+    for (size_t k = 1; k < n_got; k++) {
+        assert_int_equal(got[k].token, sorted[k - 1].id);
+        assert_float_equal(got[k].logprob, sorted[k - 1].logit, 1e-4);
+    }
+    free(logits);
+    free(sorted);
+}
+
+static void test_logprobs_match_cold_logits(void **state)
+{
+    (void)state;
+    graft_engine *e = new_engine();
+    const int32_t prompt[6] = {BOS, 403, 261, 347, 41, 280};
+    graft_generate_config c = with_logprobs(TOP);
+    run r;
+    start(e, &r, prompt, 6, &c);
+    finish(&r);
+    size_t n_out = 0;
+    const int32_t *out = graft_generation_tokens(r.gen, &n_out);
+    assert_int_equal(n_out, N_GEN);
+    int32_t history[6 + N_GEN];
+    memcpy(history, prompt, sizeof prompt);
+    for (size_t i = 0; i < n_out; i++) {
+        const graft_token_logprob *lp = NULL;
+        size_t n = 0;
+        assert_int_equal(graft_generation_logprobs(r.gen, i, &lp, &n), GRAFT_OK);
+        assert_int_equal(n, 1 + TOP);
+        /* greedy: the sampled token is the most likely one */
+        assert_int_equal(lp[1].token, out[i]);
+        assert_true(lp[0].logprob == lp[1].logprob);
+        expect_logprobs_match_cold(history, 6 + i, out[i], lp, n);
+        history[6 + i] = out[i];
+    }
+    const graft_token_logprob *lp = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_generation_logprobs(r.gen, n_out, &lp, &n), GRAFT_EINVAL);
+    release(&r);
+
+    /* without logprobs asked for there are none */
+    graft_generate_config plain = graft_test_greedy(4);
+    start(e, &r, prompt, 6, &plain);
+    finish(&r);
+    assert_int_equal(graft_generation_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
+    release(&r);
+    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+}
+
+/* A bias changes the pick, not the reported distribution (the model's logits). */
+static void test_bias_changes_pick_not_logprobs(void **state)
+{
+    (void)state;
+    graft_engine *e = new_engine();
+    const int32_t prompt[4] = {BOS, 403, 261, 347};
+    graft_generate_config c = with_logprobs(3);
+    c.max_new_tokens = 1;
+    run r;
+    start(e, &r, prompt, 4, &c);
+    finish(&r);
+    size_t n_out = 0;
+    int32_t favourite = graft_generation_tokens(r.gen, &n_out)[0];
+    release(&r);
+
+    graft_logit_bias ban = {favourite, -100.0f};
+    c.logit_bias = &ban;
+    c.n_logit_bias = 1;
+    start(e, &r, prompt, 4, &c);
+    finish(&r);
+    int32_t second = graft_generation_tokens(r.gen, &n_out)[0];
+    assert_int_not_equal(second, favourite);
+    const graft_token_logprob *lp = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_generation_logprobs(r.gen, 0, &lp, &n), GRAFT_OK);
+    assert_int_equal(lp[0].token, second);
+    assert_int_equal(lp[1].token, favourite); /* still the model's most likely */
+    assert_int_equal(lp[2].token, second);     /* greedy took the next one */
+    expect_logprobs_match_cold(prompt, 4, second, lp, n);
+    release(&r);
+
+    graft_logit_bias outside = {n_vocab, 1.0f};
+    c.logit_bias = &outside;
+    graft_generation *gen = NULL;
+    graft_session *s = NULL;
+    assert_int_equal(graft_session_open(e, &s, NULL), GRAFT_OK);
+    assert_int_equal(graft_session_generate(s, prompt, 4, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.logit_bias = NULL;
+    c.n_logit_bias = 0;
+    c.top_logprobs = GRAFT_MAX_TOP_LOGPROBS + 1;
+    assert_int_equal(graft_session_generate(s, prompt, 4, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.top_logprobs = 2;
+    c.logprobs = 0;
+    assert_int_equal(graft_session_generate(s, prompt, 4, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    assert_null(gen);
+    graft_session_close(s);
+    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+}
+
+/* Log-probabilities of a request run alone equal, bit for bit, those of the same request
+ * batched with three others of different lengths (sampled, penalised, biased). */
+static void test_logprobs_batch_invariant(void **state)
+{
+    (void)state;
+    graft_engine *e = new_engine();
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++)
+        prompt[i] = i == 0 ? BOS : 200 + (i * 7) % 250;
+    graft_generate_config c = with_logprobs(TOP);
+    c.sampling = graft_sampling_default();
+    c.sampling.seed = 99;
+    c.sampling.presence_penalty = 0.4f;
+    c.sampling.frequency_penalty = 0.2f;
+    graft_logit_bias bias = {300, 2.0f};
+    c.logit_bias = &bias;
+    c.n_logit_bias = 1;
+    run alone;
+    start(e, &alone, prompt, 40, &c);
+    finish(&alone);
+
+    run others[3], again;
+    graft_generate_config oc = with_logprobs(2);
+    for (int i = 0; i < 3; i++)
+        start(e, &others[i], prompt + 1 + i, (size_t)(10 + 9 * i), &oc);
+    start(e, &again, prompt, 40, &c);
+    finish(&again);
+    for (int i = 0; i < 3; i++)
+        finish(&others[i]);
+
+    size_t na = 0, nb = 0;
+    const int32_t *ta = graft_generation_tokens(alone.gen, &na);
+    const int32_t *tb = graft_generation_tokens(again.gen, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ta, tb, na * sizeof *ta);
+    for (size_t i = 0; i < na; i++) {
+        const graft_token_logprob *la = NULL, *lb = NULL;
+        size_t ka = 0, kb = 0;
+        assert_int_equal(graft_generation_logprobs(alone.gen, i, &la, &ka), GRAFT_OK);
+        assert_int_equal(graft_generation_logprobs(again.gen, i, &lb, &kb), GRAFT_OK);
+        assert_int_equal(ka, kb);
+        assert_memory_equal(la, lb, ka * sizeof *la);
+    }
+    release(&alone);
+    release(&again);
+    for (int i = 0; i < 3; i++)
+        release(&others[i]);
+    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logit_bias_moves_greedy_pick),
+        cmocka_unit_test(test_presence_and_frequency_penalties),
+        cmocka_unit_test(test_penalised_sampling_is_deterministic),
+        cmocka_unit_test(test_logprobs_match_cold_logits),
+        cmocka_unit_test(test_bias_changes_pick_not_logprobs),
+        cmocka_unit_test(test_logprobs_batch_invariant),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

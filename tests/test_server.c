@@ -32,182 +32,7 @@
 #include <unistd.h>
 
 #include "graft.h"
-
-typedef struct server {
-    pid_t pid;
-    int port;
-    char log[512];
-} server;
-
-/* Starts `graft serve --port 0 ARGS...` with its stderr in a log file, and waits for its
- * "listening on" line there. */
-static server start_server(const char *const *extra)
-{
-    server s = {0};
-    const char *bin = getenv("GRAFT_BIN"), *tmp = getenv("GRAFT_TEST_TMP");
-    static int n_started;
-    snprintf(s.log, sizeof s.log, "%s/server-%d-%d.log", tmp ? tmp : "/tmp", (int)getpid(),
-             n_started++);
-    s.pid = fork();
-    assert_true(s.pid >= 0);
-    if (s.pid == 0) {
-        const char *argv[32] = {bin ? bin : "graft", "serve", "--port", "0", "--threads", "1"};
-        int argc = 6;
-        for (int i = 0; extra && extra[i]; i++)
-            argv[argc++] = extra[i];
-        argv[argc] = NULL;
-        if (freopen(s.log, "w", stderr) == NULL)
-            _exit(126);
-        execv(argv[0], (char **)argv);
-        _exit(127);
-    }
-    const char *mark = "graft: listening on http://127.0.0.1:";
-    for (int tries = 0; tries < 6000 && s.port == 0; tries++) {
-        FILE *log = fopen(s.log, "r");
-        char line[1024];
-        while (log != NULL && fgets(line, sizeof line, log) != NULL)
-            if (strncmp(line, mark, strlen(mark)) == 0)
-                s.port = atoi(line + strlen(mark));
-        if (log != NULL)
-            fclose(log);
-        int status;
-        if (s.port == 0 && waitpid(s.pid, &status, WNOHANG) == s.pid)
-            fail_msg("graft serve exited before listening (see %s)", s.log);
-        if (s.port == 0)
-            usleep(10000);
-    }
-    if (s.port == 0)
-        fail_msg("graft serve did not start listening within 60 s (see %s)", s.log);
-    return s;
-}
-
-/* SIGTERM, then the exit status (0 expected). */
-static int stop_server(server *s)
-{
-    kill(s->pid, SIGTERM);
-    int status = 0;
-    waitpid(s->pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* ---- HTTP ------------------------------------------------------------------------------------ */
-
-typedef struct response {
-    long status;
-    char *body;
-    size_t len;
-    char *headers;
-    size_t headers_len;
-    int abort_after; /* stop reading after this many body writes (0: never) */
-    int writes;
-} response;
-
-static size_t on_body(char *data, size_t size, size_t n, void *user)
-{
-    response *r = user;
-    size_t bytes = size * n;
-    r->body = realloc(r->body, r->len + bytes + 1);
-    memcpy(r->body + r->len, data, bytes);
-    r->len += bytes;
-    r->body[r->len] = '\0';
-    if (r->abort_after > 0 && ++r->writes >= r->abort_after)
-        return 0;
-    return bytes;
-}
-
-static size_t on_header(char *data, size_t size, size_t n, void *user)
-{
-    response *r = user;
-    size_t bytes = size * n;
-    r->headers = realloc(r->headers, r->headers_len + bytes + 1);
-    memcpy(r->headers + r->headers_len, data, bytes);
-    r->headers_len += bytes;
-    r->headers[r->headers_len] = '\0';
-    return bytes;
-}
-
-static response request_full(const server *s, const char *method, const char *path,
-                             const char *body, const char *auth, int abort_after)
-{
-    response r = {0};
-    r.abort_after = abort_after;
-    CURL *c = curl_easy_init();
-    char url[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, path);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    char bearer[256];
-    if (auth != NULL) {
-        snprintf(bearer, sizeof bearer, "Authorization: Bearer %s", auth);
-        h = curl_slist_append(h, bearer);
-    }
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    if (body != NULL)
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(c);
-    return r;
-}
-
-static response request(const server *s, const char *method, const char *path, const char *body)
-{
-    return request_full(s, method, path, body, NULL, 0);
-}
-
-static void response_free(response *r)
-{
-    free(r->body);
-    free(r->headers);
-}
-
-static json_t *json_of(const response *r)
-{
-    json_error_t e;
-    json_t *j = json_loads(r->body ? r->body : "", 0, &e);
-    if (j == NULL)
-        fail_msg("not JSON (%s): %s", e.text, r->body ? r->body : "(empty)");
-    return j;
-}
-
-/* The text of a whole completion response. */
-static char *completion_text(const response *r)
-{
-    assert_int_equal(r->status, 200);
-    json_t *j = json_of(r);
-    const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
-                                                      "text"));
-    assert_non_null(t);
-    char *copy = strdup(t);
-    json_decref(j);
-    return copy;
-}
-
-/* An error response: status, {"error": {"message", "type", "param", "code"}}; returns the
- * message (to free) and checks param when given. */
-static char *expect_error(const response *r, long status, const char *param)
-{
-    if (r->status != status)
-        fail_msg("status %ld, expected %ld: %s", r->status, status, r->body ? r->body : "");
-    json_t *j = json_of(r);
-    json_t *err = json_object_get(j, "error");
-    assert_non_null(err);
-    assert_true(json_is_string(json_object_get(err, "message")));
-    assert_true(json_is_string(json_object_get(err, "type")));
-    assert_int_equal(json_integer_value(json_object_get(err, "code")), status);
-    if (param != NULL)
-        assert_string_equal(json_string_value(json_object_get(err, "param")), param);
-    char *m = strdup(json_string_value(json_object_get(err, "message")));
-    json_decref(j);
-    return m;
-}
+#include "serve_client.h"
 
 /* ---- the tests -------------------------------------------------------------------------------- */
 
@@ -218,14 +43,14 @@ static int setup(void **state)
     (void)state;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const char *args[] = {"--ctx", "256", "--max-body", "4K", NULL};
-    main_server = start_server(args);
+    main_server = graft_test_start_server(args);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int rc = stop_server(&main_server);
+    int rc = graft_test_stop_server(&main_server);
     curl_global_cleanup();
     return rc == 0 ? 0 : -1;
 }
@@ -233,20 +58,20 @@ static int teardown(void **state)
 static void test_health_and_models(void **state)
 {
     (void)state;
-    response r = request(&main_server, "GET", "/health", NULL);
+    response r = graft_test_request(&main_server, "GET", "/health", NULL);
     assert_int_equal(r.status, 200);
-    json_t *j = json_of(&r);
+    json_t *j = graft_test_json_of(&r);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "ok");
     json_decref(j);
-    response_free(&r);
-    r = request(&main_server, "GET", "/v1/models", NULL);
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "GET", "/v1/models", NULL);
     assert_int_equal(r.status, 200);
-    j = json_of(&r);
+    j = graft_test_json_of(&r);
     assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
     json_t *m = json_array_get(json_object_get(j, "data"), 0);
     assert_string_equal(json_string_value(json_object_get(m, "id")), "stories260K");
     json_decref(j);
-    response_free(&r);
+    graft_test_response_free(&r);
 }
 
 static const char *const GREEDY =
@@ -258,12 +83,12 @@ static void test_cold_and_cached_answers_agree(void **state)
     (void)state;
     const char *body = "{\"prompt\": \"Lily and her mom went to the park\", \"max_tokens\": 40, "
                        "\"temperature\": 0}";
-    response a = request(&main_server, "POST", "/v1/completions", body);
-    response b = request(&main_server, "POST", "/v1/completions", body);
-    char *ta = completion_text(&a), *tb = completion_text(&b);
+    response a = graft_test_request(&main_server, "POST", "/v1/completions", body);
+    response b = graft_test_request(&main_server, "POST", "/v1/completions", body);
+    char *ta = graft_test_completion_text(&a), *tb = graft_test_completion_text(&b);
     assert_string_equal(ta, tb);
     assert_true(strlen(ta) > 20);
-    json_t *ja = json_of(&a), *jb = json_of(&b);
+    json_t *ja = graft_test_json_of(&a), *jb = graft_test_json_of(&b);
     assert_string_equal(json_string_value(json_object_get(json_object_get(ja, "graft"), "source")),
                         "cold");
     assert_string_equal(json_string_value(json_object_get(json_object_get(jb, "graft"), "source")),
@@ -280,8 +105,8 @@ static void test_cold_and_cached_answers_agree(void **state)
     json_decref(jb);
     free(ta);
     free(tb);
-    response_free(&a);
-    response_free(&b);
+    graft_test_response_free(&a);
+    graft_test_response_free(&b);
 }
 
 static void test_seeded_sampling_repeats(void **state)
@@ -291,30 +116,30 @@ static void test_seeded_sampling_repeats(void **state)
                      "\"seed\": 42}";
     const char *s2 = "{\"prompt\": \"The cat\", \"max_tokens\": 30, \"temperature\": 1.0, "
                      "\"seed\": 43}";
-    response a = request(&main_server, "POST", "/v1/completions", s1);
-    response b = request(&main_server, "POST", "/v1/completions", s1);
-    response c = request(&main_server, "POST", "/v1/completions", s2);
-    char *ta = completion_text(&a), *tb = completion_text(&b), *tc = completion_text(&c);
+    response a = graft_test_request(&main_server, "POST", "/v1/completions", s1);
+    response b = graft_test_request(&main_server, "POST", "/v1/completions", s1);
+    response c = graft_test_request(&main_server, "POST", "/v1/completions", s2);
+    char *ta = graft_test_completion_text(&a), *tb = graft_test_completion_text(&b), *tc = graft_test_completion_text(&c);
     assert_string_equal(ta, tb);
     assert_string_not_equal(ta, tc);
     free(ta);
     free(tb);
     free(tc);
-    response_free(&a);
-    response_free(&b);
-    response_free(&c);
+    graft_test_response_free(&a);
+    graft_test_response_free(&b);
+    graft_test_response_free(&c);
 }
 
 /* The streamed deltas add up to the whole text; the framing is SSE with a final [DONE]. */
 static void test_stream_matches_whole(void **state)
 {
     (void)state;
-    response whole = request(&main_server, "POST", "/v1/completions", GREEDY);
-    char *expected = completion_text(&whole);
+    response whole = graft_test_request(&main_server, "POST", "/v1/completions", GREEDY);
+    char *expected = graft_test_completion_text(&whole);
     const char *streamed_body =
         "{\"prompt\": \"Once upon a time, there was a dog\", \"max_tokens\": 40, "
         "\"temperature\": 0, \"stream\": true, \"stream_options\": {\"include_usage\": true}}";
-    response st = request(&main_server, "POST", "/v1/completions", streamed_body);
+    response st = graft_test_request(&main_server, "POST", "/v1/completions", streamed_body);
     assert_int_equal(st.status, 200);
     assert_non_null(strstr(st.headers, "text/event-stream"));
     char *text = calloc(1, 1);
@@ -355,15 +180,15 @@ static void test_stream_matches_whole(void **state)
     assert_string_equal(text, expected);
     free(text);
     free(expected);
-    response_free(&whole);
-    response_free(&st);
+    graft_test_response_free(&whole);
+    graft_test_response_free(&st);
 }
 
 static void test_stop_strings(void **state)
 {
     (void)state;
-    response whole = request(&main_server, "POST", "/v1/completions", GREEDY);
-    char *full = completion_text(&whole);
+    response whole = graft_test_request(&main_server, "POST", "/v1/completions", GREEDY);
+    char *full = graft_test_completion_text(&whole);
     /* a stop string from the middle of the greedy text: the answer ends just before it */
     const char *cut = strstr(full + 5, " ");
     assert_non_null(cut);
@@ -372,18 +197,18 @@ static void test_stop_strings(void **state)
     char body[512];
     snprintf(body, sizeof body, "{\"prompt\": \"Once upon a time, there was a dog\", "
              "\"max_tokens\": 40, \"temperature\": 0, \"stop\": [\"zzzz\", \"%s\"]}", stop);
-    response r = request(&main_server, "POST", "/v1/completions", body);
-    char *t = completion_text(&r);
+    response r = graft_test_request(&main_server, "POST", "/v1/completions", body);
+    char *t = graft_test_completion_text(&r);
     assert_int_equal(strlen(t), (size_t)(strstr(full, stop) - full));
     assert_memory_equal(t, full, strlen(t));
-    json_t *j = json_of(&r);
+    json_t *j = graft_test_json_of(&r);
     assert_string_equal(json_string_value(json_object_get(json_array_get(
                             json_object_get(j, "choices"), 0), "finish_reason")), "stop");
     json_decref(j);
     free(t);
     free(full);
-    response_free(&r);
-    response_free(&whole);
+    graft_test_response_free(&r);
+    graft_test_response_free(&whole);
 }
 
 typedef struct concurrent {
@@ -393,9 +218,9 @@ typedef struct concurrent {
 static void *concurrent_main(void *arg)
 {
     concurrent *c = arg;
-    response r = request(&main_server, "POST", "/v1/completions", GREEDY);
-    c->text = r.status == 200 ? completion_text(&r) : NULL;
-    response_free(&r);
+    response r = graft_test_request(&main_server, "POST", "/v1/completions", GREEDY);
+    c->text = r.status == 200 ? graft_test_completion_text(&r) : NULL;
+    graft_test_response_free(&r);
     return NULL;
 }
 
@@ -404,8 +229,8 @@ static void *concurrent_main(void *arg)
 static void test_concurrent_answers_agree(void **state)
 {
     (void)state;
-    response alone = request(&main_server, "POST", "/v1/completions", GREEDY);
-    char *expected = completion_text(&alone);
+    response alone = graft_test_request(&main_server, "POST", "/v1/completions", GREEDY);
+    char *expected = graft_test_completion_text(&alone);
     pthread_t t[8];
     concurrent c[8];
     for (int i = 0; i < 8; i++)
@@ -417,88 +242,88 @@ static void test_concurrent_answers_agree(void **state)
         free(c[i].text);
     }
     free(expected);
-    response_free(&alone);
+    graft_test_response_free(&alone);
 }
 
 static void test_errors(void **state)
 {
     (void)state;
-    response r = request(&main_server, "POST", "/v1/completions",
+    response r = graft_test_request(&main_server, "POST", "/v1/completions",
                          "{\"prompt\": \"x\", \"temperature\": 9}");
-    free(expect_error(&r, 400, "temperature"));
-    response_free(&r);
-    r = request(&main_server, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 500}");
-    char *m = expect_error(&r, 400, "max_tokens");
+    free(graft_test_expect_error(&r, 400, "temperature"));
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 500}");
+    char *m = graft_test_expect_error(&r, 400, "max_tokens");
     assert_non_null(strstr(m, "500"));
     assert_non_null(strstr(m, "256"));
     free(m);
-    response_free(&r);
-    r = request(&main_server, "POST", "/v1/completions",
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/v1/completions",
                 "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}");
-    free(expect_error(&r, 400, "response_format"));
-    response_free(&r);
-    r = request(&main_server, "POST", "/v1/completions", "{\"prompt\": [1, 99999]}");
-    free(expect_error(&r, 400, "prompt[1]"));
-    response_free(&r);
-    r = request(&main_server, "POST", "/v1/completions", "{\"prompt\": ");
-    free(expect_error(&r, 400, NULL));
-    response_free(&r);
-    r = request(&main_server, "POST", "/v1/completions", "{\"max_tokens\": 3}");
-    free(expect_error(&r, 400, "prompt"));
-    response_free(&r);
-    r = request(&main_server, "GET", "/v1/nothing", NULL);
-    free(expect_error(&r, 404, NULL));
-    response_free(&r);
-    r = request(&main_server, "GET", "/v1/completions", NULL);
-    free(expect_error(&r, 405, NULL));
-    response_free(&r);
+    free(graft_test_expect_error(&r, 400, "response_format"));
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/v1/completions", "{\"prompt\": [1, 99999]}");
+    free(graft_test_expect_error(&r, 400, "prompt[1]"));
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/v1/completions", "{\"prompt\": ");
+    free(graft_test_expect_error(&r, 400, NULL));
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/v1/completions", "{\"max_tokens\": 3}");
+    free(graft_test_expect_error(&r, 400, "prompt"));
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "GET", "/v1/nothing", NULL);
+    free(graft_test_expect_error(&r, 404, NULL));
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "GET", "/v1/completions", NULL);
+    free(graft_test_expect_error(&r, 405, NULL));
+    graft_test_response_free(&r);
     char *big = malloc(8192);
     memset(big, 'a', 8191);
     big[8191] = '\0';
     memcpy(big, "{\"prompt\": \"", 12);
-    r = request(&main_server, "POST", "/v1/completions", big);
-    free(expect_error(&r, 413, NULL));
-    response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/v1/completions", big);
+    free(graft_test_expect_error(&r, 413, NULL));
+    graft_test_response_free(&r);
     free(big);
     /* the server is untouched by all of it */
-    r = request(&main_server, "POST", "/v1/completions", GREEDY);
-    free(completion_text(&r));
-    response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/v1/completions", GREEDY);
+    free(graft_test_completion_text(&r));
+    graft_test_response_free(&r);
 }
 
 static void test_tokenize_roundtrip(void **state)
 {
     (void)state;
-    response r = request(&main_server, "POST", "/tokenize", "{\"content\": \"Once upon a time\"}");
+    response r = graft_test_request(&main_server, "POST", "/tokenize", "{\"content\": \"Once upon a time\"}");
     assert_int_equal(r.status, 200);
-    json_t *j = json_of(&r);
+    json_t *j = graft_test_json_of(&r);
     json_t *tokens = json_object_get(j, "tokens");
     assert_true(json_array_size(tokens) > 2);
     json_t *wrap = json_pack("{s:O}", "tokens", tokens);
     char *dump = json_dumps(wrap, JSON_COMPACT);
     json_decref(wrap);
-    response d = request(&main_server, "POST", "/detokenize", dump);
+    response d = graft_test_request(&main_server, "POST", "/detokenize", dump);
     assert_int_equal(d.status, 200);
-    json_t *jd = json_of(&d);
+    json_t *jd = graft_test_json_of(&d);
     assert_string_equal(json_string_value(json_object_get(jd, "content")), "Once upon a time");
     json_decref(jd);
     json_decref(j);
     free(dump);
-    response_free(&r);
-    response_free(&d);
+    graft_test_response_free(&r);
+    graft_test_response_free(&d);
 }
 
 /* A metric's value in /metrics (the first line starting with `name `), or -1. */
 static double metric(const server *s, const char *name)
 {
-    response r = request(s, "GET", "/metrics", NULL);
+    response r = graft_test_request(s, "GET", "/metrics", NULL);
     double v = -1;
     char key[128];
     snprintf(key, sizeof key, "\n%s ", name);
     const char *at = r.body ? strstr(r.body, key) : NULL;
     if (at != NULL)
         v = atof(at + strlen(key));
-    response_free(&r);
+    graft_test_response_free(&r);
     return v;
 }
 
@@ -508,10 +333,10 @@ static void test_disconnect_cancels(void **state)
 {
     (void)state;
     double before = metric(&main_server, "graft_client_disconnects_total");
-    response r = request_full(&main_server, "POST", "/v1/completions",
+    response r = graft_test_request_full(&main_server, "POST", "/v1/completions",
                               "{\"prompt\": \"Once\", \"max_tokens\": 200, \"temperature\": 0, "
                               "\"ignore_eos\": true, \"stream\": true}", NULL, 1);
-    response_free(&r);
+    graft_test_response_free(&r);
     double live = -1;
     for (int i = 0; i < 200; i++) {
         live = metric(&main_server, "graft_generations_live");
@@ -528,40 +353,40 @@ static void test_api_key(void **state)
 {
     (void)state;
     const char *args[] = {"--api-key", "sekret,other", NULL};
-    server s = start_server(args);
-    response r = request(&s, "GET", "/health", NULL);
+    server s = graft_test_start_server(args);
+    response r = graft_test_request(&s, "GET", "/health", NULL);
     assert_int_equal(r.status, 200);
-    response_free(&r);
-    r = request(&s, "GET", "/v1/models", NULL);
-    free(expect_error(&r, 401, NULL));
-    response_free(&r);
-    r = request_full(&s, "GET", "/v1/models", NULL, "wrong", 0);
-    free(expect_error(&r, 401, NULL));
-    response_free(&r);
-    r = request_full(&s, "GET", "/v1/models", NULL, "sekret", 0);
+    graft_test_response_free(&r);
+    r = graft_test_request(&s, "GET", "/v1/models", NULL);
+    free(graft_test_expect_error(&r, 401, NULL));
+    graft_test_response_free(&r);
+    r = graft_test_request_full(&s, "GET", "/v1/models", NULL, "wrong", 0);
+    free(graft_test_expect_error(&r, 401, NULL));
+    graft_test_response_free(&r);
+    r = graft_test_request_full(&s, "GET", "/v1/models", NULL, "sekret", 0);
     assert_int_equal(r.status, 200);
-    response_free(&r);
-    r = request_full(&s, "GET", "/v1/models", NULL, "other", 0);
+    graft_test_response_free(&r);
+    r = graft_test_request_full(&s, "GET", "/v1/models", NULL, "other", 0);
     assert_int_equal(r.status, 200);
-    response_free(&r);
+    graft_test_response_free(&r);
     /* a named session is its key's: another key is refused it, and does not see it */
     const char *body = "{\"prompt\": \"Once\", \"max_tokens\": 4, \"session_id\": \"mine\"}";
-    r = request_full(&s, "POST", "/v1/completions", body, "sekret", 0);
+    r = graft_test_request_full(&s, "POST", "/v1/completions", body, "sekret", 0);
     assert_int_equal(r.status, 200);
-    response_free(&r);
-    r = request_full(&s, "POST", "/v1/completions", body, "other", 0);
-    free(expect_error(&r, 403, "session_id"));
-    response_free(&r);
-    r = request_full(&s, "GET", "/v1/sessions", NULL, "other", 0);
+    graft_test_response_free(&r);
+    r = graft_test_request_full(&s, "POST", "/v1/completions", body, "other", 0);
+    free(graft_test_expect_error(&r, 403, "session_id"));
+    graft_test_response_free(&r);
+    r = graft_test_request_full(&s, "GET", "/v1/sessions", NULL, "other", 0);
     assert_null(strstr(r.body, "\"mine\""));
-    response_free(&r);
-    r = request_full(&s, "GET", "/v1/sessions", NULL, "sekret", 0);
+    graft_test_response_free(&r);
+    r = graft_test_request_full(&s, "GET", "/v1/sessions", NULL, "sekret", 0);
     assert_non_null(strstr(r.body, "\"mine\""));
-    response_free(&r);
-    r = request_full(&s, "DELETE", "/v1/sessions/mine", NULL, "other", 0);
-    free(expect_error(&r, 404, NULL));
-    response_free(&r);
-    assert_int_equal(stop_server(&s), 0);
+    graft_test_response_free(&r);
+    r = graft_test_request_full(&s, "DELETE", "/v1/sessions/mine", NULL, "other", 0);
+    free(graft_test_expect_error(&r, 404, NULL));
+    graft_test_response_free(&r);
+    assert_int_equal(graft_test_stop_server(&s), 0);
 }
 
 typedef struct long_call {
@@ -572,7 +397,7 @@ typedef struct long_call {
 static void *long_main(void *arg)
 {
     long_call *c = arg;
-    c->r = request(c->s, "POST", "/v1/completions",
+    c->r = graft_test_request(c->s, "POST", "/v1/completions",
                    "{\"prompt\": \"Once\", \"max_tokens\": 250, \"ignore_eos\": true, "
                    "\"temperature\": 0}");
     return NULL;
@@ -584,30 +409,30 @@ static void test_queue_limit_and_drain(void **state)
 {
     (void)state;
     const char *args[] = {"--max-sessions", "1", "--max-queue", "0", "--ctx", "256", NULL};
-    server s = start_server(args);
+    server s = graft_test_start_server(args);
     long_call first = {&s, {0}};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, long_main, &first), 0);
     while (metric(&s, "graft_requests_running") < 1)
         usleep(2000);
-    response r = request(&s, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}");
-    free(expect_error(&r, 429, NULL));
+    response r = graft_test_request(&s, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}");
+    free(graft_test_expect_error(&r, 429, NULL));
     assert_non_null(strstr(r.headers, "Retry-After"));
-    response_free(&r);
+    graft_test_response_free(&r);
     pthread_join(t, NULL);
     assert_int_equal(first.r.status, 200);
-    response_free(&first.r);
+    graft_test_response_free(&first.r);
     /* drain */
     assert_int_equal(pthread_create(&t, NULL, long_main, &first), 0);
     while (metric(&s, "graft_requests_running") < 1)
         usleep(2000);
-    assert_int_equal(stop_server(&s), 0);
+    assert_int_equal(graft_test_stop_server(&s), 0);
     pthread_join(t, NULL);
     assert_int_equal(first.r.status, 200);
-    char *text = completion_text(&first.r);
+    char *text = graft_test_completion_text(&first.r);
     assert_true(strlen(text) > 100);
     free(text);
-    response_free(&first.r);
+    graft_test_response_free(&first.r);
 }
 
 
@@ -616,7 +441,7 @@ static char *chat_text(const response *r)
 {
     if (r->status != 200)
         fail_msg("status %ld: %s", r->status, r->body ? r->body : "");
-    json_t *j = json_of(r);
+    json_t *j = graft_test_json_of(r);
     assert_string_equal(json_string_value(json_object_get(j, "object")), "chat.completion");
     json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
     assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
@@ -627,7 +452,7 @@ static char *chat_text(const response *r)
 
 static int cached_tokens(const response *r)
 {
-    json_t *j = json_of(r);
+    json_t *j = graft_test_json_of(r);
     int n = (int)json_integer_value(json_object_get(
         json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"), "cached_tokens"));
     json_decref(j);
@@ -668,7 +493,7 @@ static void check_chat(const server *s)
     const char *turn1 = "{\"messages\": [{\"role\": \"system\", \"content\": \"You tell "
                         "stories.\"}, {\"role\": \"user\", \"content\": \"A story about a "
                         "cat.\"}], \"max_tokens\": 24, \"temperature\": 0}";
-    response a = request(s, "POST", "/v1/chat/completions", turn1);
+    response a = graft_test_request(s, "POST", "/v1/chat/completions", turn1);
     char *answer = chat_text(&a);
     json_t *t2 = json_loads(turn1, 0, NULL);
     json_t *msgs = json_object_get(t2, "messages");
@@ -676,24 +501,24 @@ static void check_chat(const server *s)
     json_array_append_new(msgs, json_pack("{s:s, s:[{s:s, s:s}]}", "role", "user", "content",
                                           "type", "text", "text", "And then?"));
     char *turn2 = json_dumps(t2, JSON_COMPACT);
-    response b = request(s, "POST", "/v1/chat/completions", turn2);
-    response c = request(s, "POST", "/v1/chat/completions", turn2);
+    response b = graft_test_request(s, "POST", "/v1/chat/completions", turn2);
+    response c = graft_test_request(s, "POST", "/v1/chat/completions", turn2);
     char *tb = chat_text(&b), *tc = chat_text(&c);
     assert_string_equal(tb, tc);
     assert_true(cached_tokens(&b) > 0);
     /* streamed, the same text */
     json_object_set_new(t2, "stream", json_true());
     char *turn2s = json_dumps(t2, JSON_COMPACT);
-    response d = request(s, "POST", "/v1/chat/completions", turn2s);
+    response d = graft_test_request(s, "POST", "/v1/chat/completions", turn2s);
     char *td = chat_stream_text(&d);
     assert_string_equal(td, tb);
     /* a malformed message is refused naming its path */
-    response e = request(s, "POST", "/v1/chat/completions",
+    response e = graft_test_request(s, "POST", "/v1/chat/completions",
                          "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
                          "\"image_url\"}]}]}");
-    free(expect_error(&e, 400, "messages[0].content[0]"));
-    response f = request(s, "POST", "/v1/chat/completions", "{\"messages\": []}");
-    free(expect_error(&f, 400, "messages"));
+    free(graft_test_expect_error(&e, 400, "messages[0].content[0]"));
+    response f = graft_test_request(s, "POST", "/v1/chat/completions", "{\"messages\": []}");
+    free(graft_test_expect_error(&f, 400, "messages"));
     json_decref(t2);
     free(turn2);
     free(turn2s);
@@ -701,12 +526,12 @@ static void check_chat(const server *s)
     free(tb);
     free(tc);
     free(td);
-    response_free(&a);
-    response_free(&b);
-    response_free(&c);
-    response_free(&d);
-    response_free(&e);
-    response_free(&f);
+    graft_test_response_free(&a);
+    graft_test_response_free(&b);
+    graft_test_response_free(&c);
+    graft_test_response_free(&d);
+    graft_test_response_free(&e);
+    graft_test_response_free(&f);
 }
 
 static void test_chat_stories(void **state)
@@ -727,7 +552,7 @@ static void test_chat_qwen_template(void **state)
     graft_synth_options so = {"qwen3", "tiny", 0, vocab, 7, path};
     assert_int_equal(graft_synth_write(&so, NULL), GRAFT_OK);
     const char *args[] = {"-m", path, "--ctx", "512", NULL};
-    server s = start_server(args);
+    server s = graft_test_start_server(args);
     FILE *log = fopen(s.log, "r");
     char line[512];
     bool own = false;
@@ -736,18 +561,18 @@ static void test_chat_qwen_template(void **state)
     fclose(log);
     assert_true(own);
     check_chat(&s);
-    response t = request(&s, "POST", "/tokenize", "{\"content\": \"<|im_start|>user\"}");
-    json_t *j = json_of(&t);
+    response t = graft_test_request(&s, "POST", "/tokenize", "{\"content\": \"<|im_start|>user\"}");
+    json_t *j = graft_test_json_of(&t);
     assert_int_equal(json_array_size(json_object_get(j, "tokens")), 2); /* marker, "user" */
     json_decref(j);
-    response_free(&t);
-    assert_int_equal(stop_server(&s), 0);
+    graft_test_response_free(&t);
+    assert_int_equal(graft_test_stop_server(&s), 0);
 }
 
 /* The graft object's source of a whole response. */
 static char *source_of(const response *r)
 {
-    json_t *j = json_of(r);
+    json_t *j = graft_test_json_of(r);
     char *src = strdup(json_string_value(json_object_get(json_object_get(j, "graft"), "source")));
     json_decref(j);
     return src;
@@ -755,7 +580,7 @@ static char *source_of(const response *r)
 
 static int reused_of(const response *r)
 {
-    json_t *j = json_of(r);
+    json_t *j = graft_test_json_of(r);
     int n = (int)json_integer_value(json_object_get(json_object_get(j, "graft"), "tokens_reused"));
     json_decref(j);
     return n;
@@ -769,58 +594,58 @@ static void test_named_sessions(void **state)
     (void)state;
     const char *turn1 = "{\"prompt\": \"Once upon a time, there was a king\", \"max_tokens\": 16, "
                         "\"temperature\": 0, \"session_id\": \"conv-1\"}";
-    response a = request(&main_server, "POST", "/v1/completions", turn1);
-    char *t1 = completion_text(&a);
+    response a = graft_test_request(&main_server, "POST", "/v1/completions", turn1);
+    char *t1 = graft_test_completion_text(&a);
     char body[2048];
     snprintf(body, sizeof body, "{\"prompt\": \"Once upon a time, there was a king%s. He\", "
              "\"max_tokens\": 16, \"temperature\": 0, \"session_id\": \"conv-1\"}", t1);
-    response b = request(&main_server, "POST", "/v1/completions", body);
-    char *src = source_of(&b), *t2 = completion_text(&b);
+    response b = graft_test_request(&main_server, "POST", "/v1/completions", body);
+    char *src = source_of(&b), *t2 = graft_test_completion_text(&b);
     assert_string_equal(src, "session");
     assert_true(reused_of(&b) > 10);
     free(src);
     /* the same turn without a session: the same text */
     snprintf(body, sizeof body, "{\"prompt\": \"Once upon a time, there was a king%s. He\", "
              "\"max_tokens\": 16, \"temperature\": 0}", t1);
-    response c = request(&main_server, "POST", "/v1/completions", body);
-    char *t2_anonymous = completion_text(&c);
+    response c = graft_test_request(&main_server, "POST", "/v1/completions", body);
+    char *t2_anonymous = graft_test_completion_text(&c);
     assert_string_equal(t2, t2_anonymous);
     /* a rewind through the header: a clone at the common prefix */
     const char *rewind = "{\"prompt\": \"Once upon a time, there was a queen\", \"max_tokens\": 16, "
                          "\"temperature\": 0, \"session_id\": \"conv-1\"}";
-    response d = request(&main_server, "POST", "/v1/completions", rewind);
+    response d = graft_test_request(&main_server, "POST", "/v1/completions", rewind);
     src = source_of(&d);
     assert_string_equal(src, "session");
     free(src);
-    response e = request(&main_server, "POST", "/v1/completions",
+    response e = graft_test_request(&main_server, "POST", "/v1/completions",
                          "{\"prompt\": \"Once upon a time, there was a queen\", \"max_tokens\": "
                          "16, \"temperature\": 0}");
-    char *td = completion_text(&d), *te = completion_text(&e);
+    char *td = graft_test_completion_text(&d), *te = graft_test_completion_text(&e);
     assert_string_equal(td, te);
-    response l = request(&main_server, "GET", "/v1/sessions", NULL);
+    response l = graft_test_request(&main_server, "GET", "/v1/sessions", NULL);
     assert_int_equal(l.status, 200);
     assert_non_null(strstr(l.body, "\"conv-1\""));
-    response del = request(&main_server, "DELETE", "/v1/sessions/conv-1", NULL);
+    response del = graft_test_request(&main_server, "DELETE", "/v1/sessions/conv-1", NULL);
     assert_int_equal(del.status, 200);
-    response again = request(&main_server, "DELETE", "/v1/sessions/conv-1", NULL);
-    free(expect_error(&again, 404, NULL));
-    response bad = request(&main_server, "POST", "/v1/completions",
+    response again = graft_test_request(&main_server, "DELETE", "/v1/sessions/conv-1", NULL);
+    free(graft_test_expect_error(&again, 404, NULL));
+    response bad = graft_test_request(&main_server, "POST", "/v1/completions",
                            "{\"prompt\": \"x\", \"session_id\": 7}");
-    free(expect_error(&bad, 400, "session_id"));
+    free(graft_test_expect_error(&bad, 400, "session_id"));
     free(t1);
     free(t2);
     free(t2_anonymous);
     free(td);
     free(te);
-    response_free(&a);
-    response_free(&b);
-    response_free(&c);
-    response_free(&d);
-    response_free(&e);
-    response_free(&l);
-    response_free(&del);
-    response_free(&again);
-    response_free(&bad);
+    graft_test_response_free(&a);
+    graft_test_response_free(&b);
+    graft_test_response_free(&c);
+    graft_test_response_free(&d);
+    graft_test_response_free(&e);
+    graft_test_response_free(&l);
+    graft_test_response_free(&del);
+    graft_test_response_free(&again);
+    graft_test_response_free(&bad);
 }
 
 typedef struct load_client {
@@ -839,12 +664,12 @@ static void *load_main(void *arg)
         snprintf(body, sizeof body, "{\"prompt\": \"Once upon a time %u\", \"max_tokens\": %u, "
                  "\"temperature\": 0.7, \"seed\": %u, \"stream\": true}",
                  (c->seed >> 4) % 3, 8 + (c->seed >> 12) % 40, c->seed % 1000);
-        response r = request_full(c->s, "POST", "/v1/completions", body, NULL, abort_after);
+        response r = graft_test_request_full(c->s, "POST", "/v1/completions", body, NULL, abort_after);
         if (abort_after > 0 && r.status == 200 && !strstr(r.body ? r.body : "", "[DONE]"))
             c->aborted++;
         else if (r.status == 200)
             c->completed++;
-        response_free(&r);
+        graft_test_response_free(&r);
     }
     return NULL;
 }
@@ -856,9 +681,9 @@ static void test_load_with_disconnects(void **state)
 {
     (void)state;
     const char *args[] = {"--max-sessions", "8", "--max-queue", "64", "--ctx", "256", NULL};
-    server s = start_server(args);
-    response before = request(&s, "POST", "/v1/completions", GREEDY);
-    char *expected = completion_text(&before);
+    server s = graft_test_start_server(args);
+    response before = graft_test_request(&s, "POST", "/v1/completions", GREEDY);
+    char *expected = graft_test_completion_text(&before);
     enum { CLIENTS = 64 };
     pthread_t t[CLIENTS];
     load_client c[CLIENTS];
@@ -888,39 +713,39 @@ static void test_load_with_disconnects(void **state)
     assert_true(metric(&s, "graft_requests_running") == 0);
     assert_true(metric(&s, "graft_requests_queued") == 0);
     assert_true(metric(&s, "graft_client_disconnects_total") > 0);
-    response after = request(&s, "POST", "/v1/completions", GREEDY);
-    char *again = completion_text(&after);
+    response after = graft_test_request(&s, "POST", "/v1/completions", GREEDY);
+    char *again = graft_test_completion_text(&after);
     assert_string_equal(again, expected);
     free(expected);
     free(again);
-    response_free(&before);
-    response_free(&after);
-    assert_int_equal(stop_server(&s), 0);
+    graft_test_response_free(&before);
+    graft_test_response_free(&after);
+    assert_int_equal(graft_test_stop_server(&s), 0);
 }
 
 /* llama-server's GET /props and POST /apply-template. */
 static void test_props_and_apply_template(void **state)
 {
     (void)state;
-    response r = request(&main_server, "GET", "/props", NULL);
+    response r = graft_test_request(&main_server, "GET", "/props", NULL);
     assert_int_equal(r.status, 200);
-    json_t *j = json_of(&r);
+    json_t *j = graft_test_json_of(&r);
     assert_int_equal(json_integer_value(json_object_get(
                          json_object_get(j, "default_generation_settings"), "n_ctx")), 256);
     assert_non_null(strstr(json_string_value(json_object_get(j, "chat_template")), "im_start"));
     json_decref(j);
-    response_free(&r);
-    r = request(&main_server, "POST", "/apply-template",
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/apply-template",
                 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}");
     assert_int_equal(r.status, 200);
-    j = json_of(&r);
+    j = graft_test_json_of(&r);
     assert_string_equal(json_string_value(json_object_get(j, "prompt")),
                         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     json_decref(j);
-    response_free(&r);
-    r = request(&main_server, "POST", "/apply-template", "{\"messages\": 3}");
-    free(expect_error(&r, 400, "messages"));
-    response_free(&r);
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/apply-template", "{\"messages\": 3}");
+    free(graft_test_expect_error(&r, 400, "messages"));
+    graft_test_response_free(&r);
 }
 
 /* llama-server's POST /completion: the same text as /v1/completions, in its shape, whole and
@@ -928,13 +753,13 @@ static void test_props_and_apply_template(void **state)
 static void test_llama_completion(void **state)
 {
     (void)state;
-    response o = request(&main_server, "POST", "/v1/completions", GREEDY);
-    char *expected = completion_text(&o);
+    response o = graft_test_request(&main_server, "POST", "/v1/completions", GREEDY);
+    char *expected = graft_test_completion_text(&o);
     const char *body = "{\"prompt\": \"Once upon a time, there was a dog\", \"n_predict\": 40, "
                        "\"temperature\": 0, \"cache_prompt\": true}";
-    response r = request(&main_server, "POST", "/completion", body);
+    response r = graft_test_request(&main_server, "POST", "/completion", body);
     assert_int_equal(r.status, 200);
-    json_t *j = json_of(&r);
+    json_t *j = graft_test_json_of(&r);
     assert_string_equal(json_string_value(json_object_get(j, "content")), expected);
     assert_true(json_is_true(json_object_get(j, "stop")));
     assert_string_equal(json_string_value(json_object_get(j, "stop_type")), "limit");
@@ -943,7 +768,7 @@ static void test_llama_completion(void **state)
     json_decref(j);
     const char *streamed = "{\"prompt\": \"Once upon a time, there was a dog\", \"n_predict\": "
                            "40, \"temperature\": 0, \"stream\": true}";
-    response st = request(&main_server, "POST", "/completion", streamed);
+    response st = graft_test_request(&main_server, "POST", "/completion", streamed);
     assert_int_equal(st.status, 200);
     assert_null(strstr(st.body, "[DONE]"));
     char *text = calloc(1, 1), *save = NULL;
@@ -965,9 +790,9 @@ static void test_llama_completion(void **state)
     assert_string_equal(text, expected);
     free(text);
     free(expected);
-    response_free(&o);
-    response_free(&r);
-    response_free(&st);
+    graft_test_response_free(&o);
+    graft_test_response_free(&r);
+    graft_test_response_free(&st);
 }
 
 int main(void)

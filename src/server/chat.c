@@ -6,8 +6,12 @@
  * with its role and content; content given as an array of text parts is joined into one
  * string, as llama-server does, since most templates only handle strings), add_generation_
  * prompt true, bos_token and eos_token (the model's), and the variables of
- * chat_template_kwargs (e.g. enable_thinking). A message that is malformed is refused naming
- * its JSON path; a template that raises (roles out of order) is refused with its message.
+ * chat_template_kwargs (e.g. enable_thinking), and the request's tools unless tool_choice
+ * is "none". An assistant message's tool_calls carry their arguments as OpenAI sends them,
+ * a JSON string; templates expect the object (Hugging Face's convention), so a string that
+ * holds a JSON object is given as that object. A message that is malformed is refused
+ * naming its JSON path; a template that raises (roles out of order) is refused with its
+ * message.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +66,24 @@ static json_t *content_of(const json_t *m, size_t i, const why *w)
     return joined;
 }
 
+/* tool_calls[k].function.arguments: a JSON string holding an object becomes the object. */
+static void arguments_as_objects(json_t *calls)
+{
+    if (!json_is_array(calls))
+        return;
+    for (size_t k = 0; k < json_array_size(calls); k++) {
+        json_t *fn = json_object_get(json_array_get(calls, k), "function");
+        const char *args = json_string_value(json_object_get(fn, "arguments"));
+        if (args == NULL)
+            continue;
+        json_t *parsed = json_loads(args, 0, NULL);
+        if (json_is_object(parsed))
+            json_object_set_new(fn, "arguments", parsed);
+        else
+            json_decref(parsed);
+    }
+}
+
 /* The template's messages: each the request's with its content normalised. */
 static json_t *messages_of(const json_t *body, const why *w)
 {
@@ -88,6 +110,7 @@ static json_t *messages_of(const json_t *body, const why *w)
             return NULL;
         }
         json_object_set_new(copy, "content", content);
+        arguments_as_objects(json_object_get(copy, "tool_calls"));
         json_array_append_new(out, copy);
     }
     return out;
@@ -107,6 +130,11 @@ int graft__chat_render(const json_t *body, char **text, char **param, char **mes
     if (json_is_object(kwargs))
         json_object_update(input, (json_t *)kwargs);
     json_object_set_new(input, "messages", messages);
+    const json_t *tools = json_object_get(body, "tools");
+    const char *tool_choice = json_string_value(json_object_get(body, "tool_choice"));
+    if (json_is_array(tools) && json_array_size(tools) > 0 &&
+        !(tool_choice != NULL && strcmp(tool_choice, "none") == 0))
+        json_object_set(input, "tools", (json_t *)tools);
     json_object_set_new(input, "add_generation_prompt", json_true());
     json_object_set_new(input, "bos_token", json_string(chat->bos_text));
     json_object_set_new(input, "eos_token", json_string(chat->eos_text));

@@ -1,33 +1,33 @@
 /*
  * completion.c: one completion or chat completion request, from its validated fields to the
- * response (server.h).
+ * response (server.h, completion.h).
  *
  * The prompt is tokenized on the HTTP thread; the prefix cache hands out a clone of the
  * longest cached prefix (the last prompt token is always computed), or a new session is
  * opened; a prompt capture wraps the channel's callbacks so the prompt's snapshot is taken
  * at the first output and collected into the cache when the generation ends. The answer is
- * the same bits whichever way the prompt's KV came (DESIGN.md invariant 1).
+ * the same bits whichever way the prompt's KV came (DESIGN.md invariant 1), and so is each
+ * of n choices: choice i is the answer a single request with seed + i gets (completion.h
+ * says how they share the prompt).
  *
- * Shapes: OpenAI's (choices, usage, chunks ending in [DONE]) for /v1/completions and
- * /v1/chat/completions; llama-server's for POST /completion (content, stop, stop_type,
- * tokens_predicted / evaluated / cached, timings; streamed chunks {content, stop} ending with
- * the one whose stop is true).
- *
- * Text: the HTTP thread turns tokens into text (a streaming detokenizer) and matches the
- * stop strings on the text. Text that could still be the start of a stop string is held
- * back; a match ends the generation (cancelled) and cuts the text before it. A whole
- * response waits on the channel in slices of 50 ms and looks at the client's socket between
- * them, so a client that went away cancels its generation within one slice; a streamed one
- * finds out when a write fails (http.c frees the stream, which cancels).
+ * Text: the HTTP thread turns each choice's tokens into text (a streaming detokenizer) and
+ * matches the stop strings on the text. Text that could still be the start of a stop
+ * string is held back; a match ends that choice's generation (cancelled) and cuts the text
+ * before it. With tools, text from the first "<tool_call>" on is parsed into tool calls
+ * (tool_calls.c) rather than given as content. A whole response waits on the channel in
+ * slices of 50 ms and looks at the client's socket between them, so a client that went
+ * away cancels its generations within one slice; a streamed one finds out when a write
+ * fails (http.c frees the stream, which cancels).
  *
  * Named sessions (sessions.c): a request with a session id takes its conversation's
  * session: the session itself when the prompt extends its committed history, else a clone at
  * their longest common prefix (as long as the session retains); the first request of a new
- * one starts as an anonymous one does. When the request ends, its session (prompt and reply
- * committed) becomes the conversation's.
+ * one starts as an anonymous one does. When the request ends, choice 0's session (prompt and
+ * reply committed) becomes the conversation's.
  *
- * Ownership: the request's session, capture and generation belong to this request alone,
- * and are released when it ends (finish_request), whatever the outcome.
+ * Ownership: the request's sessions, capture and generations belong to this request alone,
+ * and are released when it ends (finish_request), whatever the outcome; it waits for the
+ * fork's clone callbacks first, so none can outlive it.
  */
 #include <poll.h>
 #include <stdio.h>
@@ -36,42 +36,11 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "server/server.h"
+#include "server/completion.h"
 
-enum { SLICE_MS = 50 };
+enum { SLICE_MS = 50, TAKE = 64 };
 
 static atomic_ullong next_id;
-
-typedef struct completion {
-    const graft__server_ctx *ctx;
-    graft__completion_request req;
-    bool llama;            /* llama-server's /completion shape */
-    const char *stop_word; /* the stop string that matched, or NULL */
-    char id[48];
-    long long created;
-    int32_t *prompt;
-    size_t n_prompt;
-    int32_t reused;
-    const char *source;    /* where the reused KV came from: cold, cache, session */
-    graft__named *named;   /* the named session taken, or NULL */
-    graft_session *session;
-    graft_prompt_capture *capture;
-    graft_generation *gen;
-    graft__channel channel;
-    bool channel_ready;
-    graft_detok *detok;
-    uint64_t lookup_ns;
-    /* text */
-    char *text;
-    size_t len, cap, sent; /* sent: bytes already given to the client */
-    size_t n_tokens;
-    bool stopped;          /* a stop string matched: text ends at len */
-    bool done;
-    /* streaming */
-    char *out;             /* pending event bytes */
-    size_t out_len, out_cap, out_off;
-    bool sent_role, sent_final, sent_done;
-} completion;
 
 static uint64_t now_ns(void)
 {
@@ -98,63 +67,113 @@ static bool append(char **buf, size_t *len, size_t *cap, const char *data, size_
     return true;
 }
 
-/* ---- stop strings ---------------------------------------------------------------------------- */
+/* ---- stop strings and tool calls --------------------------------------------------------------- */
 
-/* Bytes of text that may be given out now: all of it but a suffix that could still grow
- * into a stop string; with a match, the text is cut before it and c->stopped is set. */
-static size_t releasable(completion *c)
+size_t graft__choice_release(choice *ch)
 {
-    const graft__completion_request *r = &c->req;
-    size_t keep_from = c->len;
-    for (size_t i = 0; i < r->n_stop; i++) {
+    const graft__completion_request *r = &ch->c->req;
+    size_t keep_from = ch->len;
+    for (size_t i = 0; i < r->n_stop && !ch->stopped; i++) {
         const char *stop = r->stop[i];
         size_t n = strlen(stop);
-        size_t from = c->sent > n ? c->sent - n : 0;
-        const char *hit = strstr(c->text ? c->text + from : "", stop);
+        size_t from = ch->sent > n ? ch->sent - n : 0;
+        const char *hit = strstr(ch->text ? ch->text + from : "", stop);
         if (hit != NULL) {
-            c->len = (size_t)(hit - c->text);
-            c->text[c->len] = '\0';
-            c->stopped = true;
-            c->stop_word = stop;
-            return c->len;
+            ch->len = (size_t)(hit - ch->text);
+            ch->text[ch->len] = '\0';
+            ch->stopped = true;
+            ch->stop_word = stop;
+            keep_from = ch->len;
+            break;
         }
         for (size_t k = n - 1; k > 0; k--) /* the longest tail that starts the stop string */
-            if (k <= c->len && memcmp(c->text + c->len - k, stop, k) == 0) {
-                if (c->len - k < keep_from)
-                    keep_from = c->len - k;
+            if (k <= ch->len && memcmp(ch->text + ch->len - k, stop, k) == 0) {
+                if (ch->len - k < keep_from)
+                    keep_from = ch->len - k;
                 break;
             }
     }
-    return keep_from < c->sent ? c->sent : keep_from;
+    if (r->tools) {
+        size_t from = ch->content_end < ch->len ? ch->content_end : ch->len;
+        ch->content_end = from + graft__tool_calls_start(ch->text + from, ch->len - from);
+        if (ch->content_end < keep_from)
+            keep_from = ch->content_end;
+        if (ch->tools_parsed < ch->content_end)
+            ch->tools_parsed = ch->content_end;
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "call_%s_%d", ch->c->id, (int)ch->index);
+        if (!ch->calls_bad && ch->content_end < ch->len)
+            graft__tool_calls_parse(ch->text, ch->len, &ch->tools_parsed, prefix, ch->calls,
+                                    &ch->calls_bad);
+    }
+    return keep_from < ch->sent ? ch->sent : keep_from;
 }
 
-/* Takes what the engine sent: text appended, stop strings checked. False once done. */
-static bool pump(completion *c, int timeout_ms)
+void graft__choice_settle_tools(choice *ch)
 {
-    int32_t tokens[64];
-    bool settled = false;
-    size_t k = graft__channel_take(&c->channel, tokens, 64, timeout_ms, &settled);
-    for (size_t i = 0; i < k && !c->stopped; i++) {
-        const char *piece;
-        size_t n;
-        c->n_tokens++;
-        if (graft_detok_push(c->detok, tokens[i], &piece, &n) == GRAFT_OK && n > 0)
-            append(&c->text, &c->len, &c->cap, piece, n);
-        releasable(c);
+    if (!ch->c->req.tools)
+        return;
+    graft__choice_release(ch);
+    for (size_t i = ch->tools_parsed; i < ch->len && !ch->calls_bad; i++)
+        ch->calls_bad = !(ch->text[i] == ' ' || ch->text[i] == '\n' || ch->text[i] == '\r' ||
+                          ch->text[i] == '\t');
+}
+
+/* ---- the fork (n > 1): engine thread, in choice 0's callbacks ---------------------------------- */
+
+static void fork_clone_done(int status, graft_session *clone, void *user)
+{
+    fork_slot *slot = user;
+    graft__channel *chn = &slot->c->channel;
+    pthread_mutex_lock(&chn->mu);
+    slot->arrived = true;
+    slot->status = status;
+    slot->clone = clone;
+    slot->c->fork_pending--;
+    chn->poked = true;
+    pthread_cond_signal(&chn->cv);
+    pthread_mutex_unlock(&chn->mu);
+}
+
+/* Queues the clones of choice 0's session at the last prompt token (clone == false: the
+ * prompt was not committed; each slot arrives empty). */
+static void fork_queue(completion *c, graft_generation *gen, bool clone)
+{
+    graft__channel *chn = &c->channel;
+    pthread_mutex_lock(&chn->mu);
+    bool first = !c->fork_queued;
+    c->fork_queued = true;
+    if (first)
+        c->fork_pending = clone ? c->n_choices - 1 : 0;
+    for (int32_t i = 1; first && i < c->n_choices; i++)
+        c->slots[i] = (fork_slot){c, i, !clone, clone ? GRAFT_OK : GRAFT_ECANCELLED, NULL};
+    chn->poked = true;
+    pthread_cond_signal(&chn->cv);
+    pthread_mutex_unlock(&chn->mu);
+    if (!first || !clone)
+        return;
+    graft_session *source = graft_generation_session(gen);
+    for (int32_t i = 1; i < c->n_choices; i++) {
+        int rc = graft_session_clone(source, (int32_t)c->n_prompt - 1, fork_clone_done,
+                                     &c->slots[i]);
+        if (rc != GRAFT_OK)
+            fork_clone_done(rc, NULL, &c->slots[i]);
     }
-    if (c->stopped) {
-        graft_generation_cancel(c->gen);
-        settled = graft_generation_done(c->gen) || settled;
-    }
-    if (settled && !c->stopped) {
-        const char *piece;
-        size_t n;
-        if (graft_detok_flush(c->detok, &piece, &n) == GRAFT_OK && n > 0)
-            append(&c->text, &c->len, &c->cap, piece, n);
-        releasable(c);
-    }
-    c->done = settled;
-    return !settled;
+}
+
+static void fork_on_update(graft_generation *gen, const int32_t *tokens, size_t n, void *user)
+{
+    completion *c = user;
+    fork_queue(c, gen, true);
+    c->inner_update(gen, tokens, n, c->inner_user);
+}
+
+static void fork_on_settled(graft_generation *gen, void *user)
+{
+    completion *c = user;
+    graft_finish f = graft_generation_finish_reason(gen);
+    fork_queue(c, gen, f == GRAFT_FINISH_STOP || f == GRAFT_FINISH_LENGTH);
+    c->inner_settled(gen, c->inner_user);
 }
 
 /* ---- setup and teardown -------------------------------------------------------------------- */
@@ -191,6 +210,15 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
             c->prompt[i] = r->prompt_tokens[i];
         }
     }
+    for (size_t i = 0; i < r->n_logit_bias; i++)
+        if (r->logit_bias[i].token >= info.n_vocab) {
+            char path[40];
+            snprintf(path, sizeof path, "logit_bias.%d", (int)r->logit_bias[i].token);
+            graft__reply_error(reply, 400, "invalid_request_error", path,
+                               "token id %d is outside the vocabulary of %d tokens",
+                               (int)r->logit_bias[i].token, (int)info.n_vocab);
+            return -1;
+        }
     if (c->n_prompt == 0) {
         graft__reply_error(reply, 400, "invalid_request_error", r->chat ? "messages" : "prompt",
                            "the prompt is empty");
@@ -221,6 +249,7 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
  * conversation gave nothing (held is closed then). */
 static int continue_named(completion *c, graft_session *held)
 {
+    choice *ch = &c->choices[0];
     int32_t *history = NULL;
     size_t n_history = 0;
     if (graft_session_tokens(held, &history, &n_history) != GRAFT_OK) {
@@ -230,8 +259,8 @@ static int continue_named(completion *c, graft_session *held)
     size_t lcp = common_prefix(history, n_history, c->prompt, c->n_prompt);
     graft_free(history);
     if (lcp == n_history && lcp < c->n_prompt) {
-        c->session = held;
-        c->reused = (int32_t)lcp;
+        ch->session = held;
+        ch->reused = (int32_t)lcp;
         return 0;
     }
     size_t upto = lcp < c->n_prompt ? lcp : c->n_prompt - 1; /* the last token is computed */
@@ -242,15 +271,16 @@ static int continue_named(completion *c, graft_session *held)
         graft_session_close(clone);
         return -1;
     }
-    c->session = clone;
-    c->reused = graft_session_position(clone);
+    ch->session = clone;
+    ch->reused = graft_session_position(clone);
     return 0;
 }
 
-/* The session to generate on: the named session's, a clone of the longest cached prefix, or
- * a new one. */
+/* Choice 0's session: the named session's, a clone of the longest cached prefix, or a new
+ * one. */
 static int find_session(completion *c, const char *owner, graft__reply *reply)
 {
+    choice *ch = &c->choices[0];
     uint64_t t0 = now_ns();
     c->source = "cold";
     if (c->req.session_id != NULL) {
@@ -273,8 +303,8 @@ static int find_session(completion *c, const char *owner, graft__reply *reply)
             return 0;
         }
     }
-    int rc = graft_prefix_cache_lookup(c->ctx->cache, c->prompt, c->n_prompt, &c->session,
-                                       &c->reused);
+    int rc = graft_prefix_cache_lookup(c->ctx->cache, c->prompt, c->n_prompt, &ch->session,
+                                       &ch->reused);
     c->lookup_ns = now_ns() - t0;
     if (rc == GRAFT_OK) {
         atomic_fetch_add(&c->ctx->metrics->cache_hits, 1);
@@ -282,8 +312,8 @@ static int find_session(completion *c, const char *owner, graft__reply *reply)
         return 0;
     }
     atomic_fetch_add(&c->ctx->metrics->cache_misses, 1);
-    c->reused = 0;
-    rc = graft_session_open(c->ctx->engine, &c->session, NULL);
+    ch->reused = 0;
+    rc = graft_session_open(c->ctx->engine, &ch->session, NULL);
     if (rc != GRAFT_OK) {
         graft__reply_error(reply, 503, "server_error", NULL, "no session available: %s",
                            graft_status_str(rc));
@@ -292,183 +322,256 @@ static int find_session(completion *c, const char *owner, graft__reply *reply)
     return 0;
 }
 
-static int start_generation(completion *c, graft__reply *reply)
+/* Starts choice i's generation on ch->session (holding ch->reused prompt tokens); choice 0
+ * with the capture and, for n > 1, the fork wrapped around its callbacks. */
+static int start_choice(completion *c, choice *ch)
 {
     const graft__completion_request *r = &c->req;
-    int32_t max_new = r->max_tokens > 0 ? r->max_tokens : c->ctx->max_context - (int32_t)c->n_prompt;
-    if (graft__channel_init(&c->channel, (size_t)max_new + 1) != GRAFT_OK ||
-        graft_detok_create(c->ctx->model, &c->detok) != GRAFT_OK) {
-        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
-        return -1;
-    }
-    c->channel_ready = true;
+    ch->started = true;
+    ch->cap_tokens = (size_t)c->max_new + 1;
+    ch->token_start = malloc(ch->cap_tokens * sizeof *ch->token_start);
+    if (c->width > 0)
+        ch->logprobs = malloc(ch->cap_tokens * (size_t)c->width * sizeof *ch->logprobs);
+    if (r->tools)
+        ch->calls = json_array();
+    if (ch->token_start == NULL || (c->width > 0 && ch->logprobs == NULL) ||
+        (r->tools && ch->calls == NULL) || graft_detok_create(c->ctx->model, &ch->detok) != GRAFT_OK)
+        return GRAFT_ENOMEM;
+    ch->port = (graft__channel_port){&c->channel, ch->index, 0};
     graft_update_cb up = graft__channel_on_update;
     graft_settled_cb st = graft__channel_on_settled;
-    void *user = &c->channel;
-    if (graft_prompt_capture_create(c->ctx->cache, c->session, c->prompt, c->n_prompt,
-                                    &c->capture) != GRAFT_OK ||
-        graft_prompt_capture_wrap(c->capture, &up, &st, &user) != GRAFT_OK) {
-        graft_prompt_capture_free(c->capture);
-        c->capture = NULL;
+    void *user = &ch->port;
+    if (ch->index == 0) {
+        if (graft_prompt_capture_create(c->ctx->cache, ch->session, c->prompt, c->n_prompt,
+                                        &c->capture) != GRAFT_OK ||
+            graft_prompt_capture_wrap(c->capture, &up, &st, &user) != GRAFT_OK) {
+            graft_prompt_capture_free(c->capture);
+            c->capture = NULL;
+        }
+        if (c->n_choices > 1) {
+            c->inner_update = up;
+            c->inner_settled = st;
+            c->inner_user = user;
+            up = fork_on_update;
+            st = fork_on_settled;
+            user = c;
+        }
     }
     graft_generate_config cfg = graft_generate_default();
-    cfg.max_new_tokens = max_new;
+    cfg.max_new_tokens = c->max_new;
     cfg.ignore_eog = r->ignore_eos;
     cfg.sampling = r->sampling;
-    int rc = graft_session_generate(c->session, c->prompt + c->reused, c->n_prompt - (size_t)c->reused,
-                                    &cfg, up, st, user, &c->gen);
-    if (rc != GRAFT_OK) {
-        graft__reply_error(reply, rc == GRAFT_ESHUTDOWN ? 503 : 500, "server_error", NULL,
-                           "cannot start the generation: %s", graft_status_str(rc));
-        return -1;
+    cfg.sampling.seed += (uint64_t)ch->index;
+    cfg.logit_bias = r->logit_bias;
+    cfg.n_logit_bias = r->n_logit_bias;
+    cfg.logprobs = r->logprobs;
+    cfg.top_logprobs = r->top_logprobs;
+    return graft_session_generate(ch->session, c->prompt + ch->reused,
+                                  c->n_prompt - (size_t)ch->reused, &cfg, up, st, user, &ch->gen);
+}
+
+/* Choice i > 0 once its clone came: on the clone, or on a new session when the clone was
+ * refused (the whole prompt computed again). A cancelled request starts nothing. */
+static void start_forked(completion *c, bool cancelled)
+{
+    fork_slot arrived[GRAFT__MAX_CHOICES];
+    int32_t n = 0;
+    pthread_mutex_lock(&c->channel.mu);
+    for (int32_t i = 1; i < c->n_choices; i++)
+        if (c->slots[i].arrived && !c->choices[i].started && !c->choices[i].done)
+            arrived[n++] = c->slots[i];
+    for (int32_t k = 0; k < n; k++)
+        c->slots[arrived[k].index].clone = NULL; /* now the choice's */
+    pthread_mutex_unlock(&c->channel.mu);
+    for (int32_t k = 0; k < n; k++) {
+        choice *ch = &c->choices[arrived[k].index];
+        ch->session = arrived[k].clone;
+        ch->reused = ch->session ? graft_session_position(ch->session) : 0;
+        if (cancelled) {
+            ch->done = true;
+            continue;
+        }
+        int rc = ch->session ? GRAFT_OK : graft_session_open(c->ctx->engine, &ch->session, NULL);
+        if (rc == GRAFT_OK)
+            rc = start_choice(c, ch);
+        if (rc != GRAFT_OK) {
+            ch->failed = ch->done = true;
+            graft_generation_free(ch->gen);
+            ch->gen = NULL;
+        }
     }
-    return 0;
+}
+
+static void cancel_all(completion *c)
+{
+    c->cancelled = true;
+    for (int32_t i = 0; i < c->n_choices; i++)
+        if (c->choices[i].gen != NULL)
+            graft_generation_cancel(c->choices[i].gen);
+}
+
+/* Takes what the engine sent to every choice: text appended, stop strings checked, choices
+ * that ended marked done. False once all are done. */
+static bool pump(completion *c, int timeout_ms)
+{
+    graft__channel_entry entries[TAKE];
+    graft_token_logprob *lp = c->width > 0 ? malloc((size_t)TAKE * (size_t)c->width * sizeof *lp)
+                                           : NULL;
+    uint32_t settled = 0;
+    size_t k = (c->width > 0 && lp == NULL)
+                   ? 0
+                   : graft__channel_take(&c->channel, entries, lp, TAKE, timeout_ms, &settled);
+    for (size_t i = 0; i < k; i++) {
+        choice *ch = &c->choices[entries[i].choice];
+        if (ch->stopped || ch->n_tokens == ch->cap_tokens)
+            continue;
+        const char *piece;
+        size_t n;
+        ch->token_start[ch->n_tokens] = ch->len;
+        if (c->width > 0)
+            memcpy(ch->logprobs + ch->n_tokens * (size_t)c->width, lp + i * (size_t)c->width,
+                   (size_t)c->width * sizeof *lp);
+        ch->n_tokens++;
+        if (graft_detok_push(ch->detok, entries[i].token, &piece, &n) == GRAFT_OK && n > 0)
+            append(&ch->text, &ch->len, &ch->cap, piece, n);
+        graft__choice_release(ch);
+    }
+    free(lp);
+    if (c->n_choices > 1)
+        start_forked(c, c->cancelled);
+    bool all_done = true;
+    for (int32_t i = 0; i < c->n_choices; i++) {
+        choice *ch = &c->choices[i];
+        if (ch->done)
+            continue;
+        if (!ch->started) {
+            all_done = false;
+            continue;
+        }
+        bool over = (settled >> i) & 1u;
+        if (ch->stopped) {
+            graft_generation_cancel(ch->gen);
+            over = over || graft_generation_done(ch->gen);
+        }
+        if (over && !ch->stopped) {
+            const char *piece;
+            size_t n;
+            if (graft_detok_flush(ch->detok, &piece, &n) == GRAFT_OK && n > 0)
+                append(&ch->text, &ch->len, &ch->cap, piece, n);
+            graft__choice_release(ch);
+        }
+        if (over)
+            graft__choice_settle_tools(ch);
+        ch->done = over;
+        all_done = all_done && over;
+    }
+    return !all_done;
 }
 
 static void finish_request(completion *c, graft__request_log *log)
 {
-    if (c->gen != NULL) {
-        graft_generation_cancel(c->gen);
-        graft_generation_wait(c->gen);
+    uint64_t computed = 0, generated = 0;
+    for (int32_t i = 0; i < c->n_choices; i++) {
+        choice *ch = &c->choices[i];
+        if (ch->gen == NULL)
+            continue;
+        graft_generation_cancel(ch->gen);
+        graft_generation_wait(ch->gen);
         graft_generation_metrics m;
-        graft_generation_metrics_get(c->gen, &m);
-        atomic_fetch_add(&c->ctx->metrics->prompt_tokens_reused, (unsigned long long)c->reused);
-        atomic_fetch_add(&c->ctx->metrics->prompt_tokens_computed,
-                         (unsigned long long)m.prompt_tokens_computed);
-        atomic_fetch_add(&c->ctx->metrics->generated_tokens, (unsigned long long)c->n_tokens);
-        if (log != NULL) {
+        graft_generation_metrics_get(ch->gen, &m);
+        computed += (uint64_t)m.prompt_tokens_computed;
+        generated += ch->n_tokens;
+        if (i == 0 && log != NULL) {
             log->generated = true;
-            log->reused = c->reused;
-            log->computed = m.prompt_tokens_computed;
+            log->reused = ch->reused;
             log->ttft_ms = m.time_to_first_token_ns / 1e6;
         }
+    }
+    if (log != NULL)
+        log->computed = (int32_t)computed;
+    if (c->choices[0].gen != NULL) {
+        atomic_fetch_add(&c->ctx->metrics->prompt_tokens_reused,
+                         (unsigned long long)c->choices[0].reused);
+        atomic_fetch_add(&c->ctx->metrics->prompt_tokens_computed, computed);
+        atomic_fetch_add(&c->ctx->metrics->generated_tokens, generated);
+    }
+    if (c->channel_ready) { /* every clone callback of the fork has run */
+        pthread_mutex_lock(&c->channel.mu);
+        while (c->fork_pending > 0)
+            pthread_cond_wait(&c->channel.cv, &c->channel.mu);
+        pthread_mutex_unlock(&c->channel.mu);
+        for (int32_t i = 1; i < c->n_choices; i++)
+            graft_session_close(c->slots[i].clone);
     }
     if (c->capture != NULL) {
         graft_prompt_capture_collect(c->capture);
         graft_prompt_capture_free(c->capture);
     }
-    graft_generation_free(c->gen);
-    if (c->named != NULL)
-        graft__sessions_release(c->ctx->sessions, c->named, c->session);
-    else
-        graft_session_close(c->session);
+    for (int32_t i = 0; i < c->n_choices; i++) {
+        choice *ch = &c->choices[i];
+        graft_generation_free(ch->gen);
+        if (i == 0 && c->named != NULL)
+            graft__sessions_release(c->ctx->sessions, c->named, ch->session);
+        else
+            graft_session_close(ch->session);
+        graft_detok_free(ch->detok);
+        free(ch->text);
+        free(ch->token_start);
+        free(ch->logprobs);
+        json_decref(ch->calls);
+    }
     if (c->channel_ready)
         graft__channel_free(&c->channel);
-    graft_detok_free(c->detok);
     graft__request_free(&c->req);
     free(c->prompt);
-    free(c->text);
     free(c->out);
     free(c);
 }
 
-/* ---- responses ------------------------------------------------------------------------------- */
+/* ---- whole responses -------------------------------------------------------------------------- */
 
-static const char *finish_reason(const completion *c)
+/* The first status that is not OK among the choices (a choice stopped by a stop string is
+ * fine), or GRAFT_OK; *message its text. */
+static int choices_status(const completion *c, const char **message)
 {
-    if (c->stopped)
-        return "stop";
-    switch (graft_generation_finish_reason(c->gen)) {
-    case GRAFT_FINISH_STOP:
-        return "stop";
-    case GRAFT_FINISH_LENGTH:
-        return "length";
-    default:
-        return NULL;
+    for (int32_t i = 0; i < c->n_choices; i++) {
+        const choice *ch = &c->choices[i];
+        if (ch->failed) {
+            *message = "cannot start a choice's generation";
+            return GRAFT_ENOMEM;
+        }
+        int status = ch->gen ? graft_generation_status(ch->gen) : GRAFT_OK;
+        if (!ch->stopped && status != GRAFT_OK) {
+            *message = graft_generation_error(ch->gen);
+            return status;
+        }
     }
-}
-
-static json_t *usage_json(const completion *c)
-{
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)c->n_prompt,
-                     "completion_tokens", (json_int_t)c->n_tokens, "total_tokens",
-                     (json_int_t)(c->n_prompt + c->n_tokens), "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)c->reused);
-}
-
-static json_t *graft_json(const completion *c)
-{
-    graft_generation_metrics m;
-    graft_generation_metrics_get(c->gen, &m);
-    return json_pack("{s:s, s:i, s:i, s:f, s:f, s:f}", "source", c->source,
-                     "tokens_reused", (int)c->reused, "tokens_computed",
-                     (int)m.prompt_tokens_computed, "clone_ms", c->lookup_ns / 1e6, "queue_ms",
-                     m.queue_wait_ns / 1e6, "ttft_ms",
-                     (m.time_to_first_token_ns + c->lookup_ns) / 1e6);
-}
-
-static json_t *envelope(const completion *c, const char *object)
-{
-    return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", c->id, "object", object, "created",
-                     (json_int_t)c->created, "model", c->ctx->config->alias,
-                     "system_fingerprint", "graft-" GRAFT_VERSION);
-}
-
-static json_t *choice_json(const completion *c, const char *text, size_t n, const char *finish,
-                           bool delta)
-{
-    json_t *choice = json_pack("{s:i}", "index", 0);
-    json_t *content = json_stringn(text, n);
-    if (c->req.chat) {
-        json_t *msg = json_object();
-        if (!delta || !c->sent_role)
-            json_object_set_new(msg, "role", json_string("assistant"));
-        json_object_set_new(msg, "content", content);
-        json_object_set_new(choice, delta ? "delta" : "message", msg);
-    } else {
-        json_object_set_new(choice, "text", content);
-        json_object_set_new(choice, "logprobs", json_null());
-    }
-    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
-    return choice;
-}
-
-/* llama-server's /completion fields of a finished request (the text given separately). */
-static json_t *llama_json(const completion *c, const char *text, size_t n, bool stop)
-{
-    graft_generation_metrics m;
-    graft_generation_metrics_get(c->gen, &m);
-    const char *reason = finish_reason(c);
-    json_t *j = json_pack("{s:s%, s:b, s:i}", "content", text, n, "stop", stop, "id_slot", 0);
-    if (!stop)
-        return j;
-    json_object_set_new(j, "model", json_string(c->ctx->config->alias));
-    json_object_set_new(j, "tokens_predicted", json_integer((json_int_t)c->n_tokens));
-    json_object_set_new(j, "tokens_evaluated", json_integer((json_int_t)c->n_prompt));
-    json_object_set_new(j, "tokens_cached", json_integer(c->reused));
-    json_object_set_new(j, "truncated", json_false());
-    json_object_set_new(j, "stop_type", json_string(c->stopped ? "word"
-                                                    : reason && strcmp(reason, "length") == 0
-                                                        ? "limit"
-                                                        : "eos"));
-    json_object_set_new(j, "stopping_word", json_string(c->stop_word ? c->stop_word : ""));
-    json_object_set_new(j, "timings",
-                        json_pack("{s:i, s:i, s:f}", "prompt_n", (int)m.prompt_tokens_computed,
-                                  "predicted_n", (int)c->n_tokens, "predicted_per_second",
-                                  m.decode_tokens_per_s));
-    json_object_set_new(j, "graft", graft_json(c));
-    return j;
+    return GRAFT_OK;
 }
 
 static void whole_reply(completion *c, graft__reply *reply)
 {
-    int status = graft_generation_status(c->gen);
-    if (!c->stopped && status != GRAFT_OK) {
+    const char *message = NULL;
+    int status = choices_status(c, &message);
+    if (status != GRAFT_OK) {
         graft__reply_error(reply, status == GRAFT_ECAPACITY ? 503 : 500, "server_error", NULL,
-                           "generation failed: %s", graft_generation_error(c->gen));
+                           "generation failed: %s", message ? message : graft_status_str(status));
         return;
     }
+    choice *first = &c->choices[0];
     if (c->llama) {
-        graft__reply_json(reply, 200, llama_json(c, c->text ? c->text : "", c->len, true));
+        graft__reply_json(reply, 200,
+                          graft__llama_json(c, first->text ? first->text : "", first->len, true));
         return;
     }
-    json_t *j = envelope(c, c->req.chat ? "chat.completion" : "text_completion");
+    json_t *j = graft__envelope_json(c, c->req.chat ? "chat.completion" : "text_completion");
     json_t *choices = json_array();
-    json_array_append_new(choices, choice_json(c, c->text ? c->text : "", c->len,
-                                               finish_reason(c), false));
+    for (int32_t i = 0; i < c->n_choices; i++)
+        json_array_append_new(choices, graft__choice_json(c, &c->choices[i], 0,
+                                                          c->choices[i].len, false, true));
     json_object_set_new(j, "choices", choices);
-    json_object_set_new(j, "usage", usage_json(c));
-    json_object_set_new(j, "graft", graft_json(c));
+    json_object_set_new(j, "usage", graft__usage_json(c));
+    json_object_set_new(j, "graft", graft__graft_json(c));
     graft__reply_json(reply, 200, j);
 }
 
@@ -486,7 +589,66 @@ static bool client_gone(int fd)
     return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+static void record_ttft(completion *c)
+{
+    graft_generation_metrics m;
+    graft_generation_metrics_get(c->choices[0].gen, &m);
+    if (m.generated_tokens > 0)
+        graft__metrics_ttft(c->ctx->metrics, m.time_to_first_token_ns + c->lookup_ns);
+}
+
 /* ---- the entry points ------------------------------------------------------------------------ */
+
+/* Parses, tokenizes, finds choice 0's session and starts it; -1 with the reply set. */
+static int begin(completion *c, const json_t *body, graft__api api, const char *session_header,
+                 const char *owner, graft__reply *reply)
+{
+    bool chat = api == GRAFT__API_CHAT;
+    char *param = NULL, *message = NULL;
+    int rc = graft__request_parse(body, chat, c->ctx->chat ? graft__chat_render : NULL,
+                                  (void *)c->ctx->chat, &c->req, &param, &message);
+    if (rc != GRAFT_OK) {
+        if (rc == GRAFT_EUNSUPPORTED)
+            graft__reply_error(reply, 501, "server_error", NULL,
+                               "this model has no chat template to render messages with");
+        else
+            graft__reply_error(reply, 400, "invalid_request_error", param, "%s",
+                               message ? message : "invalid request");
+        free(param);
+        free(message);
+        return -1;
+    }
+    if (c->llama && c->req.n_choices > 1) {
+        graft__reply_error(reply, 400, "invalid_request_error", "n",
+                           "POST /completion gives one completion: use /v1/completions for n");
+        return -1;
+    }
+    c->n_choices = c->req.n_choices;
+    for (int32_t i = 0; i < c->n_choices; i++)
+        c->choices[i] = (choice){.c = c, .index = i};
+    c->width = c->req.logprobs ? 1 + c->req.top_logprobs : 0;
+    if (c->req.session_id == NULL && session_header != NULL && session_header[0] != '\0')
+        c->req.session_id = strndup(session_header, 128);
+    if (tokenize_prompt(c, reply) != 0 || find_session(c, owner, reply) != 0)
+        return -1;
+    c->max_new = c->req.max_tokens > 0 ? c->req.max_tokens
+                                       : c->ctx->max_context - (int32_t)c->n_prompt;
+    size_t cap = (size_t)c->n_choices * ((size_t)c->max_new + 1);
+    if (graft__channel_init(&c->channel, cap, c->width) != GRAFT_OK) {
+        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+        return -1;
+    }
+    c->channel_ready = true;
+    rc = start_choice(c, &c->choices[0]);
+    if (rc != GRAFT_OK) {
+        graft_generation_free(c->choices[0].gen);
+        c->choices[0].gen = NULL;
+        graft__reply_error(reply, rc == GRAFT_ESHUTDOWN ? 503 : 500, "server_error", NULL,
+                           "cannot start the generation: %s", graft_status_str(rc));
+        return -1;
+    }
+    return 0;
+}
 
 void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, graft__api api, int fd,
                            const char *session_header, const char *owner, graft__reply *reply,
@@ -497,31 +659,13 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, gra
         graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
         return;
     }
-    bool chat = api == GRAFT__API_CHAT;
     c->ctx = ctx;
     c->llama = api == GRAFT__API_LLAMA;
     c->created = (long long)time(NULL);
-    snprintf(c->id, sizeof c->id, "%s-%llu", chat ? "chatcmpl" : "cmpl",
+    snprintf(c->id, sizeof c->id, "%s-%llu", api == GRAFT__API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
-    char *param = NULL, *message = NULL;
-    int rc = graft__request_parse(body, chat, ctx->chat ? graft__chat_render : NULL,
-                                  (void *)ctx->chat, &c->req, &param, &message);
-    if (rc != GRAFT_OK) {
-        if (rc == GRAFT_EUNSUPPORTED)
-            graft__reply_error(reply, 501, "server_error", NULL,
-                               "this model has no chat template to render messages with");
-        else
-            graft__reply_error(reply, 400, "invalid_request_error", param, "%s",
-                               message ? message : "invalid request");
-        free(param);
-        free(message);
-        free(c);
-        return;
-    }
-    if (c->req.session_id == NULL && session_header != NULL && session_header[0] != '\0')
-        c->req.session_id = strndup(session_header, 128);
-    if (tokenize_prompt(c, reply) != 0 || find_session(c, owner, reply) != 0 ||
-        start_generation(c, reply) != 0) {
+    c->n_choices = 1; /* until parsed: what finish_request walks */
+    if (begin(c, body, api, session_header, owner, reply) != 0) {
         finish_request(c, log);
         return;
     }
@@ -534,21 +678,20 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, gra
     while (pump(c, SLICE_MS)) {
         if (client_gone(fd)) {
             atomic_fetch_add(&ctx->metrics->disconnects, 1);
-            graft_generation_cancel(c->gen);
+            cancel_all(c);
         }
         if (atomic_load(&ctx->cancel_all))
-            graft_generation_cancel(c->gen);
+            cancel_all(c);
     }
-    if (graft_generation_finish_reason(c->gen) == GRAFT_FINISH_CANCELLED && !c->stopped)
+    if (c->cancelled)
         graft__reply_error(reply, 499, "client_closed", NULL, "the client went away");
     else
         whole_reply(c, reply);
-    graft_generation_metrics m;
-    graft_generation_metrics_get(c->gen, &m);
-    if (m.generated_tokens > 0)
-        graft__metrics_ttft(ctx->metrics, m.time_to_first_token_ns + c->lookup_ns);
+    record_ttft(c);
     finish_request(c, log);
 }
+
+/* ---- streams ---------------------------------------------------------------------------------- */
 
 /* Appends "data: <json>\n\n" to the pending output. */
 static void emit(completion *c, json_t *j)
@@ -563,60 +706,76 @@ static void emit(completion *c, json_t *j)
     free(s);
 }
 
-static json_t *chunk(completion *c, const char *text, size_t n, const char *finish)
+/* A chunk of choice ch: its text [from, upto) (or llama-server's shape). */
+static json_t *chunk(completion *c, choice *ch, size_t from, size_t upto, bool final)
 {
     if (c->llama)
-        return llama_json(c, text, n, finish != NULL);
-    json_t *j = envelope(c, c->req.chat ? "chat.completion.chunk" : "text_completion");
+        return graft__llama_json(c, ch->text ? ch->text + from : "", upto - from, final);
+    json_t *j = graft__envelope_json(c, c->req.chat ? "chat.completion.chunk" : "text_completion");
     json_t *choices = json_array();
-    json_array_append_new(choices, choice_json(c, text, n, finish, true));
+    json_array_append_new(choices, graft__choice_json(c, ch, from, upto, true, final));
     json_object_set_new(j, "choices", choices);
-    c->sent_role = true;
     return j;
 }
 
-/* Produces the next events: new text, then at the end the final chunk, usage, [DONE]. */
+/* The events of one choice since the last: new content, new tool calls, and at its end the
+ * rest and its final chunk. */
+static void produce_choice(completion *c, choice *ch)
+{
+    if (!ch->started || ch->failed)
+        return;
+    size_t upto = graft__choice_release(ch);
+    if (ch->done && (!c->req.tools || ch->calls_bad))
+        upto = ch->len;
+    size_t calls = ch->calls ? json_array_size(ch->calls) : 0;
+    if (!ch->done && (upto > ch->sent || calls > ch->calls_sent)) {
+        emit(c, chunk(c, ch, ch->sent, upto, false));
+        ch->sent = upto;
+    }
+    if (!ch->done)
+        return;
+    emit(c, chunk(c, ch, ch->sent, upto, true));
+    ch->sent = upto;
+}
+
+/* Produces the next events: new text, then at the end each choice's final chunk, usage,
+ * [DONE]. */
 static void produce(completion *c)
 {
     while (c->out_len == c->out_off && !c->sent_done) {
         c->out_len = c->out_off = 0;
-        if (!c->done) {
-            if (atomic_load(&c->ctx->cancel_all))
-                graft_generation_cancel(c->gen);
-            bool was_first = c->n_tokens == 0;
-            pump(c, SLICE_MS);
-            if (was_first && c->n_tokens > 0) {
-                graft_generation_metrics m;
-                graft_generation_metrics_get(c->gen, &m);
-                graft__metrics_ttft(c->ctx->metrics, m.time_to_first_token_ns + c->lookup_ns);
-            }
-            size_t upto = c->done ? c->len : releasable(c);
-            if (upto > c->sent) {
-                emit(c, chunk(c, c->text + c->sent, upto - c->sent, NULL));
-                c->sent = upto;
-            }
-            continue;
-        }
         if (!c->sent_final) {
-            int status = graft_generation_status(c->gen);
-            if (!c->stopped && status != GRAFT_OK) {
-                json_t *err = json_pack("{s:{s:s, s:s}}", "error", "message",
-                                        graft_generation_error(c->gen), "type", "server_error");
-                emit(c, err);
-            } else {
-                if (c->len > c->sent)
-                    emit(c, chunk(c, c->text + c->sent, c->len - c->sent, NULL));
-                c->sent = c->len;
-                emit(c, chunk(c, "", 0, c->llama && !finish_reason(c) ? "stop"
-                                                                        : finish_reason(c)));
-                if (c->req.include_usage && !c->llama) {
-                    json_t *u = envelope(c, c->req.chat ? "chat.completion.chunk"
-                                                        : "text_completion");
-                    json_object_set_new(u, "choices", json_array());
-                    json_object_set_new(u, "usage", usage_json(c));
-                    json_object_set_new(u, "graft", graft_json(c));
-                    emit(c, u);
-                }
+            if (atomic_load(&c->ctx->cancel_all))
+                cancel_all(c);
+            bool was_first = c->choices[0].n_tokens == 0;
+            bool going = pump(c, SLICE_MS);
+            if (was_first && c->choices[0].n_tokens > 0)
+                record_ttft(c);
+            const char *message = NULL;
+            int status = going ? GRAFT_OK : choices_status(c, &message);
+            if (status != GRAFT_OK) {
+                emit(c, json_pack("{s:{s:s, s:s}}", "error", "message",
+                                  message ? message : graft_status_str(status), "type",
+                                  "server_error"));
+                c->sent_final = true;
+                continue;
+            }
+            for (int32_t i = 0; i < c->n_choices; i++) {
+                choice *ch = &c->choices[i];
+                bool was_done = ch->done && ch->sent_final_chunk;
+                if (!was_done)
+                    produce_choice(c, ch);
+                ch->sent_final_chunk = ch->done;
+            }
+            if (going)
+                continue;
+            if (c->req.include_usage && !c->llama) {
+                json_t *u = graft__envelope_json(c, c->req.chat ? "chat.completion.chunk"
+                                                                : "text_completion");
+                json_object_set_new(u, "choices", json_array());
+                json_object_set_new(u, "usage", graft__usage_json(c));
+                json_object_set_new(u, "graft", graft__graft_json(c));
+                emit(c, u);
             }
             c->sent_final = true;
             continue;
@@ -642,7 +801,7 @@ long graft__completion_stream_read(void *stream, char *buf, size_t max)
 void graft__completion_stream_free(void *stream, graft__request_log *log)
 {
     completion *c = stream;
-    if (!c->done && !c->stopped)
+    if (!c->sent_final)
         atomic_fetch_add(&c->ctx->metrics->disconnects, 1);
     finish_request(c, log);
 }

@@ -4,12 +4,14 @@
  *
  * What OpenAI clients send and what llama-server users add is accepted: prompt (a string,
  * an array of one string, or token ids), messages (through the chat template), max_tokens /
- * max_completion_tokens / n_predict, temperature, top_p, top_k, min_p, seed,
- * repetition_penalty / repeat_penalty, stop, stream, stream_options.include_usage,
- * ignore_eos, session_id. A field of the wrong type or out of range is refused naming its
- * JSON path. Known fields graft cannot honour yet are refused by name rather than ignored
- * (an answer that silently differs from what was asked is worse than a clear 400); unknown
- * fields are ignored, since SDKs send extras.
+ * max_completion_tokens / n_predict, n, temperature, top_p, top_k, min_p, seed,
+ * repetition_penalty / repeat_penalty, presence_penalty, frequency_penalty, logit_bias,
+ * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
+ * and tool_choice (auto or none), stop, stream, stream_options.include_usage, ignore_eos,
+ * session_id. A field of the wrong type or out of range is refused naming its JSON path.
+ * Known fields graft cannot honour are refused by name rather than ignored (an answer that
+ * silently differs from what was asked is worse than a clear 400); unknown fields are
+ * ignored, since SDKs send extras.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -22,9 +24,8 @@
 
 /* Fields a client may send that graft cannot honour yet, refused when set to anything but
  * their neutral value. */
-static const char *const unsupported[] = {"response_format", "logit_bias", "logprobs",
-                                          "top_logprobs", "tools", "tool_choice",
-                                          "functions", "suffix", "echo", "best_of"};
+static const char *const unsupported[] = {"response_format", "functions", "function_call",
+                                          "suffix", "echo", "best_of"};
 
 static int bad(char **param, char **message, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -164,14 +165,6 @@ static int check_unsupported(const json_t *body, char **param, char **message)
         if (is_set(json_object_get(body, unsupported[i])))
             return bad(param, message, unsupported[i], "'%s' is not supported by this server",
                        unsupported[i]);
-    const json_t *n = json_object_get(body, "n");
-    if (n != NULL && !json_is_null(n) && !(json_is_integer(n) && json_integer_value(n) == 1))
-        return bad(param, message, "n", "'n' must be 1: several choices are not supported yet");
-    const char *penalties[2] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++)
-        if (is_set(json_object_get(body, penalties[i])))
-            return bad(param, message, penalties[i], "'%s' is not supported yet (use "
-                       "repetition_penalty)", penalties[i]);
     return GRAFT_OK;
 }
 
@@ -204,10 +197,115 @@ static int parse_sampling(const json_t *body, graft__completion_request *r, char
     if ((rc = get_number(body, penalty, 0.01, 100, &x, param, message)) != GRAFT_OK)
         return rc;
     s->repetition_penalty = (float)x;
+    x = s->presence_penalty;
+    if ((rc = get_number(body, "presence_penalty", -2, 2, &x, param, message)) != GRAFT_OK)
+        return rc;
+    s->presence_penalty = (float)x;
+    x = s->frequency_penalty;
+    if ((rc = get_number(body, "frequency_penalty", -2, 2, &x, param, message)) != GRAFT_OK)
+        return rc;
+    s->frequency_penalty = (float)x;
     long long seed = -1;
     if ((rc = get_int(body, "seed", -1, INT64_MAX, &seed, param, message)) != GRAFT_OK)
         return rc;
     s->seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL) ^ (uint64_t)clock();
+    return GRAFT_OK;
+}
+
+/* logit_bias: {"token id": bias in [-100, 100], ...}. */
+static int parse_logit_bias(const json_t *body, graft__completion_request *r, char **param,
+                            char **message)
+{
+    const json_t *b = json_object_get(body, "logit_bias");
+    if (b == NULL || json_is_null(b))
+        return GRAFT_OK;
+    if (!json_is_object(b))
+        return bad(param, message, "logit_bias",
+                   "'logit_bias' must be an object of token ids to biases");
+    if (json_object_size(b) == 0)
+        return GRAFT_OK;
+    r->logit_bias = malloc(json_object_size(b) * sizeof *r->logit_bias);
+    if (r->logit_bias == NULL)
+        return GRAFT_ENOMEM;
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)b, key, v) {
+        char path[80], *end = NULL;
+        snprintf(path, sizeof path, "logit_bias.%.60s", key);
+        long long id = strtoll(key, &end, 10);
+        if (key[0] < '0' || key[0] > '9' || *end != '\0' || id > INT32_MAX)
+            return bad(param, message, path, "'%s': the key must be a token id", path);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            return bad(param, message, path, "'%s' must be a number in [-100, 100]", path);
+        r->logit_bias[r->n_logit_bias++] =
+            (graft_logit_bias){(int32_t)id, (float)json_number_value(v)};
+    }
+    return GRAFT_OK;
+}
+
+/* n, logprobs and top_logprobs. */
+static int parse_choices(const json_t *body, graft__completion_request *r, char **param,
+                         char **message)
+{
+    long long n = 1;
+    int rc = get_int(body, "n", 1, GRAFT__MAX_CHOICES, &n, param, message);
+    if (rc != GRAFT_OK)
+        return rc;
+    r->n_choices = (int32_t)n;
+    const json_t *lp = json_object_get(body, "logprobs");
+    long long top = 0;
+    if (!r->chat) { /* the legacy completions API: logprobs is the count of alternatives */
+        if (lp != NULL && !json_is_null(lp) && !json_is_false(lp)) {
+            if (json_is_true(lp))
+                top = 0;
+            else if ((rc = get_int(body, "logprobs", 0, GRAFT_MAX_TOP_LOGPROBS, &top, param,
+                                   message)) != GRAFT_OK)
+                return rc;
+            r->logprobs = true;
+        }
+    } else {
+        if ((rc = get_bool(body, "logprobs", &r->logprobs, param, message)) != GRAFT_OK ||
+            (rc = get_int(body, "top_logprobs", 0, GRAFT_MAX_TOP_LOGPROBS, &top, param,
+                          message)) != GRAFT_OK)
+            return rc;
+        if (top > 0 && !r->logprobs)
+            return bad(param, message, "top_logprobs",
+                       "'top_logprobs' needs 'logprobs' to be true");
+    }
+    r->top_logprobs = (int32_t)top;
+    return GRAFT_OK;
+}
+
+/* tools (checked for the shape templates read) and tool_choice: auto or none. */
+static int parse_tools(const json_t *body, graft__completion_request *r, char **param,
+                       char **message)
+{
+    const json_t *tools = json_object_get(body, "tools");
+    if (tools == NULL || json_is_null(tools))
+        return GRAFT_OK;
+    if (!r->chat)
+        return bad(param, message, "tools", "'tools' needs /v1/chat/completions");
+    if (!json_is_array(tools))
+        return bad(param, message, "tools", "'tools' must be an array");
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *t = json_array_get(tools, i);
+        const json_t *fn = json_object_get(t, "function");
+        char path[64];
+        snprintf(path, sizeof path, "tools[%zu]", i);
+        if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
+            strcmp(json_string_value(json_object_get(t, "type")), "function") != 0)
+            return bad(param, message, path, "'%s' must be {\"type\": \"function\", ...}", path);
+        snprintf(path, sizeof path, "tools[%zu].function.name", i);
+        if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+            return bad(param, message, path, "'%s' must be a string", path);
+    }
+    const json_t *choice = json_object_get(body, "tool_choice");
+    const char *mode = json_is_null(choice) || choice == NULL ? "auto" : json_string_value(choice);
+    if (mode == NULL || (strcmp(mode, "auto") != 0 && strcmp(mode, "none") != 0))
+        return bad(param, message, "tool_choice",
+                   "'tool_choice' must be \"auto\" or \"none\": graft does not constrain "
+                   "generation to a tool call");
+    r->tools = json_array_size(tools) > 0 && strcmp(mode, "auto") == 0;
     return GRAFT_OK;
 }
 
@@ -275,6 +373,9 @@ int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
              (rc = parse_sampling(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_lengths(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_stop(body, r, param, message)) == GRAFT_OK &&
+             (rc = parse_logit_bias(body, r, param, message)) == GRAFT_OK &&
+             (rc = parse_choices(body, r, param, message)) == GRAFT_OK &&
+             (rc = parse_tools(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_flags(body, r, param, message)) == GRAFT_OK) {
         if (!chat)
             rc = parse_prompt(body, r, param, message);
@@ -296,5 +397,6 @@ void graft__request_free(graft__completion_request *r)
     for (size_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->session_id);
+    free(r->logit_bias);
     memset(r, 0, sizeof *r);
 }

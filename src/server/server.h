@@ -86,24 +86,47 @@ void graft__server_stop(graft__server *server);
 
 /* ---- channel.c ------------------------------------------------------------------------------ */
 
-/* Tokens of one generation on their way from the engine thread to the HTTP thread. */
+enum { GRAFT__MAX_CHOICES = 16 }; /* n, at most */
+
+typedef struct graft__channel_entry {
+    int32_t choice;
+    int32_t token;
+} graft__channel_entry;
+
+/* The tokens of a request's generations (one per choice) on their way from the engine
+ * thread to the request's HTTP thread. */
 typedef struct graft__channel {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int32_t *tokens; /* (cap) received, not yet taken */
+    graft__channel_entry *entries;  /* (cap) received, not yet taken */
+    graft_token_logprob *logprobs;  /* (cap x logprob_width) theirs, when asked for */
+    int32_t logprob_width;          /* 0: none */
     size_t n, cap;
-    bool settled;
+    uint32_t settled;  /* choices whose generation settled (a bit each) */
+    uint32_t reported; /* of them, those take reported (all their tokens taken) */
+    bool poked;
 } graft__channel;
 
-int graft__channel_init(graft__channel *ch, size_t cap);
+/* One choice's generation's way into the channel: the `user` of the callbacks below. */
+typedef struct graft__channel_port {
+    graft__channel *channel;
+    int32_t choice;
+    size_t delivered; /* tokens reported so far (engine thread) */
+} graft__channel_port;
+
+int graft__channel_init(graft__channel *ch, size_t cap, int32_t logprob_width);
 void graft__channel_free(graft__channel *ch);
-/* Engine callbacks (never block beyond the mutex). */
+/* Engine callbacks, user a graft__channel_port (never block beyond the mutex). */
 void graft__channel_on_update(graft_generation *gen, const int32_t *tokens, size_t n, void *user);
 void graft__channel_on_settled(graft_generation *gen, void *user);
-/* HTTP thread: waits up to timeout_ms for tokens or the end; moves what came into out
- * (room for cap tokens) and returns how many; *settled is set once all were taken. */
-size_t graft__channel_take(graft__channel *ch, int32_t *out, size_t cap, int timeout_ms,
-                           bool *settled);
+/* Wakes the reader (any thread). */
+void graft__channel_poke(graft__channel *ch);
+/* HTTP thread: waits up to timeout_ms for tokens, a settled choice or a poke; moves what
+ * came into out (room for cap entries) and logprobs (cap x logprob_width) and returns how
+ * many; *settled receives the choices that are over (settled, every token taken). */
+size_t graft__channel_take(graft__channel *ch, graft__channel_entry *out,
+                           graft_token_logprob *logprobs, size_t cap, int timeout_ms,
+                           uint32_t *settled);
 
 /* ---- request.c ------------------------------------------------------------------------------ */
 
@@ -119,9 +142,16 @@ typedef struct graft__completion_request {
     size_t n_prompt_tokens;
     int32_t max_tokens;     /* 0: until the context is full */
     graft_sampling sampling;
+    graft_logit_bias *logit_bias; /* (n_logit_bias) token ids checked against the vocabulary
+                                     when the prompt is tokenized */
+    size_t n_logit_bias;
     char *stop[GRAFT__MAX_STOP];
     size_t n_stop;
     char *session_id;       /* a named session's id (body or header), or NULL */
+    int32_t n_choices;      /* n: 1 .. GRAFT__MAX_CHOICES */
+    bool logprobs;          /* report each token's log-probability ... */
+    int32_t top_logprobs;   /* ... and the most likely tokens' */
+    bool tools;             /* chat with tools (tool_choice not "none"): tool calls parsed */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad
@@ -133,6 +163,20 @@ int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
                          void *render_user, graft__completion_request *r, char **param,
                          char **message);
 void graft__request_free(graft__completion_request *r);
+
+/* ---- tool_calls.c --------------------------------------------------------------------------- */
+
+/* Where the tool calls of generated text begin: the offset of the first "<tool_call>" (the
+ * Hermes and Qwen form), or, when the text ends with what could still grow into one, the
+ * offset of that tail; len when neither. Text before it is the message's content. */
+size_t graft__tool_calls_start(const char *text, size_t len);
+/* Parses the complete blocks <tool_call>{"name": ..., "arguments": {...}}</tool_call> from
+ * text[*from, len), appending each to calls as OpenAI's {id, type, function: {name,
+ * arguments (a JSON string)}} with id `id_prefix`_k; *from moves past the last complete
+ * block. A block that is not such an object ends the parse: *bad is set and *from stays at
+ * it. */
+void graft__tool_calls_parse(const char *text, size_t len, size_t *from, const char *id_prefix,
+                             json_t *calls, bool *bad);
 
 /* ---- sessions.c ----------------------------------------------------------------------------- */
 

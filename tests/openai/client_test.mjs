@@ -2,8 +2,9 @@
 // against a running `graft serve` on 127.0.0.1:PORT (started by run.sh).
 //
 // Chat and text completions, whole and streamed: the streamed deltas add up to the whole
-// answer, usage comes in the last chunk; the model list; a request graft refuses surfaces as
-// the SDK's BadRequestError with the status and the field graft names.
+// answer, usage comes in the last chunk; n > 1 (each choice the answer of its seed alone);
+// log-probabilities as the SDK types them; the model list; a request graft refuses surfaces
+// as the SDK's BadRequestError with the status and the field graft names.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -73,14 +74,43 @@ await check('seeded sampling repeats', async () => {
     assert.equal(a.choices[0].text, b.choices[0].text);
 });
 
+await check('n choices: choice i is the answer of seed + i alone', async () => {
+    const params = { model: 'stories260K', messages, max_tokens: 16, temperature: 1, seed: 21 };
+    const many = await client.chat.completions.create({ ...params, n: 3 });
+    assert.equal(many.choices.length, 3);
+    for (let i = 0; i < 3; i++) {
+        assert.equal(many.choices[i].index, i);
+        const one = await client.chat.completions.create({ ...params, seed: 21 + i });
+        assert.equal(many.choices[i].message.content, one.choices[0].message.content);
+    }
+    assert.equal(many.usage.completion_tokens, 3 * 16);
+});
+
+await check('logprobs: one entry per token, spelling the text, streamed alike', async () => {
+    const params = { model: 'stories260K', messages, max_tokens: 10, temperature: 0, logprobs: true, top_logprobs: 2 };
+    const whole = await client.chat.completions.create(params);
+    const entries = whole.choices[0].logprobs.content;
+    assert.equal(entries.length, 10);
+    assert.equal(entries.map((e) => e.token).join(''), whole.choices[0].message.content);
+    for (const e of entries) {
+        assert.ok(e.logprob <= 0);
+        assert.equal(e.top_logprobs.length, 2);
+        assert.equal(e.top_logprobs[0].logprob, e.logprob); // greedy took the likeliest
+    }
+    const streamed = [];
+    for await (const chunk of await client.chat.completions.create({ ...params, stream: true }))
+        for (const c of chunk.choices) streamed.push(...(c.logprobs?.content ?? []));
+    assert.deepEqual(streamed, entries);
+});
+
 await check('a refused request is the SDK\'s BadRequestError', async () => {
     await assert.rejects(
         client.chat.completions.create({ model: 'stories260K', messages, temperature: 7 }),
         (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'temperature',
     );
     await assert.rejects(
-        client.chat.completions.create({ model: 'stories260K', messages, logprobs: true }),
-        (e) => e instanceof OpenAI.BadRequestError && e.param === 'logprobs',
+        client.chat.completions.create({ model: 'stories260K', messages, response_format: { type: 'json_object' } }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format',
     );
 });
 

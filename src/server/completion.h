@@ -1,0 +1,112 @@
+/*
+ * completion.h: one completion request's state, shared by completion.c (its life: prompt,
+ * reuse, the generations of its choices, text) and response.c (its JSON shapes).
+ *
+ * A request with n choices computes its prompt once: choice 0 generates on the prompt's
+ * session; when its prompt is committed (its first token, or its end), clones of that
+ * session at the last prompt token are queued for the other choices (the fork), which each
+ * compute only that token, with their own seed (seed + index). Everything here belongs to
+ * the request's HTTP thread, except the fork's results, written by clone callbacks on the
+ * engine thread under the channel's mutex.
+ */
+#ifndef GRAFT_SERVER_COMPLETION_H
+#define GRAFT_SERVER_COMPLETION_H
+
+#include "server/server.h"
+
+typedef struct completion completion;
+
+typedef struct choice {
+    completion *c;
+    int32_t index;
+    graft_session *session;
+    graft_generation *gen;
+    graft__channel_port port;
+    graft_detok *detok;
+    int32_t reused;          /* prompt tokens its session held when it started */
+    bool started, failed;    /* failed: could not start (its error is the reply) */
+    /* text */
+    char *text;
+    size_t len, cap, sent;   /* sent: bytes already given to the client */
+    size_t n_tokens;
+    size_t *token_start;     /* (cap_tokens) each token's first byte in text */
+    graft_token_logprob *logprobs; /* (cap_tokens x width) when asked for */
+    size_t cap_tokens, n_tokens_sent; /* n_tokens_sent: tokens whose logprobs went out */
+    bool stopped;            /* a stop string matched: text ends at len */
+    const char *stop_word;
+    bool done;
+    bool sent_final_chunk;   /* streaming: its final chunk went out */
+    bool sent_role;          /* streaming (chat): the role went out */
+    /* tool calls (requests with tools) */
+    size_t content_end;      /* text before it is content, after it tool calls */
+    size_t tools_parsed;     /* text up to it parsed into calls */
+    json_t *calls;           /* the calls parsed (OpenAI's shape) */
+    size_t calls_sent;
+    bool calls_bad;          /* text after content_end is not tool calls: it is content */
+} choice;
+
+/* The fork of a request with n > 1: clones of choice 0's prompt for the others. */
+typedef struct fork_slot {
+    completion *c;
+    int32_t index;
+    bool arrived;
+    int status;
+    graft_session *clone;
+} fork_slot;
+
+struct completion {
+    const graft__server_ctx *ctx;
+    graft__completion_request req;
+    bool llama;            /* llama-server's /completion shape */
+    char id[48];
+    long long created;
+    int32_t *prompt;
+    size_t n_prompt;
+    const char *source;    /* where choice 0's prompt KV came from: cold, cache, session */
+    graft__named *named;   /* the named session taken, or NULL */
+    graft_prompt_capture *capture;
+    graft__channel channel;
+    bool channel_ready;
+    uint64_t lookup_ns;
+    int32_t width;         /* log-probability entries per token: 1 + top, or 0 */
+    int32_t max_new;
+    choice choices[GRAFT__MAX_CHOICES];
+    int32_t n_choices;
+    bool cancelled;        /* the client went away, or shutdown: nothing more starts */
+    /* the fork (n > 1), under channel.mu */
+    graft_update_cb inner_update;
+    graft_settled_cb inner_settled;
+    void *inner_user;
+    bool fork_queued;
+    int32_t fork_pending;  /* clones queued whose callback has not run */
+    fork_slot slots[GRAFT__MAX_CHOICES];
+    /* streaming */
+    char *out;             /* pending event bytes */
+    size_t out_len, out_cap, out_off;
+    bool sent_final, sent_done;
+};
+
+/* completion.c */
+/* Bytes of ch's text that may be given out now as content: all of it but a suffix that
+ * could still grow into a stop string, and (with tools) nothing from the tool calls on,
+ * which are parsed into ch->calls as they complete; with a stop string's match, the text is
+ * cut before it and ch->stopped is set. */
+size_t graft__choice_release(choice *ch);
+/* At the end: tool-call text that did not parse as calls is content after all
+ * (ch->calls_bad). */
+void graft__choice_settle_tools(choice *ch);
+
+/* response.c */
+/* The finish reason of a finished choice ("stop", "length", "tool_calls"), or NULL. */
+const char *graft__choice_finish_reason(const choice *ch);
+json_t *graft__usage_json(const completion *c);
+json_t *graft__graft_json(const completion *c);
+json_t *graft__envelope_json(const completion *c, const char *object);
+/* A choice of a whole response, or of a chunk (delta) carrying text[from, upto) and the
+ * log-probabilities of the tokens that begin there (all the rest when final). */
+json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, bool delta,
+                           bool final);
+/* llama-server's /completion fields (choice 0; the text given). */
+json_t *graft__llama_json(const completion *c, const char *text, size_t n, bool stop);
+
+#endif /* GRAFT_SERVER_COMPLETION_H */

@@ -1,0 +1,256 @@
+/*
+ * response.c: the JSON a completion request answers with (completion.h): OpenAI's shapes
+ * (choices with text or a message, tool calls, log-probabilities, usage, chunks) and
+ * llama-server's for POST /completion, with graft's own object (where the prompt came
+ * from, tokens reused and computed, times).
+ *
+ * Log-probabilities go with the text they produced: a chunk carries the tokens whose text
+ * begins in it; the final one carries the rest (tokens that only made text a stop string
+ * cut are dropped with it). A token is shown as the text it decodes to on its own.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/completion.h"
+
+const char *graft__choice_finish_reason(const choice *ch)
+{
+    bool calls = ch->calls != NULL && json_array_size(ch->calls) > 0;
+    if (ch->stopped)
+        return calls ? "tool_calls" : "stop";
+    switch (ch->gen ? graft_generation_finish_reason(ch->gen) : GRAFT_FINISH_NONE) {
+    case GRAFT_FINISH_STOP:
+        return calls ? "tool_calls" : "stop";
+    case GRAFT_FINISH_LENGTH:
+        return "length";
+    default:
+        return NULL;
+    }
+}
+
+json_t *graft__usage_json(const completion *c)
+{
+    size_t generated = 0;
+    for (int32_t i = 0; i < c->n_choices; i++)
+        generated += c->choices[i].n_tokens;
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)c->n_prompt,
+                     "completion_tokens", (json_int_t)generated, "total_tokens",
+                     (json_int_t)(c->n_prompt + generated), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)c->choices[0].reused);
+}
+
+json_t *graft__graft_json(const completion *c)
+{
+    graft_generation_metrics first;
+    graft_generation_metrics_get(c->choices[0].gen, &first);
+    int32_t computed = 0;
+    for (int32_t i = 0; i < c->n_choices; i++) {
+        graft_generation_metrics m;
+        if (c->choices[i].gen == NULL)
+            continue;
+        graft_generation_metrics_get(c->choices[i].gen, &m);
+        computed += m.prompt_tokens_computed;
+    }
+    return json_pack("{s:s, s:i, s:i, s:f, s:f, s:f}", "source", c->source, "tokens_reused",
+                     (int)c->choices[0].reused, "tokens_computed", (int)computed, "clone_ms",
+                     c->lookup_ns / 1e6, "queue_ms", first.queue_wait_ns / 1e6, "ttft_ms",
+                     (first.time_to_first_token_ns + c->lookup_ns) / 1e6);
+}
+
+json_t *graft__envelope_json(const completion *c, const char *object)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", c->id, "object", object, "created",
+                     (json_int_t)c->created, "model", c->ctx->config->alias,
+                     "system_fingerprint", "graft-" GRAFT_VERSION);
+}
+
+/* ---- log-probabilities ------------------------------------------------------------------------ */
+
+/* The text token decodes to on its own (to free). */
+static char *token_piece(const graft_model *model, int32_t token)
+{
+    graft_detok *d = NULL;
+    char *out = NULL;
+    const char *a = "", *b = "";
+    size_t na = 0, nb = 0;
+    if (graft_detok_create(model, &d) == GRAFT_OK && graft_detok_push(d, token, &a, &na) == GRAFT_OK) {
+        out = malloc(na + 1);
+        if (out != NULL)
+            memcpy(out, a, na);
+        if (out != NULL && graft_detok_flush(d, &b, &nb) == GRAFT_OK && nb > 0) {
+            char *grown = realloc(out, na + nb + 1);
+            if (grown != NULL)
+                memcpy(grown + na, b, nb);
+            else
+                free(out);
+            out = grown;
+            na = grown ? na + nb : 0;
+        }
+        if (out != NULL)
+            out[na] = '\0';
+    }
+    graft_detok_free(d);
+    return out ? out : strdup("");
+}
+
+/* {token, logprob, bytes} of one entry (chat's shape). */
+static json_t *entry_json(const graft_model *model, const graft_token_logprob *e)
+{
+    char *piece = token_piece(model, e->token);
+    json_t *bytes = json_array();
+    for (const unsigned char *p = (const unsigned char *)piece; *p; p++)
+        json_array_append_new(bytes, json_integer(*p));
+    json_t *j = json_pack("{s:s, s:f, s:o}", "token", piece, "logprob", (double)e->logprob,
+                          "bytes", bytes);
+    free(piece);
+    return j;
+}
+
+/* The tokens [from, to) of ch: chat's {"content": [...]} or the completions API's
+ * {tokens, token_logprobs, top_logprobs, text_offset}. */
+static json_t *logprobs_json(const completion *c, const choice *ch, size_t from, size_t to)
+{
+    const graft_model *model = c->ctx->model;
+    size_t width = (size_t)c->width;
+    if (c->req.chat) {
+        json_t *content = json_array();
+        for (size_t t = from; t < to; t++) {
+            const graft_token_logprob *e = ch->logprobs + t * width;
+            json_t *j = entry_json(model, &e[0]);
+            json_t *top = json_array();
+            for (size_t k = 1; k < width; k++)
+                json_array_append_new(top, entry_json(model, &e[k]));
+            json_object_set_new(j, "top_logprobs", top);
+            json_array_append_new(content, j);
+        }
+        return json_pack("{s:o}", "content", content);
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
+           *offsets = json_array();
+    for (size_t t = from; t < to; t++) {
+        const graft_token_logprob *e = ch->logprobs + t * width;
+        char *piece = token_piece(model, e[0].token);
+        json_array_append_new(tokens, json_string(piece));
+        free(piece);
+        json_array_append_new(lps, json_real(e[0].logprob));
+        json_t *top = json_object();
+        for (size_t k = 1; k < width; k++) {
+            char *alt = token_piece(model, e[k].token);
+            if (json_object_get(top, alt) == NULL) /* tokens of the same text: the likelier */
+                json_object_set_new(top, alt, json_real(e[k].logprob));
+            free(alt);
+        }
+        json_array_append_new(tops, width > 1 ? top : json_null());
+        if (width <= 1)
+            json_decref(top);
+        json_array_append_new(offsets, json_integer((json_int_t)ch->token_start[t]));
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
+                     "top_logprobs", tops, "text_offset", offsets);
+}
+
+/* The tokens a chunk ending at `upto` carries: up to the first that begins at or after it;
+ * the final one all that made text kept (every token when no stop string cut it). */
+static size_t tokens_upto(const choice *ch, size_t upto, bool final)
+{
+    size_t t = ch->n_tokens_sent;
+    if (final && !ch->stopped)
+        return ch->n_tokens;
+    size_t limit = final ? ch->len : upto;
+    while (t < ch->n_tokens && ch->token_start[t] < limit)
+        t++;
+    return t;
+}
+
+/* ---- choices ------------------------------------------------------------------------------------ */
+
+/* The content of ch in [from, upto), and at the end the tool-call text that did not parse. */
+static json_t *content_json(const choice *ch, size_t from, size_t upto, bool final)
+{
+    const char *text = ch->text ? ch->text : "";
+    if (!(final && ch->c->req.tools && ch->calls_bad))
+        return json_stringn(text + from, upto > from ? upto - from : 0);
+    size_t head = upto > from ? upto - from : 0, tail = ch->len - ch->tools_parsed;
+    char *joined = malloc(head + tail + 1);
+    if (joined == NULL)
+        return json_string("");
+    memcpy(joined, text + from, head);
+    memcpy(joined + head, text + ch->tools_parsed, tail);
+    json_t *j = json_stringn(joined, head + tail);
+    free(joined);
+    return j;
+}
+
+json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, bool delta,
+                           bool final)
+{
+    json_t *j = json_pack("{s:i}", "index", (int)ch->index);
+    json_t *content = content_json(ch, from, upto, final);
+    size_t calls = ch->calls ? json_array_size(ch->calls) : 0;
+    if (c->req.chat) {
+        json_t *msg = json_object();
+        if (!delta || !ch->sent_role)
+            json_object_set_new(msg, "role", json_string("assistant"));
+        ch->sent_role = true;
+        if (!delta && calls > 0 && json_string_length(content) == 0) {
+            json_decref(content);
+            content = json_null();
+        }
+        if (delta && calls > ch->calls_sent && json_string_length(content) == 0)
+            json_decref(content); /* a delta of tool calls alone */
+        else
+            json_object_set_new(msg, "content", content);
+        if (calls > ch->calls_sent) {
+            json_t *out = json_array();
+            for (size_t k = delta ? ch->calls_sent : 0; k < calls; k++) {
+                json_t *call = json_deep_copy(json_array_get(ch->calls, k));
+                if (delta)
+                    json_object_set_new(call, "index", json_integer((json_int_t)k));
+                json_array_append_new(out, call);
+            }
+            json_object_set_new(msg, "tool_calls", out);
+            ch->calls_sent = calls;
+        }
+        json_object_set_new(j, delta ? "delta" : "message", msg);
+    } else {
+        json_object_set_new(j, "text", content);
+    }
+    size_t to = tokens_upto(ch, upto, final);
+    if (c->req.logprobs) {
+        json_object_set_new(j, "logprobs", logprobs_json(c, ch, ch->n_tokens_sent, to));
+        ch->n_tokens_sent = to;
+    } else {
+        json_object_set_new(j, "logprobs", json_null());
+    }
+    const char *finish = final ? graft__choice_finish_reason(ch) : NULL;
+    json_object_set_new(j, "finish_reason", finish ? json_string(finish) : json_null());
+    return j;
+}
+
+json_t *graft__llama_json(const completion *c, const char *text, size_t n, bool stop)
+{
+    const choice *ch = &c->choices[0];
+    graft_generation_metrics m;
+    graft_generation_metrics_get(ch->gen, &m);
+    const char *reason = graft__choice_finish_reason(ch);
+    json_t *j = json_pack("{s:s%, s:b, s:i}", "content", text, n, "stop", stop, "id_slot", 0);
+    if (!stop)
+        return j;
+    json_object_set_new(j, "model", json_string(c->ctx->config->alias));
+    json_object_set_new(j, "tokens_predicted", json_integer((json_int_t)ch->n_tokens));
+    json_object_set_new(j, "tokens_evaluated", json_integer((json_int_t)c->n_prompt));
+    json_object_set_new(j, "tokens_cached", json_integer(ch->reused));
+    json_object_set_new(j, "truncated", json_false());
+    json_object_set_new(j, "stop_type", json_string(ch->stopped ? "word"
+                                                    : reason && strcmp(reason, "length") == 0
+                                                        ? "limit"
+                                                        : "eos"));
+    json_object_set_new(j, "stopping_word", json_string(ch->stop_word ? ch->stop_word : ""));
+    json_object_set_new(j, "timings",
+                        json_pack("{s:i, s:i, s:f}", "prompt_n", (int)m.prompt_tokens_computed,
+                                  "predicted_n", (int)ch->n_tokens, "predicted_per_second",
+                                  m.decode_tokens_per_s));
+    json_object_set_new(j, "graft", graft__graft_json(c));
+    return j;
+}

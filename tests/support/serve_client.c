@@ -1,0 +1,181 @@
+/*
+ * serve_client.c: a real `graft serve` for tests, and libcurl requests to it
+ * (serve_client.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "serve_client.h"
+
+/* Starts `graft serve --port 0 ARGS...` with its stderr in a log file, and waits for its
+ * "listening on" line there. */
+server graft_test_start_server(const char *const *extra)
+{
+    server s = {0};
+    const char *bin = getenv("GRAFT_BIN"), *tmp = getenv("GRAFT_TEST_TMP");
+    static int n_started;
+    snprintf(s.log, sizeof s.log, "%s/server-%d-%d.log", tmp ? tmp : "/tmp", (int)getpid(),
+             n_started++);
+    s.pid = fork();
+    assert_true(s.pid >= 0);
+    if (s.pid == 0) {
+        const char *argv[32] = {bin ? bin : "graft", "serve", "--port", "0", "--threads", "1"};
+        int argc = 6;
+        for (int i = 0; extra && extra[i]; i++)
+            argv[argc++] = extra[i];
+        argv[argc] = NULL;
+        if (freopen(s.log, "w", stderr) == NULL)
+            _exit(126);
+        execv(argv[0], (char **)argv);
+        _exit(127);
+    }
+    const char *mark = "graft: listening on http://127.0.0.1:";
+    for (int tries = 0; tries < 6000 && s.port == 0; tries++) {
+        FILE *log = fopen(s.log, "r");
+        char line[1024];
+        while (log != NULL && fgets(line, sizeof line, log) != NULL)
+            if (strncmp(line, mark, strlen(mark)) == 0)
+                s.port = atoi(line + strlen(mark));
+        if (log != NULL)
+            fclose(log);
+        int status;
+        if (s.port == 0 && waitpid(s.pid, &status, WNOHANG) == s.pid)
+            fail_msg("graft serve exited before listening (see %s)", s.log);
+        if (s.port == 0)
+            usleep(10000);
+    }
+    if (s.port == 0)
+        fail_msg("graft serve did not start listening within 60 s (see %s)", s.log);
+    return s;
+}
+
+/* SIGTERM, then the exit status (0 expected). */
+int graft_test_stop_server(server *s)
+{
+    kill(s->pid, SIGTERM);
+    int status = 0;
+    waitpid(s->pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ---- HTTP ------------------------------------------------------------------------------------ */
+
+
+static size_t on_body(char *data, size_t size, size_t n, void *user)
+{
+    response *r = user;
+    size_t bytes = size * n;
+    r->body = realloc(r->body, r->len + bytes + 1);
+    memcpy(r->body + r->len, data, bytes);
+    r->len += bytes;
+    r->body[r->len] = '\0';
+    if (r->abort_after > 0 && ++r->writes >= r->abort_after)
+        return 0;
+    return bytes;
+}
+
+static size_t on_header(char *data, size_t size, size_t n, void *user)
+{
+    response *r = user;
+    size_t bytes = size * n;
+    r->headers = realloc(r->headers, r->headers_len + bytes + 1);
+    memcpy(r->headers + r->headers_len, data, bytes);
+    r->headers_len += bytes;
+    r->headers[r->headers_len] = '\0';
+    return bytes;
+}
+
+response graft_test_request_full(const server *s, const char *method, const char *path,
+                                 const char *body, const char *auth, int abort_after)
+{
+    response r = {0};
+    r.abort_after = abort_after;
+    CURL *c = curl_easy_init();
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    char bearer[256];
+    if (auth != NULL) {
+        snprintf(bearer, sizeof bearer, "Authorization: Bearer %s", auth);
+        h = curl_slist_append(h, bearer);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    if (body != NULL)
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return r;
+}
+
+response graft_test_request(const server *s, const char *method, const char *path,
+                            const char *body)
+{
+    return graft_test_request_full(s, method, path, body, NULL, 0);
+}
+
+void graft_test_response_free(response *r)
+{
+    free(r->body);
+    free(r->headers);
+}
+
+json_t *graft_test_json_of(const response *r)
+{
+    json_error_t e;
+    json_t *j = json_loads(r->body ? r->body : "", 0, &e);
+    if (j == NULL)
+        fail_msg("not JSON (%s): %s", e.text, r->body ? r->body : "(empty)");
+    return j;
+}
+
+/* The text of a whole completion response. */
+char *graft_test_completion_text(const response *r)
+{
+    assert_int_equal(r->status, 200);
+    json_t *j = graft_test_json_of(r);
+    const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                                                      "text"));
+    assert_non_null(t);
+    char *copy = strdup(t);
+    json_decref(j);
+    return copy;
+}
+
+/* An error response: status, {"error": {"message", "type", "param", "code"}}; returns the
+ * message (to free) and checks param when given. */
+char *graft_test_expect_error(const response *r, long status, const char *param)
+{
+    if (r->status != status)
+        fail_msg("status %ld, expected %ld: %s", r->status, status, r->body ? r->body : "");
+    json_t *j = graft_test_json_of(r);
+    json_t *err = json_object_get(j, "error");
+    assert_non_null(err);
+    assert_true(json_is_string(json_object_get(err, "message")));
+    assert_true(json_is_string(json_object_get(err, "type")));
+    assert_int_equal(json_integer_value(json_object_get(err, "code")), status);
+    if (param != NULL)
+        assert_string_equal(json_string_value(json_object_get(err, "param")), param);
+    char *m = strdup(json_string_value(json_object_get(err, "message")));
+    json_decref(j);
+    return m;
+}

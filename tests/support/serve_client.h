@@ -1,0 +1,56 @@
+/*
+ * serve_client.h: what the server tests share: a real `graft serve` started in a child
+ * process on a free port of 127.0.0.1 (its stderr, the port line and one line per request,
+ * in a log file under GRAFT_TEST_TMP), requests to it with libcurl, and checks of the JSON
+ * it answers. Failures fail the calling test (cmocka), on the test's thread.
+ */
+#ifndef GRAFT_TEST_SERVE_CLIENT_H
+#define GRAFT_TEST_SERVE_CLIENT_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    char log[512];
+} server;
+
+typedef struct response {
+    long status;
+    char *body;
+    size_t len;
+    char *headers;
+    size_t headers_len;
+    int abort_after; /* stop reading after this many body writes (0: never) */
+    int writes;
+} response;
+
+/* Starts `graft serve --port 0 ARGS...` with its stderr in a log file, and waits for its
+ * "listening on" line there. */
+server graft_test_start_server(const char *const *extra);
+
+/* SIGTERM, then the exit status (0 expected). */
+int graft_test_stop_server(server *s);
+
+/* One request (body NULL: none) with a bearer key (auth, or NULL), reading the body until
+ * abort_after writes of it (0: to its end). */
+response graft_test_request_full(const server *s, const char *method, const char *path,
+                                 const char *body, const char *auth, int abort_after);
+/* The same without a key, read to the end. */
+response graft_test_request(const server *s, const char *method, const char *path,
+                            const char *body);
+void graft_test_response_free(response *r);
+
+/* The body as JSON (to json_decref); not JSON fails the test. */
+json_t *graft_test_json_of(const response *r);
+
+/* The text of a whole completion response. */
+char *graft_test_completion_text(const response *r);
+
+/* An error response: status, {"error": {"message", "type", "param", "code"}}; returns the
+ * message (to free) and checks param when given. */
+char *graft_test_expect_error(const response *r, long status, const char *param);
+
+#endif /* GRAFT_TEST_SERVE_CLIENT_H */

@@ -1,0 +1,482 @@
+/*
+ * test_server_choices.c: what a request asks of its answer beyond text: n choices (one
+ * prefill, each the answer a single request with seed + index gets), log-probabilities in
+ * both OpenAI shapes, logit biases and penalties, and tools (rendered by the template,
+ * generated calls parsed into tool_calls).
+ *
+ * Through HTTP against a real `graft serve` on stories260K (serve_client.h), except the tool
+ * call parser and the choice's hold-back of tool-call text, which stories260K never writes:
+ * those are driven directly with Hermes / Qwen style text.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graft.h"
+#include "serve_client.h"
+#include "server/completion.h"
+
+static server srv;
+
+static int setup(void **state)
+{
+    (void)state;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    char tmpl[1024];
+    const char *dir = getenv("GRAFT_TEMPLATES_DIR");
+    snprintf(tmpl, sizeof tmpl, "%s/Qwen-Qwen2.5-7B-Instruct.jinja",
+             dir ? dir : "../shared/templates");
+    const char *args[] = {"--ctx", "1024", "--chat-template", tmpl, NULL};
+    srv = graft_test_start_server(args);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    int rc = graft_test_stop_server(&srv);
+    curl_global_cleanup();
+    return rc == 0 ? 0 : -1;
+}
+
+static json_t *post(const char *path, json_t *body, long status)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    response r = graft_test_request(&srv, "POST", path, text);
+    if (r.status != status)
+        fail_msg("%s: status %ld, expected %ld: %s", path, r.status, status, r.body ? r.body : "");
+    json_t *j = graft_test_json_of(&r);
+    graft_test_response_free(&r);
+    free(text);
+    return j;
+}
+
+static const char *choice_text(json_t *reply, size_t i)
+{
+    json_t *c = json_array_get(json_object_get(reply, "choices"), i);
+    json_t *msg = json_object_get(c, "message");
+    return json_string_value(msg ? json_object_get(msg, "content") : json_object_get(c, "text"));
+}
+
+static json_int_t graft_field(json_t *reply, const char *key)
+{
+    return json_integer_value(json_object_get(json_object_get(reply, "graft"), key));
+}
+
+/* ---- n choices ---------------------------------------------------------------------------- */
+
+/* A fresh prompt with n = 3, sampled: each choice is the single request with seed + index,
+ * and the prompt was computed once (then one token per other choice). */
+static void test_choices_share_one_prefill(void **state)
+{
+    (void)state;
+    const char *prompt = "A red bird sat on the old fence and sang";
+    json_t *many = post("/v1/completions",
+                        json_pack("{s:s, s:i, s:i, s:f, s:i}", "prompt", prompt, "max_tokens", 24,
+                                  "n", 3, "temperature", 1.0, "seed", 11),
+                        200);
+    json_t *choices = json_object_get(many, "choices");
+    assert_int_equal(json_array_size(choices), 3);
+    json_t *usage = json_object_get(many, "usage");
+    json_int_t n_prompt = json_integer_value(json_object_get(usage, "prompt_tokens"));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(many, "graft"), "source")),
+                        "cold");
+    assert_int_equal(graft_field(many, "tokens_computed"), n_prompt + 2);
+    assert_int_equal(json_integer_value(json_object_get(usage, "completion_tokens")), 3 * 24);
+    int distinct = 0;
+    for (size_t i = 0; i < 3; i++) {
+        json_t *c = json_array_get(choices, i);
+        assert_int_equal(json_integer_value(json_object_get(c, "index")), (json_int_t)i);
+        json_t *one = post("/v1/completions",
+                           json_pack("{s:s, s:i, s:f, s:i}", "prompt", prompt, "max_tokens", 24,
+                                     "temperature", 1.0, "seed", 11 + (int)i),
+                           200);
+        assert_string_equal(choice_text(many, i), choice_text(one, 0));
+        distinct += i > 0 && strcmp(choice_text(many, i), choice_text(many, 0)) != 0;
+        json_decref(one);
+    }
+    assert_true(distinct > 0); /* the seeds differ, and so do the answers */
+    json_decref(many);
+
+    /* greedy: every choice is the greedy answer */
+    json_t *greedy = post("/v1/completions",
+                          json_pack("{s:s, s:i, s:i, s:f}", "prompt", "The sun", "max_tokens", 16,
+                                    "n", 2, "temperature", 0.0),
+                          200);
+    json_t *single = post("/v1/completions",
+                          json_pack("{s:s, s:i, s:f}", "prompt", "The sun", "max_tokens", 16,
+                                    "temperature", 0.0),
+                          200);
+    assert_string_equal(choice_text(greedy, 0), choice_text(single, 0));
+    assert_string_equal(choice_text(greedy, 1), choice_text(single, 0));
+    json_decref(greedy);
+    json_decref(single);
+
+    json_t *err = post("/v1/completions", json_pack("{s:s, s:i}", "prompt", "x", "n", 17), 400);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(err, "error"), "param")),
+                        "n");
+    json_decref(err);
+}
+
+/* Streamed with n = 3 (chat): each index's deltas add up to that choice of the whole
+ * answer, and each index ends exactly once. */
+static void test_choices_streamed(void **state)
+{
+    (void)state;
+    json_t *body = json_pack("{s:[{s:s, s:s}], s:i, s:i, s:f, s:i}", "messages", "role", "user",
+                             "content", "Tell me about a frog.", "max_tokens", 20, "n", 3,
+                             "temperature", 0.9, "seed", 5);
+    json_t *whole = post("/v1/chat/completions", body, 200);
+    json_object_set_new(body, "stream", json_true());
+    char *text = json_dumps(body, JSON_COMPACT);
+    response r = graft_test_request(&srv, "POST", "/v1/chat/completions", text);
+    assert_int_equal(r.status, 200);
+    char *acc[3] = {calloc(1, 1), calloc(1, 1), calloc(1, 1)};
+    int finishes[3] = {0}, roles[3] = {0};
+    bool done = false;
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: ", 6) != 0)
+            continue;
+        if (strcmp(line + 6, "[DONE]") == 0) {
+            done = true;
+            continue;
+        }
+        json_t *ev = json_loads(line + 6, 0, NULL);
+        assert_non_null(ev);
+        json_t *c = json_array_get(json_object_get(ev, "choices"), 0);
+        size_t i = (size_t)json_integer_value(json_object_get(c, "index"));
+        assert_true(i < 3);
+        json_t *delta = json_object_get(c, "delta");
+        roles[i] += json_object_get(delta, "role") != NULL;
+        const char *piece = json_string_value(json_object_get(delta, "content"));
+        if (piece != NULL) {
+            acc[i] = realloc(acc[i], strlen(acc[i]) + strlen(piece) + 1);
+            strcat(acc[i], piece);
+        }
+        finishes[i] += json_is_string(json_object_get(c, "finish_reason"));
+        json_decref(ev);
+    }
+    assert_true(done);
+    for (size_t i = 0; i < 3; i++) {
+        assert_string_equal(acc[i], choice_text(whole, i));
+        assert_int_equal(finishes[i], 1);
+        assert_int_equal(roles[i], 1);
+        free(acc[i]);
+    }
+    graft_test_response_free(&r);
+    free(text);
+    json_decref(body);
+    json_decref(whole);
+}
+
+/* ---- log-probabilities ------------------------------------------------------------------- */
+
+/* The completions API's shape: tokens that spell the text, offsets where each begins, the
+ * sampled token's log-probability equal to the best alternative's under greedy. */
+static void test_logprobs_completions_shape(void **state)
+{
+    (void)state;
+    json_t *j = post("/v1/completions",
+                     json_pack("{s:s, s:i, s:f, s:i}", "prompt", "Once upon a time", "max_tokens",
+                               16, "temperature", 0.0, "logprobs", 3),
+                     200);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    const char *text = json_string_value(json_object_get(c, "text"));
+    json_t *lp = json_object_get(c, "logprobs");
+    json_t *tokens = json_object_get(lp, "tokens"), *lps = json_object_get(lp, "token_logprobs"),
+           *tops = json_object_get(lp, "top_logprobs"), *offs = json_object_get(lp, "text_offset");
+    assert_int_equal(json_array_size(tokens), 16);
+    assert_int_equal(json_array_size(lps), 16);
+    assert_int_equal(json_array_size(tops), 16);
+    size_t at = 0;
+    for (size_t i = 0; i < 16; i++) {
+        const char *t = json_string_value(json_array_get(tokens, i));
+        assert_int_equal(json_integer_value(json_array_get(offs, i)), (json_int_t)at);
+        assert_memory_equal(text + at, t, strlen(t));
+        at += strlen(t);
+        double l = json_number_value(json_array_get(lps, i));
+        assert_true(l <= 0.0);
+        json_t *top = json_array_get(tops, i);
+        assert_true(json_object_size(top) >= 1 && json_object_size(top) <= 3);
+        double best = -INFINITY;
+        const char *key;
+        json_t *v;
+        json_object_foreach(top, key, v) {
+            if (json_number_value(v) > best)
+                best = json_number_value(v);
+        }
+        assert_true(best == l);
+        assert_true(json_number_value(json_object_get(top, t)) == l);
+    }
+    assert_int_equal(at, strlen(text));
+    json_decref(j);
+}
+
+/* Chat's shape, whole and streamed: the same entries; top_logprobs needs logprobs. */
+static void test_logprobs_chat_stream_matches_whole(void **state)
+{
+    (void)state;
+    json_t *body = json_pack("{s:[{s:s, s:s}], s:i, s:f, s:b, s:i}", "messages", "role", "user",
+                             "content", "Hello there.", "max_tokens", 12, "temperature", 0.0,
+                             "logprobs", 1, "top_logprobs", 2);
+    json_t *whole = post("/v1/chat/completions", body, 200);
+    json_t *content = json_object_get(
+        json_object_get(json_array_get(json_object_get(whole, "choices"), 0), "logprobs"), "content");
+    assert_int_equal(json_array_size(content), 12);
+    json_t *e0 = json_array_get(content, 0);
+    assert_int_equal(json_array_size(json_object_get(e0, "top_logprobs")), 2);
+    assert_true(json_is_array(json_object_get(e0, "bytes")));
+    json_object_set_new(body, "stream", json_true());
+    char *text = json_dumps(body, JSON_COMPACT);
+    response r = graft_test_request(&srv, "POST", "/v1/chat/completions", text);
+    json_t *streamed = json_array();
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: {", 7) != 0)
+            continue;
+        json_t *ev = json_loads(line + 6, 0, NULL);
+        json_t *lp = json_object_get(json_array_get(json_object_get(ev, "choices"), 0), "logprobs");
+        json_array_extend(streamed, json_object_get(lp, "content"));
+        json_decref(ev);
+    }
+    assert_true(json_equal(streamed, content));
+    json_decref(streamed);
+    graft_test_response_free(&r);
+    free(text);
+
+    json_object_set_new(body, "logprobs", json_false());
+    json_object_del(body, "stream");
+    json_t *err = post("/v1/chat/completions", body, 400);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(err, "error"), "param")),
+                        "top_logprobs");
+    json_decref(err);
+    json_decref(body);
+    json_decref(whole);
+}
+
+/* ---- biases and penalties ------------------------------------------------------------------ */
+
+static void test_logit_bias_and_penalties(void **state)
+{
+    (void)state;
+    json_t *plain = post("/v1/completions",
+                         json_pack("{s:s, s:i, s:f, s:i}", "prompt", "The dog", "max_tokens", 1,
+                                   "temperature", 0.0, "logprobs", 0),
+                         200);
+    json_t *c = json_array_get(json_object_get(plain, "choices"), 0);
+    const char *first = json_string_value(json_object_get(c, "text"));
+    /* its id: the token "The dog" + first has after those of "The dog" */
+    char *longer = malloc(strlen(first) + 8);
+    sprintf(longer, "The dog%s", first);
+    json_t *tok = post("/tokenize", json_pack("{s:s}", "content", longer), 200);
+    json_t *base = post("/tokenize", json_pack("{s:s}", "content", "The dog"), 200);
+    size_t at = json_array_size(json_object_get(base, "tokens"));
+    json_int_t id = json_integer_value(json_array_get(json_object_get(tok, "tokens"), at));
+    json_decref(base);
+    free(longer);
+    char key[32];
+    snprintf(key, sizeof key, "%lld", (long long)id);
+    json_t *banned = post("/v1/completions",
+                          json_pack("{s:s, s:i, s:f, s:{s:i}}", "prompt", "The dog", "max_tokens",
+                                    1, "temperature", 0.0, "logit_bias", key, -100),
+                          200);
+    assert_string_not_equal(choice_text(banned, 0), first);
+    json_decref(banned);
+    json_decref(tok);
+    json_decref(plain);
+
+    /* penalties: deterministic, and a strong one changes a greedy story that repeats */
+    json_t *body = json_pack("{s:s, s:i, s:f}", "prompt", "Once upon a time", "max_tokens", 60,
+                             "temperature", 0.0);
+    json_t *greedy = post("/v1/completions", body, 200);
+    json_object_set_new(body, "frequency_penalty", json_real(1.5));
+    json_object_set_new(body, "presence_penalty", json_real(0.5));
+    json_t *a = post("/v1/completions", body, 200), *b = post("/v1/completions", body, 200);
+    assert_string_equal(choice_text(a, 0), choice_text(b, 0));
+    assert_string_not_equal(choice_text(a, 0), choice_text(greedy, 0));
+    json_decref(a);
+    json_decref(b);
+    json_decref(greedy);
+    json_decref(body);
+
+    struct {
+        const char *body, *param;
+    } bad[] = {
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"99999\": 1}}", "logit_bias.99999"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", "logit_bias.abc"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": 101}}", "logit_bias.5"},
+        {"{\"prompt\": \"x\", \"presence_penalty\": 3}", "presence_penalty"},
+        {"{\"prompt\": \"x\", \"frequency_penalty\": \"a\"}", "frequency_penalty"},
+        {"{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        response r = graft_test_request(&srv, "POST", "/v1/completions", bad[i].body);
+        free(graft_test_expect_error(&r, 400, bad[i].param));
+        graft_test_response_free(&r);
+    }
+}
+
+/* ---- tools ------------------------------------------------------------------------------------ */
+
+static json_t *weather_tools(void)
+{
+    return json_pack("[{s:s, s:{s:s, s:s, s:{s:s, s:{s:{s:s}}}}}]", "type", "function",
+                     "function", "name", "get_weather", "description", "The weather in a city",
+                     "parameters", "type", "object", "properties", "city", "type", "string");
+}
+
+/* The template renders the tools and an earlier call's arguments as an object; requests
+ * with tools answer; what graft cannot honour is refused by name. */
+static void test_tools_rendered_and_checked(void **state)
+{
+    (void)state;
+    json_t *messages = json_pack(
+        "[{s:s, s:s}, {s:s, s:n, s:[{s:s, s:s, s:{s:s, s:s}}]}, {s:s, s:s, s:s}]", "role", "user",
+        "content", "Weather in Paris?", "role", "assistant", "content", "tool_calls", "id", "c1",
+        "type", "function", "function", "name", "get_weather", "arguments", "{\"city\": \"Paris\"}",
+        "role", "tool", "tool_call_id", "c1", "content", "sunny");
+    json_t *body = json_pack("{s:O, s:o}", "messages", messages, "tools", weather_tools());
+    json_t *rendered = post("/apply-template", body, 200);
+    const char *prompt = json_string_value(json_object_get(rendered, "prompt"));
+    assert_non_null(strstr(prompt, "<tools>"));
+    assert_non_null(strstr(prompt, "\"get_weather\""));
+    assert_non_null(strstr(prompt, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"));
+    json_decref(rendered);
+
+    json_object_set_new(body, "max_tokens", json_integer(8));
+    json_object_set_new(body, "temperature", json_real(0));
+    json_t *answer = post("/v1/chat/completions", body, 200);
+    json_t *msg = json_object_get(json_array_get(json_object_get(answer, "choices"), 0), "message");
+    assert_true(json_is_string(json_object_get(msg, "content")));
+    json_decref(answer);
+
+    json_object_set_new(body, "tool_choice", json_string("none"));
+    json_t *none = post("/apply-template", body, 200);
+    assert_null(strstr(json_string_value(json_object_get(none, "prompt")), "<tools>"));
+    json_decref(none);
+
+    json_object_set_new(body, "tool_choice", json_string("required"));
+    json_t *err = post("/v1/chat/completions", body, 400);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(err, "error"), "param")),
+                        "tool_choice");
+    json_decref(err);
+    json_object_del(body, "tool_choice");
+    json_object_set_new(body, "tools", json_pack("[{s:s, s:{}}]", "type", "function", "function"));
+    err = post("/v1/chat/completions", body, 400);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(err, "error"), "param")),
+                        "tools[0].function.name");
+    json_decref(err);
+    json_decref(messages);
+    json_decref(body);
+}
+
+/* The choice as a stream sees it: text arrives in pieces; content is never given past the
+ * start of a tool call, each complete call is parsed once, and the final message carries
+ * the content and the calls. */
+static void feed(choice *ch, const char *piece)
+{
+    size_t n = strlen(piece);
+    ch->text = realloc(ch->text, ch->len + n + 1);
+    memcpy(ch->text + ch->len, piece, n + 1);
+    ch->len += n;
+}
+
+static void test_tool_calls_parsed_from_text(void **state)
+{
+    (void)state;
+    static graft__server_config config = {.alias = "m"};
+    static graft__server_ctx ctx = {.config = &config};
+    completion *c = calloc(1, sizeof *c);
+    c->ctx = &ctx;
+    c->req.chat = c->req.tools = true;
+    snprintf(c->id, sizeof c->id, "chatcmpl-9");
+    c->n_choices = 1;
+    choice *ch = &c->choices[0];
+    *ch = (choice){.c = c, .calls = json_array()};
+    const char *pieces[] = {"Let me check", ".\n<tool", "_call>\n{\"name\": \"get_weather\", ",
+                            "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                            "\n<tool_call>\n{\"name\": \"get_time\"}\n</tool_call>\n"};
+    size_t released_max = 0;
+    size_t calls_after[5];
+    for (size_t i = 0; i < 5; i++) {
+        feed(ch, pieces[i]);
+        size_t upto = graft__choice_release(ch);
+        assert_true(upto <= strlen("Let me check.\n"));
+        assert_null(memchr(ch->text, '<', upto));
+        released_max = upto > released_max ? upto : released_max;
+        calls_after[i] = json_array_size(ch->calls);
+    }
+    assert_int_equal(released_max, strlen("Let me check.\n"));
+    assert_int_equal(calls_after[2], 0); /* not complete yet */
+    assert_int_equal(calls_after[3], 1);
+    assert_int_equal(calls_after[4], 2);
+    ch->done = true;
+    graft__choice_settle_tools(ch);
+    assert_false(ch->calls_bad);
+    json_t *j = graft__choice_json(c, ch, 0, ch->content_end, false, true);
+    json_t *msg = json_object_get(j, "message");
+    assert_string_equal(json_string_value(json_object_get(msg, "content")), "Let me check.\n");
+    json_t *calls = json_object_get(msg, "tool_calls");
+    assert_int_equal(json_array_size(calls), 2);
+    json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    assert_string_equal(json_string_value(json_object_get(fn, "name")), "get_weather");
+    assert_string_equal(json_string_value(json_object_get(fn, "arguments")), "{\"city\":\"Paris\"}");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(calls, 0), "id")),
+                        "call_chatcmpl-9_0_0");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_array_get(calls, 1), "function"), "arguments")),
+                        "{}");
+    json_decref(j);
+
+    /* a block that is not a call is content after all */
+    free(ch->text);
+    json_decref(ch->calls);
+    *ch = (choice){.c = c, .calls = json_array()};
+    feed(ch, "Sure: <tool_call>not json</tool_call> done");
+    graft__choice_release(ch);
+    graft__choice_settle_tools(ch);
+    assert_true(ch->calls_bad);
+    assert_int_equal(json_array_size(ch->calls), 0);
+    j = graft__choice_json(c, ch, 0, ch->content_end, false, true);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "message"), "content")),
+                        "Sure: <tool_call>not json</tool_call> done");
+    assert_null(json_object_get(json_object_get(j, "message"), "tool_calls"));
+    json_decref(j);
+
+    /* text that only looked like the start of a call */
+    free(ch->text);
+    json_decref(ch->calls);
+    *ch = (choice){.c = c, .calls = json_array()};
+    feed(ch, "a <tool");
+    assert_int_equal(graft__choice_release(ch), 2);
+    graft__choice_settle_tools(ch);
+    j = graft__choice_json(c, ch, 0, ch->content_end, false, true);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "message"), "content")),
+                        "a <tool");
+    json_decref(j);
+    free(ch->text);
+    json_decref(ch->calls);
+    free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choices_share_one_prefill),
+        cmocka_unit_test(test_choices_streamed),
+        cmocka_unit_test(test_logprobs_completions_shape),
+        cmocka_unit_test(test_logprobs_chat_stream_matches_whole),
+        cmocka_unit_test(test_logit_bias_and_penalties),
+        cmocka_unit_test(test_tools_rendered_and_checked),
+        cmocka_unit_test(test_tool_calls_parsed_from_text),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

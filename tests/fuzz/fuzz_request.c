@@ -29,6 +29,11 @@ static void check(const json_t *body, bool is_chat)
     if (rc == GRAFT_OK) {
         require(r.prompt_text != NULL || r.n_prompt_tokens > 0);
         require(r.n_stop <= GRAFT__MAX_STOP);
+        require(r.n_choices >= 1 && r.n_choices <= GRAFT__MAX_CHOICES);
+        require(r.top_logprobs >= 0 && r.top_logprobs <= GRAFT_MAX_TOP_LOGPROBS);
+        require(r.top_logprobs == 0 || r.logprobs);
+        require(r.n_logit_bias == 0 || r.logit_bias != NULL);
+        require(!r.tools || is_chat);
         require(param == NULL && message == NULL);
         graft__request_free(&r);
     } else {

@@ -512,6 +512,31 @@ static void check_chat(const server *s)
     response d = graft_test_request(s, "POST", "/v1/chat/completions", turn2s);
     char *td = chat_stream_text(&d);
     assert_string_equal(td, tb);
+    /* sampled, n = 2: each choice is the answer of its seed alone */
+    json_t *nb = json_loads(turn1, 0, NULL);
+    json_object_set_new(nb, "temperature", json_real(1.0));
+    json_object_set_new(nb, "seed", json_integer(3));
+    json_object_set_new(nb, "n", json_integer(2));
+    char *n_body = json_dumps(nb, JSON_COMPACT);
+    response many = graft_test_request(s, "POST", "/v1/chat/completions", n_body);
+    json_t *jm = graft_test_json_of(&many);
+    for (int i = 0; i < 2; i++) {
+        json_object_del(nb, "n");
+        json_object_set_new(nb, "seed", json_integer(3 + i));
+        char *one_body = json_dumps(nb, JSON_COMPACT);
+        response one = graft_test_request(s, "POST", "/v1/chat/completions", one_body);
+        char *alone = chat_text(&one);
+        json_t *msg = json_object_get(json_array_get(json_object_get(jm, "choices"), (size_t)i),
+                                      "message");
+        assert_string_equal(json_string_value(json_object_get(msg, "content")), alone);
+        free(alone);
+        free(one_body);
+        graft_test_response_free(&one);
+    }
+    json_decref(jm);
+    json_decref(nb);
+    free(n_body);
+    graft_test_response_free(&many);
     /* a malformed message is refused naming its path */
     response e = graft_test_request(s, "POST", "/v1/chat/completions",
                          "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "

@@ -718,8 +718,8 @@ static json_t *chunk(completion *c, choice *ch, size_t from, size_t upto, bool f
     return j;
 }
 
-/* The events of one choice since the last: new content, new tool calls, and at its end the
- * rest and its final chunk. */
+/* The events of one choice since the last: new content and new tool calls, and at its end
+ * a last chunk with its finish reason. */
 static void produce_choice(completion *c, choice *ch)
 {
     if (!ch->started || ch->failed)
@@ -728,14 +728,12 @@ static void produce_choice(completion *c, choice *ch)
     if (ch->done && (!c->req.tools || ch->calls_bad))
         upto = ch->len;
     size_t calls = ch->calls ? json_array_size(ch->calls) : 0;
-    if (!ch->done && (upto > ch->sent || calls > ch->calls_sent)) {
+    if (upto > ch->sent || calls > ch->calls_sent) {
         emit(c, chunk(c, ch, ch->sent, upto, false));
         ch->sent = upto;
     }
-    if (!ch->done)
-        return;
-    emit(c, chunk(c, ch, ch->sent, upto, true));
-    ch->sent = upto;
+    if (ch->done) /* the last chunk: the finish reason (and what did not parse as calls) */
+        emit(c, chunk(c, ch, upto, upto, true));
 }
 
 /* Produces the next events: new text, then at the end each choice's final chunk, usage,

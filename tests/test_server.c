@@ -314,39 +314,26 @@ static void test_tokenize_roundtrip(void **state)
 }
 
 /* A metric's value in /metrics (the first line starting with `name `), or -1. */
-static double metric(const server *s, const char *name)
-{
-    response r = graft_test_request(s, "GET", "/metrics", NULL);
-    double v = -1;
-    char key[128];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *at = r.body ? strstr(r.body, key) : NULL;
-    if (at != NULL)
-        v = atof(at + strlen(key));
-    graft_test_response_free(&r);
-    return v;
-}
-
 /* A client that reads the first event and hangs up: its generation is cancelled, its
  * session and KV released. */
 static void test_disconnect_cancels(void **state)
 {
     (void)state;
-    double before = metric(&main_server, "graft_client_disconnects_total");
+    double before = graft_test_metric(&main_server, "graft_client_disconnects_total");
     response r = graft_test_request_full(&main_server, "POST", "/v1/completions",
                               "{\"prompt\": \"Once\", \"max_tokens\": 200, \"temperature\": 0, "
                               "\"ignore_eos\": true, \"stream\": true}", NULL, 1);
     graft_test_response_free(&r);
     double live = -1;
     for (int i = 0; i < 200; i++) {
-        live = metric(&main_server, "graft_generations_live");
-        if (live == 0 && metric(&main_server, "graft_client_disconnects_total") > before)
+        live = graft_test_metric(&main_server, "graft_generations_live");
+        if (live == 0 && graft_test_metric(&main_server, "graft_client_disconnects_total") > before)
             break;
         usleep(10000);
     }
     assert_true(live == 0);
-    assert_true(metric(&main_server, "graft_client_disconnects_total") > before);
-    assert_true(metric(&main_server, "graft_requests_running") == 0);
+    assert_true(graft_test_metric(&main_server, "graft_client_disconnects_total") > before);
+    assert_true(graft_test_metric(&main_server, "graft_requests_running") == 0);
 }
 
 static void test_api_key(void **state)
@@ -413,7 +400,7 @@ static void test_queue_limit_and_drain(void **state)
     long_call first = {&s, {0}};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, long_main, &first), 0);
-    while (metric(&s, "graft_requests_running") < 1)
+    while (graft_test_metric(&s, "graft_requests_running") < 1)
         usleep(2000);
     response r = graft_test_request(&s, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}");
     free(graft_test_expect_error(&r, 429, NULL));
@@ -424,7 +411,7 @@ static void test_queue_limit_and_drain(void **state)
     graft_test_response_free(&first.r);
     /* drain */
     assert_int_equal(pthread_create(&t, NULL, long_main, &first), 0);
-    while (metric(&s, "graft_requests_running") < 1)
+    while (graft_test_metric(&s, "graft_requests_running") < 1)
         usleep(2000);
     assert_int_equal(graft_test_stop_server(&s), 0);
     pthread_join(t, NULL);
@@ -726,18 +713,18 @@ static void test_load_with_disconnects(void **state)
     assert_int_equal(completed + aborted, 3 * CLIENTS);
     double live = -1, sessions = -1, entries = -2;
     for (int i = 0; i < 300; i++) { /* the last cancellations settle within a few steps */
-        live = metric(&s, "graft_generations_live");
-        sessions = metric(&s, "graft_sessions_open");
-        entries = metric(&s, "graft_cache_entries");
-        if (live == 0 && sessions == entries && metric(&s, "graft_requests_running") == 0)
+        live = graft_test_metric(&s, "graft_generations_live");
+        sessions = graft_test_metric(&s, "graft_sessions_open");
+        entries = graft_test_metric(&s, "graft_cache_entries");
+        if (live == 0 && sessions == entries && graft_test_metric(&s, "graft_requests_running") == 0)
             break;
         usleep(10000);
     }
     assert_true(live == 0);
     assert_true(sessions == entries);
-    assert_true(metric(&s, "graft_requests_running") == 0);
-    assert_true(metric(&s, "graft_requests_queued") == 0);
-    assert_true(metric(&s, "graft_client_disconnects_total") > 0);
+    assert_true(graft_test_metric(&s, "graft_requests_running") == 0);
+    assert_true(graft_test_metric(&s, "graft_requests_queued") == 0);
+    assert_true(graft_test_metric(&s, "graft_client_disconnects_total") > 0);
     response after = graft_test_request(&s, "POST", "/v1/completions", GREEDY);
     char *again = graft_test_completion_text(&after);
     assert_string_equal(again, expected);

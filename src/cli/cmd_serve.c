@@ -31,6 +31,8 @@
 #define DEFAULT_GRACE_MS 5000
 #define DEFAULT_NAMED 16
 #define DEFAULT_TTL_S 600
+#define DEFAULT_REUSE_MIN_TOKENS 16
+#define DEFAULT_REUSE_WAIT_MS 30000
 
 static const char serve_usage[] =
     "usage: graft serve [-m MODEL] [OPTIONS]\n"
@@ -39,9 +41,9 @@ static const char serve_usage[] =
     "/v1/chat/completions (streamed as server-sent events with \"stream\": true), GET\n"
     "/v1/models, /health, /metrics (Prometheus), /v1/sessions and /props; POST /tokenize,\n"
     "/detokenize, /apply-template and llama-server's /completion; DELETE /v1/sessions/ID.\n"
-    "Prompts that begin as an earlier one did reuse its KV from the prefix cache; the answer\n"
-    "is the same bits either way. Runs until SIGINT or SIGTERM, then finishes running\n"
-    "requests.\n"
+    "Prompts that begin as an earlier one did reuse its KV from the prefix cache, or from a\n"
+    "request still running (active reuse); the answer is the same bits either way. Runs\n"
+    "until SIGINT or SIGTERM, then finishes running requests.\n"
     "\n"
     "options:\n"
     "  -m, --model FILE        GGUF model (default: $GRAFT_MODEL, else stories260K.gguf in\n"
@@ -70,6 +72,13 @@ static const char serve_usage[] =
     "  --timeout S             seconds an idle connection is kept (default 600)\n"
     "  --grace-ms N            on SIGINT/SIGTERM, how long running requests may finish\n"
     "                          before they are cancelled (default 5000)\n"
+    "  --active-reuse-min-tokens N\n"
+    "                          a request takes a running request's prompt when that saves\n"
+    "                          at least N tokens more than the prefix cache (default 16;\n"
+    "                          0: active reuse off)\n"
+    "  --active-reuse-wait-ms N\n"
+    "                          how long a request may wait for a running request still\n"
+    "                          computing a prefix it shares (default 30000; 0: never wait)\n"
     "  -h, --help              this text\n";
 
 typedef struct serve_options {
@@ -80,7 +89,7 @@ typedef struct serve_options {
     const char *kernels;
     const char *chat_template;
     int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, grace_ms;
-    int32_t named, ttl_s;
+    int32_t named, ttl_s, reuse_min_tokens, reuse_wait_ms;
     size_t kv_mem, cache_mem, max_body;
 } serve_options;
 
@@ -90,7 +99,8 @@ static int parse(int argc, char **argv, serve_options *o)
                          .queue = DEFAULT_MAX_QUEUE, .cache_entries = DEFAULT_CACHE_ENTRIES,
                          .timeout_s = DEFAULT_TIMEOUT_S, .grace_ms = DEFAULT_GRACE_MS,
                          .max_body = DEFAULT_MAX_BODY, .named = DEFAULT_NAMED,
-                         .ttl_s = DEFAULT_TTL_S};
+                         .ttl_s = DEFAULT_TTL_S, .reuse_min_tokens = DEFAULT_REUSE_MIN_TOKENS,
+                         .reuse_wait_ms = DEFAULT_REUSE_WAIT_MS};
     const graft__cli_opt opts[] = {
         {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
         {"--host", NULL, GRAFT_CLI_STRING, &o->host, 0, 0, 0},
@@ -111,6 +121,8 @@ static int parse(int argc, char **argv, serve_options *o)
         {"--max-body", NULL, GRAFT_CLI_SIZE, &o->max_body, 64, (double)SIZE_MAX, 0},
         {"--timeout", NULL, GRAFT_CLI_INT, &o->timeout_s, 1, 86400, 0},
         {"--grace-ms", NULL, GRAFT_CLI_INT, &o->grace_ms, 0, 3600000, 0},
+        {"--active-reuse-min-tokens", NULL, GRAFT_CLI_INT, &o->reuse_min_tokens, 0, INT32_MAX, 0},
+        {"--active-reuse-wait-ms", NULL, GRAFT_CLI_INT, &o->reuse_wait_ms, 0, 3600000, 0},
     };
     const graft__cli_command cmd = {"serve", serve_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
@@ -247,7 +259,7 @@ int graft__cli_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     graft__server_config cfg = {o.host, o.port, alias, o.api_key, o.max_body, o.queue, o.slots,
                                 2 * (o.slots + o.queue) + 16, o.timeout_s, o.named, o.ttl_s,
-                                o.grace_ms};
+                                o.grace_ms, o.reuse_min_tokens, o.reuse_wait_ms};
     graft__server *server = NULL;
     int port = 0;
     char *err = NULL;

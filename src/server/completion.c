@@ -276,8 +276,26 @@ static int continue_named(completion *c, graft_session *held)
     return 0;
 }
 
+/* Active reuse (donors.c): with `take`, a running request's prompt replaces choice 0's
+ * session when it offers more; then the request is a donor itself. */
+static int join_donors(completion *c, bool take, uint64_t t0, graft__reply *reply)
+{
+    choice *ch = &c->choices[0];
+    if (graft__donors_join(c->ctx->donors, c->prompt, c->n_prompt, take, &ch->session,
+                           &ch->reused, &c->donor, &c->donor_result) != GRAFT_OK) {
+        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+        return -1;
+    }
+    if (c->donor_result.from_donor) {
+        c->source_index = c->donor_result.waited ? GRAFT__FROM_DONOR_WAIT : GRAFT__FROM_DONOR;
+        c->source = c->donor_result.waited ? "donor_wait" : "donor";
+    }
+    c->lookup_ns = now_ns() - t0;
+    return 0;
+}
+
 /* Choice 0's session: the named session's, a clone of the longest cached prefix, or a new
- * one. */
+ * one; or a running request's prompt (join_donors). */
 static int find_session(completion *c, const char *owner, graft__reply *reply)
 {
     choice *ch = &c->choices[0];
@@ -298,18 +316,18 @@ static int find_session(completion *c, const char *owner, graft__reply *reply)
             return -1;
         }
         if (held != NULL && continue_named(c, held) == 0) {
-            c->lookup_ns = now_ns() - t0;
             c->source = "session";
-            return 0;
+            c->source_index = GRAFT__FROM_SESSION;
+            return join_donors(c, false, t0, reply);
         }
     }
     int rc = graft_prefix_cache_lookup(c->ctx->cache, c->prompt, c->n_prompt, &ch->session,
                                        &ch->reused);
-    c->lookup_ns = now_ns() - t0;
     if (rc == GRAFT_OK) {
         atomic_fetch_add(&c->ctx->metrics->cache_hits, 1);
         c->source = "cache";
-        return 0;
+        c->source_index = GRAFT__FROM_CACHE;
+        return join_donors(c, true, t0, reply);
     }
     atomic_fetch_add(&c->ctx->metrics->cache_misses, 1);
     ch->reused = 0;
@@ -319,7 +337,7 @@ static int find_session(completion *c, const char *owner, graft__reply *reply)
                            graft_status_str(rc));
         return -1;
     }
-    return 0;
+    return join_donors(c, true, t0, reply);
 }
 
 /* Starts choice i's generation on ch->session (holding ch->reused prompt tokens); choice 0
@@ -489,9 +507,13 @@ static void finish_request(completion *c, graft__request_log *log)
     }
     if (log != NULL)
         log->computed = (int32_t)computed;
+    graft__donors_leave(c->ctx->donors, c->donor); /* before its session closes */
     if (c->choices[0].gen != NULL) {
         atomic_fetch_add(&c->ctx->metrics->prompt_tokens_reused,
                          (unsigned long long)c->choices[0].reused);
+        if (c->source_index >= 0)
+            atomic_fetch_add(&c->ctx->metrics->reused_from[c->source_index],
+                             (unsigned long long)c->choices[0].reused);
         atomic_fetch_add(&c->ctx->metrics->prompt_tokens_computed, computed);
         atomic_fetch_add(&c->ctx->metrics->generated_tokens, generated);
     }
@@ -665,6 +687,7 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, gra
     snprintf(c->id, sizeof c->id, "%s-%llu", api == GRAFT__API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
     c->n_choices = 1; /* until parsed: what finish_request walks */
+    c->source_index = -1;
     if (begin(c, body, api, session_header, owner, reply) != 0) {
         finish_request(c, log);
         return;

@@ -62,8 +62,12 @@ struct completion {
     long long created;
     int32_t *prompt;
     size_t n_prompt;
-    const char *source;    /* where choice 0's prompt KV came from: cold, cache, session */
+    const char *source;    /* where choice 0's prompt KV came from: cold, cache, session,
+                              donor, donor_wait */
+    int source_index;      /* GRAFT__FROM_*, or -1: cold */
     graft__named *named;   /* the named session taken, or NULL */
+    graft__donor *donor;   /* its registration as a donor (active reuse), or NULL */
+    graft__donor_result donor_result;
     graft_prompt_capture *capture;
     graft__channel channel;
     bool channel_ready;

@@ -35,6 +35,7 @@ struct graft__server {
     graft__server_ctx ctx;
     graft__server_metrics metrics;
     graft__session_store sessions;
+    graft__donors donors;
     atomic_bool ready;
     pthread_mutex_t mu; /* guards running, queued and the waits on cv */
     pthread_cond_t cv;
@@ -230,7 +231,8 @@ static void route_models(graft__server *s, graft__reply *reply)
 static void route_metrics(graft__server *s, graft__reply *reply)
 {
     reply->status = 200;
-    reply->body = graft__metrics_text(&s->metrics, s->ctx.engine, s->ctx.cache, &reply->len);
+    reply->body = graft__metrics_text(&s->metrics, s->ctx.engine, s->ctx.cache, &s->donors,
+                                      &reply->len);
     reply->content_type = "text/plain; version=0.0.4";
 }
 
@@ -588,8 +590,15 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     s->ctx.config = &s->config;
     s->ctx.metrics = &s->metrics;
     s->ctx.sessions = &s->sessions;
+    s->ctx.donors = &s->donors;
     if (graft__sessions_store_init(&s->sessions, config->named_sessions,
                                    config->session_ttl_s) != GRAFT_OK) {
+        free(s);
+        return GRAFT_ENOMEM;
+    }
+    if (graft__donors_init(&s->donors, config->reuse_min_tokens, config->reuse_wait_ms) !=
+        GRAFT_OK) {
+        graft__sessions_store_free(&s->sessions);
         free(s);
         return GRAFT_ENOMEM;
     }
@@ -602,6 +611,7 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     if (inet_pton(AF_INET, config->host, &addr.sin_addr) != 1) {
         if (errmsg)
             *errmsg = strdup("option --host: must be an IPv4 address such as 127.0.0.1");
+        graft__donors_free(&s->donors);
         graft__sessions_store_free(&s->sessions);
         free(s);
         return GRAFT_EINVAL;
@@ -622,6 +632,7 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
         }
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
+        graft__donors_free(&s->donors);
         graft__sessions_store_free(&s->sessions);
         free(s);
         return GRAFT_EIO;
@@ -669,6 +680,7 @@ void graft__server_stop(graft__server *s)
         nanosleep(&ts, NULL);
     }
     MHD_stop_daemon(s->daemon);
+    graft__donors_free(&s->donors);
     graft__sessions_store_free(&s->sessions);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);

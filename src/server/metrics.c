@@ -69,8 +69,34 @@ static void gauge(text *t, const char *name, const char *help, long long v)
         v);
 }
 
+static void donor_metrics(text *t, graft__donors *d)
+{
+    counter(t, "donor_attempts_total", "clones of a running request's prompt tried",
+            atomic_load(&d->attempts));
+    counter(t, "donor_successes_total", "requests that took a running request's prompt",
+            atomic_load(&d->successes));
+    counter(t, "donor_tokens_saved_total", "prompt tokens taken from donors beyond the cache",
+            atomic_load(&d->tokens_saved));
+    put(t, "# HELP graft_donor_refusals_total donor clones refused, by reason\n"
+           "# TYPE graft_donor_refusals_total counter\n");
+    const char *reasons[GRAFT__DONOR_REASONS] = {"retention", "boundary", "closed", "capacity",
+                                                 "other"};
+    for (int i = 0; i < GRAFT__DONOR_REASONS; i++)
+        put(t, "graft_donor_refusals_total{reason=\"%s\"} %llu\n", reasons[i],
+            (unsigned long long)atomic_load(&d->refusals[i]));
+    counter(t, "donor_waits_total", "requests that waited for a prefilling donor",
+            atomic_load(&d->waits));
+    counter(t, "donor_waits_released_total", "waits ended by the donor going away",
+            atomic_load(&d->waits_released));
+    counter(t, "donor_waits_timed_out_total", "waits that reached --active-reuse-wait-ms",
+            atomic_load(&d->waits_timed_out));
+    put(t, "# HELP graft_donor_wait_seconds_total time spent waiting for donors\n"
+           "# TYPE graft_donor_wait_seconds_total counter\ngraft_donor_wait_seconds_total %.6f\n",
+        atomic_load(&d->wait_ns_total) / 1e9);
+}
+
 char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
-                          graft_prefix_cache *cache, size_t *len)
+                          graft_prefix_cache *cache, graft__donors *donors, size_t *len)
 {
     text t = {0};
     put(&t, "# HELP graft_requests_total HTTP requests by endpoint and status class\n"
@@ -85,6 +111,12 @@ char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
             "graft_prompt_tokens_total{source=\"computed\"} %llu\n",
         (unsigned long long)atomic_load(&m->prompt_tokens_reused),
         (unsigned long long)atomic_load(&m->prompt_tokens_computed));
+    put(&t, "# HELP graft_prompt_tokens_reused_total reused prompt tokens by where they came "
+            "from\n# TYPE graft_prompt_tokens_reused_total counter\n");
+    const char *sources[GRAFT__SOURCES] = {"cache", "session", "donor", "donor_wait"};
+    for (int i = 0; i < GRAFT__SOURCES; i++)
+        put(&t, "graft_prompt_tokens_reused_total{from=\"%s\"} %llu\n", sources[i],
+            (unsigned long long)atomic_load(&m->reused_from[i]));
     counter(&t, "generated_tokens_total", "tokens generated",
             atomic_load(&m->generated_tokens));
     counter(&t, "client_disconnects_total", "requests whose client went away before the end",
@@ -137,6 +169,7 @@ char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
             (unsigned long long)cs.misses_capacity);
         counter(&t, "cache_evictions_total", "prefix cache snapshots evicted", cs.evictions);
     }
+    donor_metrics(&t, donors);
     *len = t.len;
     return t.buf;
 }

@@ -52,10 +52,12 @@ json_t *graft__graft_json(const completion *c)
         graft_generation_metrics_get(c->choices[i].gen, &m);
         computed += m.prompt_tokens_computed;
     }
-    return json_pack("{s:s, s:i, s:i, s:f, s:f, s:f}", "source", c->source, "tokens_reused",
-                     (int)c->choices[0].reused, "tokens_computed", (int)computed, "clone_ms",
-                     c->lookup_ns / 1e6, "queue_ms", first.queue_wait_ns / 1e6, "ttft_ms",
-                     (first.time_to_first_token_ns + c->lookup_ns) / 1e6);
+    return json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f}", "source", c->source,
+                     "tokens_reused", (int)c->choices[0].reused, "tokens_computed",
+                     (int)computed, "clone_ms",
+                     (c->lookup_ns - c->donor_result.wait_ns) / 1e6, "wait_ms",
+                     c->donor_result.wait_ns / 1e6, "queue_ms", first.queue_wait_ns / 1e6,
+                     "ttft_ms", (first.time_to_first_token_ns + c->lookup_ns) / 1e6);
 }
 
 json_t *graft__envelope_json(const completion *c, const char *object)

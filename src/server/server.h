@@ -50,6 +50,8 @@ typedef struct graft__server_config {
     int32_t named_sessions; /* named sessions kept at most */
     int32_t session_ttl_s;  /* an idle named session expires after this */
     int32_t grace_ms;       /* shutdown: how long running requests may finish */
+    int32_t reuse_min_tokens; /* active reuse: tokens a donor must save beyond the cache */
+    int32_t reuse_wait_ms;    /* active reuse: how long to wait for a prefilling donor */
 } graft__server_config;
 
 typedef struct graft__server graft__server;
@@ -207,12 +209,59 @@ int graft__sessions_delete(graft__session_store *st, const char *id, const char 
 /* The owner's entries: [{id, tokens, busy, idle_s}]. */
 json_t *graft__sessions_list(graft__session_store *st, const char *owner);
 
+/* ---- donors.c -------------------------------------------------------------------------------- */
+
+enum { GRAFT__DONOR_RETENTION, GRAFT__DONOR_BOUNDARY, GRAFT__DONOR_CLOSED, GRAFT__DONOR_CAPACITY,
+       GRAFT__DONOR_OTHER, GRAFT__DONOR_REASONS };
+
+typedef struct graft__donor graft__donor;
+
+/* The running requests whose prompts others may take (active reuse), and its counters. */
+typedef struct graft__donors {
+    pthread_mutex_t mu;
+    graft__donor *head;
+    uint64_t next_id;
+    int32_t min_tokens; /* a donor must save this many more tokens than the cache; 0: off */
+    uint64_t wait_ns;   /* how long a request may wait for a prefilling donor; 0: never */
+    atomic_ullong attempts, successes, tokens_saved;
+    atomic_ullong refusals[GRAFT__DONOR_REASONS];
+    atomic_ullong waits, waits_released, waits_timed_out, wait_ns_total;
+} graft__donors;
+
+typedef struct graft__donor_result {
+    bool from_donor; /* the session is a clone of a donor's */
+    bool waited;     /* after waiting for it */
+    uint64_t wait_ns;
+} graft__donor_result;
+
+int graft__donors_init(graft__donors *d, int32_t min_tokens, int32_t wait_ms);
+/* No request may be registered. */
+void graft__donors_free(graft__donors *d);
+/* A request with prompt[0, n) (kept by the caller until it leaves) and *session holding
+ * *reused of it (the prefix cache's clone, or a new session): with `take`, takes a running
+ * request's prompt when it offers at least min_tokens more, waiting for a prefilling one
+ * when that pays (then *session, closed, is replaced by the clone and *reused is its
+ * position); then registers the request as a donor with its session. *self is its
+ * registration, for graft__donors_leave. Blocking (a clone, a bounded wait); HTTP threads.
+ * GRAFT_ENOMEM (nothing changed). */
+int graft__donors_join(graft__donors *d, const int32_t *prompt, size_t n, bool take,
+                       graft_session **session, int32_t *reused, graft__donor **self,
+                       graft__donor_result *result);
+/* Leaves the registry (before the request closes its session) and frees self; NULL is
+ * fine. */
+void graft__donors_leave(graft__donors *d, graft__donor *self);
+
 /* ---- metrics.c ------------------------------------------------------------------------------ */
+
+/* Where a request's reused prompt KV came from (besides cold). */
+enum { GRAFT__FROM_CACHE, GRAFT__FROM_SESSION, GRAFT__FROM_DONOR, GRAFT__FROM_DONOR_WAIT,
+       GRAFT__SOURCES };
 
 typedef struct graft__server_metrics {
     atomic_ullong requests[4][6]; /* endpoint (completions, chat, other, error) x status
                                      class (2xx .. 5xx as 0..3, 4: 429, 5: 401) */
     atomic_ullong prompt_tokens_reused, prompt_tokens_computed, generated_tokens;
+    atomic_ullong reused_from[GRAFT__SOURCES]; /* prompt_tokens_reused by source */
     atomic_ullong cache_hits, cache_misses;
     atomic_ullong disconnects;
     atomic_int running, queued;
@@ -224,7 +273,7 @@ typedef struct graft__server_metrics {
 void graft__metrics_ttft(graft__server_metrics *m, uint64_t ns);
 /* The Prometheus text (to free), engine and cache figures included. */
 char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
-                          graft_prefix_cache *cache, size_t *len);
+                          graft_prefix_cache *cache, graft__donors *donors, size_t *len);
 
 /* ---- http.c: what completion.c needs of the server ----------------------------------------- */
 
@@ -247,6 +296,7 @@ typedef struct graft__server_ctx {
     int32_t max_context;
     const graft__chat *chat;
     graft__session_store *sessions;
+    graft__donors *donors;
     atomic_bool cancel_all;  /* shutdown after the grace period: every completion cancels */
 } graft__server_ctx;
 

@@ -179,3 +179,16 @@ char *graft_test_expect_error(const response *r, long status, const char *param)
     json_decref(j);
     return m;
 }
+
+double graft_test_metric(const server *s, const char *name)
+{
+    response r = graft_test_request(s, "GET", "/metrics", NULL);
+    double v = -1;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = r.body ? strstr(r.body, key) : NULL;
+    if (at != NULL)
+        v = atof(at + strlen(key));
+    graft_test_response_free(&r);
+    return v;
+}

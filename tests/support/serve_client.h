@@ -53,4 +53,8 @@ char *graft_test_completion_text(const response *r);
  * message (to free) and checks param when given. */
 char *graft_test_expect_error(const response *r, long status, const char *param);
 
+/* The value of the unlabelled Prometheus metric `name` of GET /metrics (-1: absent); a
+ * labelled one with name as `graft_x{label="v"}`. */
+double graft_test_metric(const server *s, const char *name);
+
 #endif /* GRAFT_TEST_SERVE_CLIENT_H */

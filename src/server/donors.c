@@ -9,7 +9,8 @@
  * token. The donor is used only when it saves at least min_tokens more than the cache (the
  * cache wins ties). A donor still prefilling a prefix the recipient shares, at least as far
  * along as the cache's offer, is waited for (bounded by wait_ms) until it has committed the
- * shared part: two requests arriving together with a long common prefix compute it once.
+ * shared part, when that gives at least min_tokens more than the best offer now: two
+ * requests arriving together with a long common prefix compute it once.
  * The one clone of the donor picks its boundary on the engine thread when it runs
  * (graft_session_clone_range), so the donor's progress can never make it wrong; a refusal
  * (retention, the donor gone, capacity) falls back to the cache's offer, counted by reason.
@@ -200,9 +201,13 @@ int graft__donors_join(graft__donors *d, const int32_t *prompt, size_t n, bool t
         pthread_mutex_lock(&d->mu);
         offer now, later;
         best_offers(d, prompt, n, &now, &later);
-        bool take_now = now.donor != NULL && now.now >= least;
-        bool wait = !take_now && d->wait_ns > 0 && later.donor != NULL && later.target >= least &&
-                    later.position >= cached;
+        /* a donor still prefilling what it shares is waited for when that gives at least
+         * min_tokens more than taking the best offer now (taking part of it now would
+         * compute the rest twice) */
+        bool wait = d->wait_ns > 0 && later.donor != NULL && later.target >= least &&
+                    later.position >= cached && later.position < later.target &&
+                    later.target - (now.now > cached ? now.now : cached) >= d->min_tokens;
+        bool take_now = !wait && now.donor != NULL && now.now >= least;
         if (!take_now && !wait) { /* nothing to take: this request is a donor from now on */
             me->session = *session;
             enter(d, me);

@@ -48,9 +48,11 @@ static int teardown(void **state)
     return rc == 0 ? 0 : -1;
 }
 
+/* POSTs body (consumed) and returns the JSON answer, which must have `status`. */
 static json_t *post(const char *path, json_t *body, long status)
 {
     char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
     response r = graft_test_request(&srv, "POST", path, text);
     if (r.status != status)
         fail_msg("%s: status %ld, expected %ld: %s", path, r.status, status, r.body ? r.body : "");
@@ -135,7 +137,7 @@ static void test_choices_streamed(void **state)
     json_t *body = json_pack("{s:[{s:s, s:s}], s:i, s:i, s:f, s:i}", "messages", "role", "user",
                              "content", "Tell me about a frog.", "max_tokens", 20, "n", 3,
                              "temperature", 0.9, "seed", 5);
-    json_t *whole = post("/v1/chat/completions", body, 200);
+    json_t *whole = post("/v1/chat/completions", json_incref(body), 200);
     json_object_set_new(body, "stream", json_true());
     char *text = json_dumps(body, JSON_COMPACT);
     response r = graft_test_request(&srv, "POST", "/v1/chat/completions", text);
@@ -228,7 +230,7 @@ static void test_logprobs_chat_stream_matches_whole(void **state)
     json_t *body = json_pack("{s:[{s:s, s:s}], s:i, s:f, s:b, s:i}", "messages", "role", "user",
                              "content", "Hello there.", "max_tokens", 12, "temperature", 0.0,
                              "logprobs", 1, "top_logprobs", 2);
-    json_t *whole = post("/v1/chat/completions", body, 200);
+    json_t *whole = post("/v1/chat/completions", json_incref(body), 200);
     json_t *content = json_object_get(
         json_object_get(json_array_get(json_object_get(whole, "choices"), 0), "logprobs"), "content");
     assert_int_equal(json_array_size(content), 12);
@@ -254,7 +256,7 @@ static void test_logprobs_chat_stream_matches_whole(void **state)
 
     json_object_set_new(body, "logprobs", json_false());
     json_object_del(body, "stream");
-    json_t *err = post("/v1/chat/completions", body, 400);
+    json_t *err = post("/v1/chat/completions", json_incref(body), 400);
     assert_string_equal(json_string_value(json_object_get(json_object_get(err, "error"), "param")),
                         "top_logprobs");
     json_decref(err);
@@ -296,10 +298,11 @@ static void test_logit_bias_and_penalties(void **state)
     /* penalties: deterministic, and a strong one changes a greedy story that repeats */
     json_t *body = json_pack("{s:s, s:i, s:f}", "prompt", "Once upon a time", "max_tokens", 60,
                              "temperature", 0.0);
-    json_t *greedy = post("/v1/completions", body, 200);
+    json_t *greedy = post("/v1/completions", json_incref(body), 200);
     json_object_set_new(body, "frequency_penalty", json_real(1.5));
     json_object_set_new(body, "presence_penalty", json_real(0.5));
-    json_t *a = post("/v1/completions", body, 200), *b = post("/v1/completions", body, 200);
+    json_t *a = post("/v1/completions", json_incref(body), 200);
+    json_t *b = post("/v1/completions", json_incref(body), 200);
     assert_string_equal(choice_text(a, 0), choice_text(b, 0));
     assert_string_not_equal(choice_text(a, 0), choice_text(greedy, 0));
     json_decref(a);
@@ -344,7 +347,7 @@ static void test_tools_rendered_and_checked(void **state)
         "type", "function", "function", "name", "get_weather", "arguments", "{\"city\": \"Paris\"}",
         "role", "tool", "tool_call_id", "c1", "content", "sunny");
     json_t *body = json_pack("{s:O, s:o}", "messages", messages, "tools", weather_tools());
-    json_t *rendered = post("/apply-template", body, 200);
+    json_t *rendered = post("/apply-template", json_incref(body), 200);
     const char *prompt = json_string_value(json_object_get(rendered, "prompt"));
     assert_non_null(strstr(prompt, "<tools>"));
     assert_non_null(strstr(prompt, "\"get_weather\""));
@@ -353,24 +356,24 @@ static void test_tools_rendered_and_checked(void **state)
 
     json_object_set_new(body, "max_tokens", json_integer(8));
     json_object_set_new(body, "temperature", json_real(0));
-    json_t *answer = post("/v1/chat/completions", body, 200);
+    json_t *answer = post("/v1/chat/completions", json_incref(body), 200);
     json_t *msg = json_object_get(json_array_get(json_object_get(answer, "choices"), 0), "message");
     assert_true(json_is_string(json_object_get(msg, "content")));
     json_decref(answer);
 
     json_object_set_new(body, "tool_choice", json_string("none"));
-    json_t *none = post("/apply-template", body, 200);
+    json_t *none = post("/apply-template", json_incref(body), 200);
     assert_null(strstr(json_string_value(json_object_get(none, "prompt")), "<tools>"));
     json_decref(none);
 
     json_object_set_new(body, "tool_choice", json_string("required"));
-    json_t *err = post("/v1/chat/completions", body, 400);
+    json_t *err = post("/v1/chat/completions", json_incref(body), 400);
     assert_string_equal(json_string_value(json_object_get(json_object_get(err, "error"), "param")),
                         "tool_choice");
     json_decref(err);
     json_object_del(body, "tool_choice");
     json_object_set_new(body, "tools", json_pack("[{s:s, s:{}}]", "type", "function", "function"));
-    err = post("/v1/chat/completions", body, 400);
+    err = post("/v1/chat/completions", json_incref(body), 400);
     assert_string_equal(json_string_value(json_object_get(json_object_get(err, "error"), "param")),
                         "tools[0].function.name");
     json_decref(err);

@@ -2,7 +2,8 @@
  * replay.c: bench_replay, the agent-replay benchmark's program (bench/README.md): writes
  * traces, replays one against any OpenAI-compatible server, and reports runs side by side.
  *
- *   bench_replay generate --shape agentic|chat|shared [--scale N] [--seed N] -o TRACE
+ *   bench_replay generate --shape agentic|chat|shared [--scale N] [--calls N] [--seed N]
+ *                         -o TRACE
  *   bench_replay run --trace TRACE --url http://HOST:PORT --label NAME -o RESULT.json
  *                    [--vocab LO,HI] [--max-output N] [--block-tokens N]
  *   bench_replay report --trace TRACE [--vocab LO,HI] RESULT.json...
@@ -319,7 +320,8 @@ static int report(const trace *t, int32_t lo, int32_t hi, int n_files, char **fi
 /* ---- main --------------------------------------------------------------------------------- */
 
 static const char usage[] =
-    "usage: bench_replay generate --shape agentic|chat|shared [--scale N] [--seed N] -o TRACE\n"
+    "usage: bench_replay generate --shape agentic|chat|shared [--scale N] [--calls N]\n"
+    "                             [--seed N] -o TRACE\n"
     "       bench_replay run --trace TRACE --url URL --label NAME -o RESULT.json\n"
     "                        [--vocab LO,HI] [--max-output N] [--block-tokens N]\n"
     "       bench_replay report --trace TRACE [--vocab LO,HI] [--block-tokens N] RESULT.json...\n"
@@ -334,7 +336,7 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1], *shape = NULL, *out = NULL, *trace_path = NULL, *url = NULL,
                *label = NULL;
-    int scale = 1, n_files = 0;
+    int scale = 1, calls = 0, n_files = 0;
     long long seed = 1;
     int32_t lo = 1000, hi = 150000, max_output = 0, block_tokens = 512;
     char **files = calloc((size_t)argc, sizeof *files);
@@ -344,6 +346,8 @@ int main(int argc, char **argv)
             shape = argv[++i];
         else if (strcmp(a, "--scale") == 0 && v)
             scale = atoi(argv[++i]);
+        else if (strcmp(a, "--calls") == 0 && v)
+            calls = atoi(argv[++i]);
         else if (strcmp(a, "--seed") == 0 && v)
             seed = atoll(argv[++i]);
         else if (strcmp(a, "-o") == 0 && v)
@@ -370,7 +374,7 @@ int main(int argc, char **argv)
     }
     int rc = 2;
     if (strcmp(cmd, "generate") == 0 && shape && out && scale > 0) {
-        rc = trace_generate(shape, scale, (uint64_t)seed, out) == 0 ? 0 : 1;
+        rc = trace_generate(shape, scale, calls, (uint64_t)seed, out) == 0 ? 0 : 1;
     } else if ((strcmp(cmd, "run") == 0 && trace_path && url && label && out) ||
                (strcmp(cmd, "report") == 0 && trace_path && n_files > 0)) {
         trace t;

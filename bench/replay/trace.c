@@ -258,9 +258,10 @@ static int32_t emit(gen *g, int32_t session, int32_t after, double delay_ms, con
     return g->next_id++;
 }
 
-static void agentic(gen *g, int scale)
+static void agentic(gen *g, int scale, int calls)
 {
-    const int roots = 3 * scale, calls = 8, sub_calls = 3;
+    const int roots = 3 * scale, sub_calls = 3;
+    calls = calls > 0 ? calls : 8;
     context system = {0};
     add_blocks(g, &system, SYSTEM_BLOCKS * BLOCK); /* ids 0..31, shared by every root */
     int32_t previous_root_end = -1, session = 0;
@@ -272,7 +273,7 @@ static void agentic(gen *g, int scale)
         int root_session = session++;
         for (int k = 0; k < calls; k++) {
             int32_t output = between(g, 50, 300);
-            bool fork = k == 2 || k == 5;
+            bool fork = k == 2 || k == 5; /* sub-agents fork at the third and sixth calls */
             int32_t id = emit(g, root_session, last, delay, &c, output);
             if (fork) /* sub-agents: the same moment, the same new context as call k */
                 for (int s = 0; s < 2; s++) {
@@ -300,9 +301,10 @@ static void agentic(gen *g, int scale)
     free(system.ids);
 }
 
-static void chat(gen *g, int scale)
+static void chat(gen *g, int scale, int turns)
 {
-    const int sessions = 4 * scale, turns = 6;
+    const int sessions = 4 * scale;
+    turns = turns > 0 ? turns : 6;
     context system = {0};
     add_blocks(g, &system, 4 * BLOCK);
     for (int s = 0; s < sessions; s++) {
@@ -321,8 +323,9 @@ static void chat(gen *g, int scale)
     free(system.ids);
 }
 
-static void shared(gen *g, int scale)
+static void shared(gen *g, int scale, int calls)
 {
+    (void)calls;
     const int groups = 6 * scale;
     double at = 0;
     for (int k = 0; k < groups; k++) {
@@ -339,9 +342,9 @@ static void shared(gen *g, int scale)
     }
 }
 
-int trace_generate(const char *shape, int scale, uint64_t seed, const char *path)
+int trace_generate(const char *shape, int scale, int calls, uint64_t seed, const char *path)
 {
-    void (*make)(gen *, int) = strcmp(shape, "agentic") == 0 ? agentic
+    void (*make)(gen *, int, int) = strcmp(shape, "agentic") == 0 ? agentic
                                : strcmp(shape, "chat") == 0  ? chat
                                : strcmp(shape, "shared") == 0 ? shared
                                                               : NULL;
@@ -356,6 +359,6 @@ int trace_generate(const char *shape, int scale, uint64_t seed, const char *path
     }
     fprintf(g.f, "{\"trace\": \"graft-replay\", \"shape\": \"%s\", \"block_tokens\": %d, "
             "\"seed\": %llu, \"scale\": %d}\n", shape, BLOCK, (unsigned long long)seed, scale);
-    make(&g, scale);
+    make(&g, scale, calls);
     return fclose(g.f) == 0 ? 0 : -1;
 }

@@ -1,0 +1,108 @@
+#!/bin/sh
+# bench/replay.sh: the agent-replay benchmark, every mode of graft serve and llama-server on
+# one trace, in one session, one after another; the report goes to stdout and to a dated
+# file under bench/results/ with the command, commit and CPU.
+#
+#   bench/replay.sh -m MODEL [--shape agentic|chat|shared] [--scale N] [--calls N]
+#                   [--threads N] [--ctx N] [--slots N] [--max-output N]
+#                   [--llama-server PATH] [--modes "off cache active wait"]
+#
+# Modes of graft serve: off (no prefix cache, no active reuse), cache (prefix cache only),
+# active (cache + taking running requests' prompts, no waiting), wait (cache + active +
+# waiting for a prefilling donor: the defaults). llama-server runs with its prompt cache
+# (cache_prompt, --cache-ram) and --slots parallel slots of --ctx positions each. Needs
+# build/release (graft, bench_replay); token ids are drawn inside the Qwen vocabulary.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+bin=${GRAFT_BIN:-$root/build/release/graft}
+replay=$root/build/release/bench_replay
+model= shape=agentic scale=1 calls=0 threads=2 ctx=8192 slots=4 max_output=0 llama=
+modes="off cache active wait"
+while [ $# -gt 0 ]; do
+    case $1 in
+    -m|--model) model=$2; shift 2 ;;
+    --shape) shape=$2; shift 2 ;;
+    --scale) scale=$2; shift 2 ;;
+    --calls) calls=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --ctx) ctx=$2; shift 2 ;;
+    --slots) slots=$2; shift 2 ;;
+    --max-output) max_output=$2; shift 2 ;;
+    --llama-server) llama=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
+    *) echo "replay.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+[ -n "$model" ] || { echo "replay.sh: -m MODEL is required" >&2; exit 2; }
+[ -x "$replay" ] || { echo "replay.sh: build/release/bench_replay is missing (make release)" >&2; exit 1; }
+
+work=$(mktemp -d)
+trace=$work/trace.jsonl
+"$replay" generate --shape "$shape" --scale "$scale" --calls "$calls" -o "$trace"
+
+# Waits for "listening on http://127.0.0.1:PORT" in a graft serve log; prints the port.
+graft_port() {
+    for _ in $(seq 1 6000); do
+        p=$(sed -n 's|^graft: listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$1")
+        [ -n "$p" ] && { echo "$p"; return 0; }
+        sleep 0.05
+    done
+    return 1
+}
+
+results=
+for mode in $modes; do
+    case $mode in
+    off) flags="--cache-entries 0 --active-reuse-min-tokens 0" ;;
+    cache) flags="--active-reuse-min-tokens 0" ;;
+    active) flags="--active-reuse-wait-ms 0" ;;
+    wait) flags="" ;;
+    *) echo "replay.sh: unknown mode $mode" >&2; exit 2 ;;
+    esac
+    log=$work/serve-$mode.log
+    # shellcheck disable=SC2086
+    "$bin" serve -m "$model" --port 0 --threads "$threads" --ctx "$ctx" --max-sessions "$slots" \
+        $flags 2>"$log" &
+    pid=$!
+    port=$(graft_port "$log") || { cat "$log" >&2; kill "$pid"; exit 1; }
+    echo "replay.sh: graft serve ($mode) on port $port" >&2
+    "$replay" run --trace "$trace" --url "http://127.0.0.1:$port" --label "graft $mode" \
+        --max-output "$max_output" -o "$work/$mode.json" || true
+    kill -TERM "$pid"
+    wait "$pid" || true
+    results="$results $work/$mode.json"
+done
+
+if [ -n "$llama" ]; then
+    port=$((20000 + $$ % 20000))
+    "$llama" -m "$model" --port "$port" -t "$threads" -c $((ctx * slots)) -np "$slots" \
+        --cache-ram 8192 >"$work/llama.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 1200); do
+        curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    echo "replay.sh: llama-server on port $port" >&2
+    "$replay" run --trace "$trace" --url "http://127.0.0.1:$port" --label "llama-server" \
+        --max-output "$max_output" -o "$work/llama.json" || true
+    kill -TERM "$pid"
+    wait "$pid" || true
+    results="$results $work/llama.json"
+fi
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+out=$root/bench/results/$(date +%Y-%m-%d)-replay-$shape.md
+{
+    echo "# Agent replay: $shape trace"
+    echo
+    echo "Command: \`bench/replay.sh -m $(basename "$model") --shape $shape --scale $scale --calls $calls --threads $threads --ctx $ctx --slots $slots --max-output $max_output${llama:+ --llama-server llama-server}\`"
+    echo "Commit $commit; CPU: $cpu, $(nproc) online; $(date -u +%Y-%m-%dT%H:%MZ)."
+    echo
+    # shellcheck disable=SC2086
+    "$replay" report --trace "$trace" $results
+} | tee "$out"
+echo "replay.sh: wrote $out" >&2
+rm -rf "$work"

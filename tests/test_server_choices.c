@@ -183,13 +183,15 @@ static void test_choices_streamed(void **state)
 /* ---- log-probabilities ------------------------------------------------------------------- */
 
 /* The completions API's shape: tokens that spell the text, offsets where each begins, the
- * sampled token's log-probability equal to the best alternative's under greedy. */
+ * sampled token's log-probability equal to the best alternative's under greedy; and the
+ * token ids return_tokens asks for. */
 static void test_logprobs_completions_shape(void **state)
 {
     (void)state;
     json_t *j = post("/v1/completions",
-                     json_pack("{s:s, s:i, s:f, s:i}", "prompt", "Once upon a time", "max_tokens",
-                               16, "temperature", 0.0, "logprobs", 3),
+                     json_pack("{s:s, s:i, s:f, s:i, s:b}", "prompt", "Once upon a time",
+                               "max_tokens", 16, "temperature", 0.0, "logprobs", 3,
+                               "return_tokens", 1),
                      200);
     json_t *c = json_array_get(json_object_get(j, "choices"), 0);
     const char *text = json_string_value(json_object_get(c, "text"));
@@ -220,6 +222,12 @@ static void test_logprobs_completions_shape(void **state)
         assert_true(json_number_value(json_object_get(top, t)) == l);
     }
     assert_int_equal(at, strlen(text));
+    /* return_tokens: the ids, which detokenize to the text */
+    json_t *ids = json_object_get(c, "tokens");
+    assert_int_equal(json_array_size(ids), 16);
+    json_t *detok = post("/detokenize", json_pack("{s:O}", "tokens", ids), 200);
+    assert_string_equal(json_string_value(json_object_get(detok, "content")), text);
+    json_decref(detok);
     json_decref(j);
 }
 

@@ -14,10 +14,11 @@
  * requests of different sessions (and forked sub-agents) run concurrently. Measured per
  * request: time to first token (the first event with text), end-to-end latency, the prompt
  * tokens the server says it computed and reused (graft's `graft` object, llama-server's
- * `timings` or usage.prompt_tokens_details.cached_tokens) and the output text. report: per
- * run TTFT p50/p90/p99, e2e p50, wall time, output tokens/s, prompt tokens computed and
- * their ratio to the trace's ideal, reuse by source, and whether every answer equals the
- * first run's. Timings are printed, never judged.
+ * `timings` or usage.prompt_tokens_details.cached_tokens), the output text and, where the
+ * server gives them (return_tokens), its token ids. report: per run TTFT p50/p90/p99, e2e
+ * p50, wall time, output tokens/s, prompt tokens computed and their ratio to the trace's
+ * ideal, reuse by source, and whether every answer equals the first run's (token ids when
+ * both runs have them, else text). Timings are printed, never judged.
  */
 #include <curl/curl.h>
 #include <jansson.h>
@@ -45,6 +46,7 @@ typedef struct outcome {
     char source[16];
     char *text;
     size_t text_len;
+    json_t *tokens; /* the output's token ids, when the server gives them */
     char *pending; /* SSE bytes not yet split into lines */
     size_t pending_len;
 } outcome;
@@ -81,6 +83,12 @@ static void on_event(outcome *o, const char *data, double t)
         o->text = realloc(o->text, o->text_len + n + 1);
         memcpy(o->text + o->text_len, text, n + 1);
         o->text_len += n;
+    }
+    json_t *ids = json_object_get(choice, "tokens");
+    if (json_is_array(ids)) {
+        if (o->tokens == NULL)
+            o->tokens = json_array();
+        json_array_extend(o->tokens, ids);
     }
     json_t *g = json_object_get(j, "graft"), *timings = json_object_get(j, "timings"),
            *usage = json_object_get(j, "usage");
@@ -145,6 +153,7 @@ static char *request_body(const replay *rp, const trace_request *r)
                              "prompt", ids, "max_tokens", (int)out, "temperature", 0.0,
                              "ignore_eos", 1, "stream", 1, "stream_options", "include_usage", 1,
                              "cache_prompt", 1);
+    json_object_set_new(body, "return_tokens", json_true());
     char *s = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     return s;
@@ -227,6 +236,9 @@ static int run(const trace *t, const char *url, const char *label, int32_t lo, i
                             (int)output_of(&rp, &t->requests[i]), "computed", (int)o->computed,
                             "reused", (int)o->reused, "source", o->source, "text",
                             o->text ? o->text : ""));
+        if (o->tokens != NULL)
+            json_object_set_new(json_array_get(reqs, json_array_size(reqs) - 1), "tokens",
+                                o->tokens);
         free(o->text);
     }
     json_t *result = json_pack("{s:s, s:s, s:f, s:o}", "label", label, "url", url, "wall_ms",
@@ -294,7 +306,9 @@ static int report(const trace *t, int32_t lo, int32_t hi, int n_files, char **fi
                 if (strcmp(src, names[k]) == 0)
                     by[k] += json_integer_value(json_object_get(r, "reused"));
             json_t *r0 = first ? json_array_get(json_object_get(first, "requests"), i) : r;
-            same += json_equal(json_object_get(r, "text"), json_object_get(r0, "text"));
+            json_t *ids = json_object_get(r, "tokens"), *ids0 = json_object_get(r0, "tokens");
+            same += ids && ids0 ? json_equal(ids, ids0)
+                                : json_equal(json_object_get(r, "text"), json_object_get(r0, "text"));
         }
         for (int k = 1; k < 6; k++)
             if (by[k] > 0)

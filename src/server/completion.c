@@ -348,11 +348,12 @@ static int start_choice(completion *c, choice *ch)
     ch->started = true;
     ch->cap_tokens = (size_t)c->max_new + 1;
     ch->token_start = malloc(ch->cap_tokens * sizeof *ch->token_start);
+    ch->token_ids = malloc(ch->cap_tokens * sizeof *ch->token_ids);
     if (c->width > 0)
         ch->logprobs = malloc(ch->cap_tokens * (size_t)c->width * sizeof *ch->logprobs);
     if (r->tools)
         ch->calls = json_array();
-    if (ch->token_start == NULL || (c->width > 0 && ch->logprobs == NULL) ||
+    if (ch->token_start == NULL || ch->token_ids == NULL || (c->width > 0 && ch->logprobs == NULL) ||
         (r->tools && ch->calls == NULL) || graft_detok_create(c->ctx->model, &ch->detok) != GRAFT_OK)
         return GRAFT_ENOMEM;
     ch->port = (graft__channel_port){&c->channel, ch->index, 0};
@@ -446,6 +447,7 @@ static bool pump(completion *c, int timeout_ms)
         const char *piece;
         size_t n;
         ch->token_start[ch->n_tokens] = ch->len;
+        ch->token_ids[ch->n_tokens] = entries[i].token;
         if (c->width > 0)
             memcpy(ch->logprobs + ch->n_tokens * (size_t)c->width, lp + i * (size_t)c->width,
                    (size_t)c->width * sizeof *lp);
@@ -539,6 +541,7 @@ static void finish_request(completion *c, graft__request_log *log)
         graft_detok_free(ch->detok);
         free(ch->text);
         free(ch->token_start);
+        free(ch->token_ids);
         free(ch->logprobs);
         json_decref(ch->calls);
     }

@@ -30,8 +30,10 @@ typedef struct choice {
     size_t len, cap, sent;   /* sent: bytes already given to the client */
     size_t n_tokens;
     size_t *token_start;     /* (cap_tokens) each token's first byte in text */
+    int32_t *token_ids;      /* (cap_tokens) the tokens */
     graft_token_logprob *logprobs; /* (cap_tokens x width) when asked for */
-    size_t cap_tokens, n_tokens_sent; /* n_tokens_sent: tokens whose logprobs went out */
+    size_t cap_tokens, n_tokens_sent; /* n_tokens_sent: tokens whose ids and logprobs went
+                                         out */
     bool stopped;            /* a stop string matched: text ends at len */
     const char *stop_word;
     bool done;

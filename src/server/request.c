@@ -8,7 +8,7 @@
  * repetition_penalty / repeat_penalty, presence_penalty, frequency_penalty, logit_bias,
  * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
  * and tool_choice (auto or none), stop, stream, stream_options.include_usage, ignore_eos,
- * session_id. A field of the wrong type or out of range is refused naming its JSON path.
+ * return_tokens, session_id. A field of the wrong type or out of range is refused naming its JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that
  * silently differs from what was asked is worse than a clear 400); unknown fields are
  * ignored, since SDKs send extras.
@@ -333,7 +333,8 @@ static int parse_flags(const json_t *body, graft__completion_request *r, char **
 {
     int rc;
     if ((rc = get_bool(body, "stream", &r->stream, param, message)) != GRAFT_OK ||
-        (rc = get_bool(body, "ignore_eos", &r->ignore_eos, param, message)) != GRAFT_OK)
+        (rc = get_bool(body, "ignore_eos", &r->ignore_eos, param, message)) != GRAFT_OK ||
+        (rc = get_bool(body, "return_tokens", &r->return_tokens, param, message)) != GRAFT_OK)
         return rc;
     const json_t *so = json_object_get(body, "stream_options");
     if (so != NULL && !json_is_null(so)) {

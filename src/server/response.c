@@ -4,9 +4,10 @@
  * llama-server's for POST /completion, with graft's own object (where the prompt came
  * from, tokens reused and computed, times).
  *
- * Log-probabilities go with the text they produced: a chunk carries the tokens whose text
- * begins in it; the final one carries the rest (tokens that only made text a stop string
- * cut are dropped with it). A token is shown as the text it decodes to on its own.
+ * Log-probabilities (and token ids, asked for with return_tokens) go with the text they
+ * produced: a chunk carries the tokens whose text begins in it; the final one carries the
+ * rest (tokens that only made text a stop string cut are dropped with it). A token is shown
+ * as the text it decodes to on its own.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,12 +220,15 @@ json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, 
         json_object_set_new(j, "text", content);
     }
     size_t to = tokens_upto(ch, upto, final);
-    if (c->req.logprobs) {
-        json_object_set_new(j, "logprobs", logprobs_json(c, ch, ch->n_tokens_sent, to));
-        ch->n_tokens_sent = to;
-    } else {
-        json_object_set_new(j, "logprobs", json_null());
+    json_object_set_new(j, "logprobs", c->req.logprobs ? logprobs_json(c, ch, ch->n_tokens_sent, to)
+                                                       : json_null());
+    if (c->req.return_tokens) {
+        json_t *ids = json_array();
+        for (size_t t = ch->n_tokens_sent; t < to; t++)
+            json_array_append_new(ids, json_integer(ch->token_ids[t]));
+        json_object_set_new(j, "tokens", ids);
     }
+    ch->n_tokens_sent = to;
     const char *finish = final ? graft__choice_finish_reason(ch) : NULL;
     json_object_set_new(j, "finish_reason", finish ? json_string(finish) : json_null());
     return j;

@@ -154,6 +154,7 @@ typedef struct graft__completion_request {
     bool logprobs;          /* report each token's log-probability ... */
     int32_t top_logprobs;   /* ... and the most likely tokens' */
     bool tools;             /* chat with tools (tool_choice not "none"): tool calls parsed */
+    bool return_tokens;     /* each choice also gives its token ids (llama-server's field) */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad

@@ -807,6 +807,37 @@ static void test_llama_completion(void **state)
     graft_test_response_free(&st);
 }
 
+/* A pool of 10 KV blocks: an idle named session holding 7 of them is closed when a request
+ * needs 8 and the prefix cache had nothing to give; the request is answered, not refused. */
+static void test_named_sessions_give_kv_back(void **state)
+{
+    (void)state;
+    const char *args[] = {"--ctx", "256", "--kv-mem", "200K", NULL};
+    server s = graft_test_start_server(args);
+    assert_int_equal(graft_test_metric(&s, "graft_kv_blocks_total"), 10);
+    response r = graft_test_request(&s, "POST", "/v1/completions",
+                                    "{\"prompt\": \"Once upon a time\", \"max_tokens\": 180, "
+                                    "\"temperature\": 0, \"ignore_eos\": true, \"session_id\": "
+                                    "\"conv1\"}");
+    free(graft_test_completion_text(&r));
+    graft_test_response_free(&r);
+    assert_int_equal(graft_test_metric(&s, "graft_named_sessions"), 1);
+    assert_true(graft_test_metric(&s, "graft_kv_blocks_free") < 8);
+    r = graft_test_request(&s, "POST", "/v1/completions",
+                           "{\"prompt\": \"The dog ran\", \"max_tokens\": 200, \"temperature\": 0, "
+                           "\"ignore_eos\": true}");
+    free(graft_test_completion_text(&r));
+    graft_test_response_free(&r);
+    assert_int_equal(graft_test_metric(&s, "graft_named_sessions_reclaimed_total"), 1);
+    assert_int_equal(graft_test_metric(&s, "graft_named_sessions"), 0);
+    r = graft_test_request(&s, "GET", "/v1/sessions", NULL);
+    json_t *list = graft_test_json_of(&r);
+    assert_int_equal(json_array_size(json_object_get(list, "data")), 0);
+    json_decref(list);
+    graft_test_response_free(&r);
+    assert_int_equal(graft_test_stop_server(&s), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -827,6 +858,7 @@ int main(void)
         cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_queue_limit_and_drain),
         cmocka_unit_test(test_load_with_disconnects),
+        cmocka_unit_test(test_named_sessions_give_kv_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -36,6 +36,7 @@ struct graft__server {
     graft__server_metrics metrics;
     graft__session_store sessions;
     graft__donors donors;
+    bool reclaim_added; /* the named sessions' reclaim hook is registered */
     atomic_bool ready;
     pthread_mutex_t mu; /* guards running, queued and the waits on cv */
     pthread_cond_t cv;
@@ -232,7 +233,7 @@ static void route_metrics(graft__server *s, graft__reply *reply)
 {
     reply->status = 200;
     reply->body = graft__metrics_text(&s->metrics, s->ctx.engine, s->ctx.cache, &s->donors,
-                                      &reply->len);
+                                      &s->sessions, &reply->len);
     reply->content_type = "text/plain; version=0.0.4";
 }
 
@@ -653,6 +654,8 @@ void graft__server_set_ready(graft__server *s, graft_model *model, graft_engine 
     s->ctx.cache = cache;
     s->ctx.max_context = cfg.options.max_context;
     s->ctx.chat = chat;
+    s->reclaim_added = graft_engine_reclaim_add(engine, graft__sessions_reclaim, &s->sessions) ==
+                       GRAFT_OK;
     atomic_store(&s->ready, true);
 }
 
@@ -680,6 +683,8 @@ void graft__server_stop(graft__server *s)
         nanosleep(&ts, NULL);
     }
     MHD_stop_daemon(s->daemon);
+    if (s->reclaim_added)
+        graft_engine_reclaim_remove(s->ctx.engine, graft__sessions_reclaim, &s->sessions);
     graft__donors_free(&s->donors);
     graft__sessions_store_free(&s->sessions);
     pthread_cond_destroy(&s->cv);

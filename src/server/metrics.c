@@ -96,7 +96,8 @@ static void donor_metrics(text *t, graft__donors *d)
 }
 
 char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
-                          graft_prefix_cache *cache, graft__donors *donors, size_t *len)
+                          graft_prefix_cache *cache, graft__donors *donors,
+                          graft__session_store *sessions, size_t *len)
 {
     text t = {0};
     put(&t, "# HELP graft_requests_total HTTP requests by endpoint and status class\n"
@@ -170,6 +171,13 @@ char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
         counter(&t, "cache_evictions_total", "prefix cache snapshots evicted", cs.evictions);
     }
     donor_metrics(&t, donors);
+    pthread_mutex_lock(&sessions->mu);
+    long long named = sessions->count;
+    unsigned long long reclaimed = sessions->reclaimed;
+    pthread_mutex_unlock(&sessions->mu);
+    gauge(&t, "named_sessions", "named sessions kept", named);
+    counter(&t, "named_sessions_reclaimed_total",
+            "idle named sessions closed to give KV back to a waiting request", reclaimed);
     *len = t.len;
     return t.buf;
 }

@@ -190,6 +190,8 @@ typedef struct graft__session_store {
     graft__named *head;
     int32_t count, max;
     uint64_t ttl_ns;
+    uint64_t reclaim_seen_ns; /* the reclaim hook's last call */
+    uint64_t reclaimed;       /* entries closed to give KV back */
 } graft__session_store;
 
 int graft__sessions_store_init(graft__session_store *st, int32_t max, int32_t ttl_s);
@@ -207,6 +209,9 @@ void graft__sessions_release(graft__session_store *st, graft__named *entry,
 /* Closes the entry (once its running requests end). GRAFT_ENOTFOUND when there is none for
  * this owner. */
 int graft__sessions_delete(graft__session_store *st, const char *id, const char *owner);
+/* graft_reclaim_cb, user the store: closes least recently used idle entries when a
+ * generation still waits for KV a step after the first call. */
+void graft__sessions_reclaim(graft_engine *engine, int64_t bytes_short, void *user);
 /* The owner's entries: [{id, tokens, busy, idle_s}]. */
 json_t *graft__sessions_list(graft__session_store *st, const char *owner);
 
@@ -274,7 +279,8 @@ typedef struct graft__server_metrics {
 void graft__metrics_ttft(graft__server_metrics *m, uint64_t ns);
 /* The Prometheus text (to free), engine and cache figures included. */
 char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
-                          graft_prefix_cache *cache, graft__donors *donors, size_t *len);
+                          graft_prefix_cache *cache, graft__donors *donors,
+                          graft__session_store *sessions, size_t *len);
 
 /* ---- http.c: what completion.c needs of the server ----------------------------------------- */
 

@@ -13,8 +13,15 @@
  * least recently used idle one is closed when the store is full. With an API key, an entry
  * belongs to the key that created it.
  *
+ * Under KV pressure the store gives KV back too (a reclaim hook, graft__sessions_reclaim):
+ * when a generation still waits for room a step after the prefix cache was asked (its
+ * snapshots are cheaper to lose than a conversation), the least recently used idle entries
+ * are closed until what they held alone covers the shortfall.
+ *
  * Locking: store->mu guards the list and every entry's fields; it is never held while
- * calling the engine (an entry being handed over is busy, so nobody else touches it).
+ * calling the engine but for calls that do not block (an entry being handed over is busy,
+ * so nobody else touches it), which is what lets the reclaim hook take it on the engine
+ * thread.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +178,34 @@ void graft__sessions_release(graft__session_store *st, graft__named *e, graft_se
     pthread_mutex_unlock(&st->mu);
     if (gone)
         entry_free(e);
+}
+
+void graft__sessions_reclaim(graft_engine *engine, int64_t bytes_short, void *user)
+{
+    graft__session_store *st = user;
+    pthread_mutex_lock(&st->mu);
+    uint64_t now = now_ns();
+    /* the first call of a shortage only marks it: the prefix cache gives back first */
+    bool again = st->reclaim_seen_ns != 0 && now - st->reclaim_seen_ns < 1000000000u;
+    st->reclaim_seen_ns = now;
+    int64_t given = 0;
+    while (again && given < bytes_short) {
+        graft__named *oldest = NULL;
+        for (graft__named *e = st->head; e != NULL; e = e->next)
+            if (!e->busy && e->next_ticket == e->serving && e->session != NULL &&
+                (oldest == NULL || e->last_used_ns < oldest->last_used_ns))
+                oldest = e;
+        if (oldest == NULL)
+            break;
+        int64_t alone = 0;
+        graft_session *one[1] = {oldest->session};
+        if (graft_engine_kv_exclusive_bytes(engine, one, 1, &alone) == GRAFT_OK)
+            given += alone;
+        unlink_entry(st, oldest);
+        entry_free(oldest);
+        st->reclaimed++;
+    }
+    pthread_mutex_unlock(&st->mu);
 }
 
 int graft__sessions_delete(graft__session_store *st, const char *id, const char *owner)

@@ -11,7 +11,8 @@
 # active (cache + taking running requests' prompts, no waiting), wait (cache + active +
 # waiting for a prefilling donor: the defaults). llama-server runs with its prompt cache
 # (cache_prompt, --cache-ram) and --slots parallel slots of --ctx positions each. Needs
-# build/release (graft, bench_replay); token ids are drawn inside the Qwen vocabulary.
+# build/release (graft, bench_replay); token ids are drawn inside the Qwen vocabulary. With
+# gnuplot (Debian's gnuplot-nox) the TTFT CDF of every run goes to a PNG beside the report.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -102,7 +103,23 @@ out=$root/bench/results/$(date +%Y-%m-%d)-replay-$shape.md
     echo "Commit $commit; CPU: $cpu, $(nproc) online; $(date -u +%Y-%m-%dT%H:%MZ)."
     echo
     # shellcheck disable=SC2086
-    "$replay" report --trace "$trace" $results
+    "$replay" report --trace "$trace" --cdf "$work/cdf" $results
+    if command -v gnuplot >/dev/null; then
+        echo
+        echo "![TTFT CDF]($(basename "${out%.md}")-ttft.png)"
+    fi
 } | tee "$out"
 echo "replay.sh: wrote $out" >&2
+# The TTFT CDF of every run in one PNG beside the report (gnuplot, Debian's gnuplot-nox).
+if command -v gnuplot >/dev/null; then
+    plots=
+    for f in "$work"/cdf-*.dat; do
+        title=$(sed -n '1s/^# //p' "$f")
+        plots="$plots${plots:+, }'$f' using 1:2 with steps title '$title'"
+    done
+    gnuplot -e "set terminal png size 900,540; set output '${out%.md}-ttft.png';
+        set logscale x; set xlabel 'time to first token (ms)'; set ylabel 'fraction of requests';
+        set key bottom right; set title 'TTFT CDF: $shape trace'; plot $plots"
+    echo "replay.sh: wrote ${out%.md}-ttft.png" >&2
+fi
 rm -rf "$work"

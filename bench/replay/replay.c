@@ -6,7 +6,7 @@
  *                         -o TRACE
  *   bench_replay run --trace TRACE --url http://HOST:PORT --label NAME -o RESULT.json
  *                    [--vocab LO,HI] [--max-output N] [--block-tokens N]
- *   bench_replay report --trace TRACE [--vocab LO,HI] RESULT.json...
+ *   bench_replay report --trace TRACE [--vocab LO,HI] [--cdf PREFIX] RESULT.json...
  *
  * run: every request of the trace as POST /v1/completions with its prompt as token ids (so
  * every server sees the same tokens), greedy, its output length with the end of generation
@@ -18,7 +18,8 @@
  * server gives them (return_tokens), its token ids. report: per run TTFT p50/p90/p99, e2e
  * p50, wall time, output tokens/s, prompt tokens computed and their ratio to the trace's
  * ideal, reuse by source, and whether every answer equals the first run's (token ids when
- * both runs have them, else text). Timings are printed, never judged.
+ * both runs have them, else text); with --cdf, each run's TTFT distribution as a data file
+ * for a plot. Timings are printed, never judged.
  */
 #include <curl/curl.h>
 #include <jansson.h>
@@ -269,7 +270,23 @@ static double percentile(double *v, size_t n, double p)
     return n ? v[k < n ? k : n - 1] : 0;
 }
 
-static int report(const trace *t, int32_t lo, int32_t hi, int n_files, char **files)
+/* Writes the TTFT CDF of run k to PREFIX-k.dat: "ttft_ms fraction" per request, sorted. */
+static void write_cdf(const char *prefix, int k, const char *label, double *ttft, size_t n)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s-%d.dat", prefix, k);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return;
+    fprintf(f, "# %s\n", label);
+    qsort(ttft, n, sizeof *ttft, cmp_double);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%.3f %.4f\n", ttft[i], (double)(i + 1) / (double)n);
+    fclose(f);
+}
+
+static int report(const trace *t, int32_t lo, int32_t hi, int n_files, char **files,
+                  const char *cdf_prefix)
 {
     int64_t ideal = trace_ideal(t, lo, hi);
     printf("Trace: %s, %d requests, ideal prompt tokens computed %lld.\n\n", t->shape, (int)t->n,
@@ -315,6 +332,8 @@ static int report(const trace *t, int32_t lo, int32_t hi, int n_files, char **fi
                 snprintf(sources + strlen(sources), sizeof sources - strlen(sources), "%s%s %lld",
                          sources[0] ? ", " : "", names[k], by[k]);
         double wall = json_number_value(json_object_get(j, "wall_ms")) / 1e3;
+        if (cdf_prefix != NULL)
+            write_cdf(cdf_prefix, f, json_string_value(json_object_get(j, "label")), ttft, n);
         printf("| %s | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f | %lld | %.2f | %s | %zu/%zu |\n",
                json_string_value(json_object_get(j, "label")), percentile(ttft, n, 0.5),
                percentile(ttft, n, 0.9), percentile(ttft, n, 0.99), percentile(e2e, n, 0.5), wall,
@@ -338,7 +357,8 @@ static const char usage[] =
     "                             [--seed N] -o TRACE\n"
     "       bench_replay run --trace TRACE --url URL --label NAME -o RESULT.json\n"
     "                        [--vocab LO,HI] [--max-output N] [--block-tokens N]\n"
-    "       bench_replay report --trace TRACE [--vocab LO,HI] [--block-tokens N] RESULT.json...\n"
+    "       bench_replay report --trace TRACE [--vocab LO,HI] [--block-tokens N]\n"
+    "                           [--cdf PREFIX] RESULT.json...\n"
     "Token ids of the prompts are drawn from [LO, HI) (default 1000,150000: inside the Qwen\n"
     "vocabulary); --max-output caps each request's output length (default: the trace's).\n";
 
@@ -349,7 +369,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1], *shape = NULL, *out = NULL, *trace_path = NULL, *url = NULL,
-               *label = NULL;
+               *label = NULL, *cdf = NULL;
     int scale = 1, calls = 0, n_files = 0;
     long long seed = 1;
     int32_t lo = 1000, hi = 150000, max_output = 0, block_tokens = 512;
@@ -372,6 +392,8 @@ int main(int argc, char **argv)
             url = argv[++i];
         else if (strcmp(a, "--label") == 0 && v)
             label = argv[++i];
+        else if (strcmp(a, "--cdf") == 0 && v)
+            cdf = argv[++i];
         else if (strcmp(a, "--max-output") == 0 && v)
             max_output = atoi(argv[++i]);
         else if (strcmp(a, "--block-tokens") == 0 && v)
@@ -398,7 +420,7 @@ int main(int argc, char **argv)
         }
         curl_global_init(CURL_GLOBAL_DEFAULT);
         rc = cmd[0] == 'r' && cmd[1] == 'u' ? run(&t, url, label, lo, hi, max_output, out)
-                                            : report(&t, lo, hi, n_files, files);
+                                            : report(&t, lo, hi, n_files, files, cdf);
         curl_global_cleanup();
         trace_free(&t);
     } else {

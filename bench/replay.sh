@@ -3,7 +3,7 @@
 # one trace, in one session, one after another; the report goes to stdout and to a dated
 # file under bench/results/ with the command, commit and CPU.
 #
-#   bench/replay.sh -m MODEL [--shape agentic|chat|shared] [--scale N] [--calls N]
+#   bench/replay.sh -m MODEL [--shape agentic|chat|shared] [--sessions N] [--calls N] [--gap-ms N]
 #                   [--threads N] [--ctx N] [--slots N] [--max-output N]
 #                   [--llama-server PATH] [--modes "off cache active wait"]
 #
@@ -19,13 +19,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 bin=${GRAFT_BIN:-$root/build/release/graft}
 replay=$root/build/release/bench_replay
-model= shape=agentic scale=1 calls=0 threads=2 ctx=8192 slots=4 max_output=0 llama=
+model= shape=agentic sessions=0 calls=0 gap=0 threads=2 ctx=8192 slots=4 max_output=0 llama=
 modes="off cache active wait"
 while [ $# -gt 0 ]; do
     case $1 in
     -m|--model) model=$2; shift 2 ;;
     --shape) shape=$2; shift 2 ;;
-    --scale) scale=$2; shift 2 ;;
+    --sessions) sessions=$2; shift 2 ;;
+    --gap-ms) gap=$2; shift 2 ;;
     --calls) calls=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --ctx) ctx=$2; shift 2 ;;
@@ -41,7 +42,8 @@ done
 
 work=$(mktemp -d)
 trace=$work/trace.jsonl
-"$replay" generate --shape "$shape" --scale "$scale" --calls "$calls" -o "$trace"
+"$replay" generate --shape "$shape" --sessions "$sessions" --calls "$calls" --gap-ms "$gap" \
+    -o "$trace"
 
 # Waits for "listening on http://127.0.0.1:PORT" in a graft serve log; prints the port.
 graft_port() {
@@ -99,7 +101,7 @@ out=$root/bench/results/$(date +%Y-%m-%d)-replay-$shape.md
 {
     echo "# Agent replay: $shape trace"
     echo
-    echo "Command: \`bench/replay.sh -m $(basename "$model") --shape $shape --scale $scale --calls $calls --threads $threads --ctx $ctx --slots $slots --max-output $max_output${llama:+ --llama-server llama-server}\`"
+    echo "Command: \`bench/replay.sh -m $(basename "$model") --shape $shape --sessions $sessions --calls $calls --gap-ms $gap --threads $threads --ctx $ctx --slots $slots --max-output $max_output${llama:+ --llama-server llama-server}\`"
     echo "Commit $commit; CPU: $cpu, $(nproc) online; $(date -u +%Y-%m-%dT%H:%MZ)."
     echo
     # shellcheck disable=SC2086

@@ -2,8 +2,8 @@
  * replay.c: bench_replay, the agent-replay benchmark's program (bench/README.md): writes
  * traces, replays one against any OpenAI-compatible server, and reports runs side by side.
  *
- *   bench_replay generate --shape agentic|chat|shared [--scale N] [--calls N] [--seed N]
- *                         -o TRACE
+ *   bench_replay generate --shape agentic|chat|shared [--sessions N] [--calls N]
+ *                         [--gap-ms N] [--seed N] -o TRACE
  *   bench_replay run --trace TRACE --url http://HOST:PORT --label NAME -o RESULT.json
  *                    [--vocab LO,HI] [--max-output N] [--block-tokens N]
  *   bench_replay report --trace TRACE [--vocab LO,HI] [--cdf PREFIX] RESULT.json...
@@ -353,8 +353,8 @@ static int report(const trace *t, int32_t lo, int32_t hi, int n_files, char **fi
 /* ---- main --------------------------------------------------------------------------------- */
 
 static const char usage[] =
-    "usage: bench_replay generate --shape agentic|chat|shared [--scale N] [--calls N]\n"
-    "                             [--seed N] -o TRACE\n"
+    "usage: bench_replay generate --shape agentic|chat|shared [--sessions N] [--calls N]\n"
+    "                             [--gap-ms N] [--seed N] -o TRACE\n"
     "       bench_replay run --trace TRACE --url URL --label NAME -o RESULT.json\n"
     "                        [--vocab LO,HI] [--max-output N] [--block-tokens N]\n"
     "       bench_replay report --trace TRACE [--vocab LO,HI] [--block-tokens N]\n"
@@ -370,7 +370,8 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1], *shape = NULL, *out = NULL, *trace_path = NULL, *url = NULL,
                *label = NULL, *cdf = NULL;
-    int scale = 1, calls = 0, n_files = 0;
+    int sessions = 0, calls = 0, n_files = 0;
+    double gap_ms = 0;
     long long seed = 1;
     int32_t lo = 1000, hi = 150000, max_output = 0, block_tokens = 512;
     char **files = calloc((size_t)argc, sizeof *files);
@@ -378,8 +379,10 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--shape") == 0 && v)
             shape = argv[++i];
-        else if (strcmp(a, "--scale") == 0 && v)
-            scale = atoi(argv[++i]);
+        else if (strcmp(a, "--sessions") == 0 && v)
+            sessions = atoi(argv[++i]);
+        else if (strcmp(a, "--gap-ms") == 0 && v)
+            gap_ms = atof(argv[++i]);
         else if (strcmp(a, "--calls") == 0 && v)
             calls = atoi(argv[++i]);
         else if (strcmp(a, "--seed") == 0 && v)
@@ -409,8 +412,8 @@ int main(int argc, char **argv)
         }
     }
     int rc = 2;
-    if (strcmp(cmd, "generate") == 0 && shape && out && scale > 0) {
-        rc = trace_generate(shape, scale, calls, (uint64_t)seed, out) == 0 ? 0 : 1;
+    if (strcmp(cmd, "generate") == 0 && shape && out && sessions >= 0 && calls >= 0) {
+        rc = trace_generate(shape, sessions, calls, gap_ms, (uint64_t)seed, out) == 0 ? 0 : 1;
     } else if ((strcmp(cmd, "run") == 0 && trace_path && url && label && out) ||
                (strcmp(cmd, "report") == 0 && trace_path && n_files > 0)) {
         trace t;

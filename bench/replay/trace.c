@@ -13,7 +13,7 @@
  *            message and the previous answer, a few seconds of reading between turns.
  *   shared   groups of four requests sharing a 2048-token prefix nobody computed before,
  *            each with its own question, arriving within 100 ms; groups arrive as a
- *            Poisson process.
+ *            Poisson process (4 s apart on average unless told).
  * Lengths are whole blocks (64 tokens), so a prompt is exactly its blocks.
  */
 #include "trace.h"
@@ -208,6 +208,7 @@ typedef struct gen {
     uint64_t rng;
     int64_t next_block;
     int32_t next_id;
+    double gap_ms; /* shared: mean time between groups */
 } gen;
 
 static double unit(gen *g)
@@ -258,9 +259,10 @@ static int32_t emit(gen *g, int32_t session, int32_t after, double delay_ms, con
     return g->next_id++;
 }
 
-static void agentic(gen *g, int scale, int calls)
+static void agentic(gen *g, int roots, int calls)
 {
-    const int roots = 3 * scale, sub_calls = 3;
+    const int sub_calls = 3;
+    roots = roots > 0 ? roots : 3;
     calls = calls > 0 ? calls : 8;
     context system = {0};
     add_blocks(g, &system, SYSTEM_BLOCKS * BLOCK); /* ids 0..31, shared by every root */
@@ -301,9 +303,9 @@ static void agentic(gen *g, int scale, int calls)
     free(system.ids);
 }
 
-static void chat(gen *g, int scale, int turns)
+static void chat(gen *g, int sessions, int turns)
 {
-    const int sessions = 4 * scale;
+    sessions = sessions > 0 ? sessions : 4;
     turns = turns > 0 ? turns : 6;
     context system = {0};
     add_blocks(g, &system, 4 * BLOCK);
@@ -323,10 +325,10 @@ static void chat(gen *g, int scale, int turns)
     free(system.ids);
 }
 
-static void shared(gen *g, int scale, int calls)
+static void shared(gen *g, int groups, int calls)
 {
     (void)calls;
-    const int groups = 6 * scale;
+    groups = groups > 0 ? groups : 6;
     double at = 0;
     for (int k = 0; k < groups; k++) {
         context prefix = {0};
@@ -337,12 +339,13 @@ static void shared(gen *g, int scale, int calls)
             emit(g, k * 4 + m, -1, at + between(g, 0, 100), &c, between(g, 32, 64));
             free(c.ids);
         }
-        at += -log(1.0 - unit(g)) * 4000.0; /* Poisson arrivals, a group each 4 s on average */
+        at += -log(1.0 - unit(g)) * g->gap_ms; /* Poisson arrivals, gap_ms apart on average */
         free(prefix.ids);
     }
 }
 
-int trace_generate(const char *shape, int scale, int calls, uint64_t seed, const char *path)
+int trace_generate(const char *shape, int sessions, int calls, double gap_ms, uint64_t seed,
+                   const char *path)
 {
     void (*make)(gen *, int, int) = strcmp(shape, "agentic") == 0 ? agentic
                                : strcmp(shape, "chat") == 0  ? chat
@@ -352,13 +355,14 @@ int trace_generate(const char *shape, int scale, int calls, uint64_t seed, const
         fprintf(stderr, "replay: unknown shape '%s' (agentic, chat, shared)\n", shape);
         return -1;
     }
-    gen g = {fopen(path, "w"), seed ? seed : 1, 0, 0};
+    gen g = {fopen(path, "w"), seed ? seed : 1, 0, 0, gap_ms > 0 ? gap_ms : 4000.0};
     if (g.f == NULL) {
         fprintf(stderr, "replay: cannot write %s\n", path);
         return -1;
     }
     fprintf(g.f, "{\"trace\": \"graft-replay\", \"shape\": \"%s\", \"block_tokens\": %d, "
-            "\"seed\": %llu, \"scale\": %d}\n", shape, BLOCK, (unsigned long long)seed, scale);
-    make(&g, scale, calls);
+            "\"seed\": %llu, \"sessions\": %d, \"calls\": %d}\n", shape, BLOCK,
+            (unsigned long long)seed, sessions, calls);
+    make(&g, sessions, calls);
     return fclose(g.f) == 0 ? 0 : -1;
 }

@@ -38,10 +38,12 @@ typedef struct trace {
 int trace_read(const char *path, int32_t default_block_tokens, trace *out);
 void trace_free(trace *t);
 
-/* The shapes the generator writes: "agentic", "chat", "shared". `scale` multiplies the
- * number of sessions (1: the default size); `calls` is the calls per root agent or the
- * turns per chat (0: 8 and 6). 0, or -1 (unknown shape, cannot write). */
-int trace_generate(const char *shape, int scale, int calls, uint64_t seed, const char *path);
+/* The shapes the generator writes: "agentic", "chat", "shared". `sessions` is the number of
+ * root agents, chats or groups (0: 3, 4 and 6); `calls` the calls per root agent or turns
+ * per chat (0: 8 and 6); gap_ms the mean time between shared-prefix groups (0: 4000). 0,
+ * or -1 (unknown shape, cannot write). */
+int trace_generate(const char *shape, int sessions, int calls, double gap_ms, uint64_t seed,
+                   const char *path);
 
 /* The prompt of request r as token ids in [lo, hi) (to free); *n receives its length. */
 int32_t *trace_tokens(const trace *t, const trace_request *r, int32_t lo, int32_t hi, size_t *n);

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "graft.h"
+#include "util/util.h"
 
 static double now_us(void)
 {
@@ -29,26 +30,6 @@ static int by_value(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)n + 1);
-    if (data == NULL || fread(data, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(data);
-        return NULL;
-    }
-    fclose(f);
-    data[n] = '\0';
-    *len = (size_t)n;
-    return data;
 }
 
 /* The 50-message conversation as JSON (malloc'd). */
@@ -114,7 +95,7 @@ int main(int argc, char **argv)
     if (reps < 1)
         reps = 1;
     size_t len;
-    char *text = slurp(path, &len);
+    char *text = graft__read_file(path, &len);
     char *vars = conversation();
     if (text == NULL || vars == NULL) {
         fprintf(stderr, "bench_template: cannot read %s\n", path);

@@ -27,28 +27,11 @@
 #include <unistd.h>
 
 #include "graft.h"
+#include "util/util.h"
 
 #define ORACLE_PYTHON "/usr/bin/python3"
 #define FIXED_NOW "1767225600" /* 2026-01-01 00:00:00 UTC */
 #define MAX_FILES 256
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)n + 1);
-    assert_non_null(data);
-    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    data[n] = '\0';
-    if (len)
-        *len = (size_t)n;
-    return data;
-}
 
 static int by_name(const void *a, const void *b)
 {
@@ -111,7 +94,7 @@ static bool compare_pair(const char *tname, const char *iname, const char *expec
     const char *src = getenv("GRAFT_SOURCE_DIR");
     snprintf(input_path, sizeof input_path, "%s/tests/template_corpus/%s.json", src, iname);
     size_t input_len;
-    char *input = slurp(input_path, &input_len);
+    char *input = graft__read_file(input_path, &input_len);
     assert_non_null(input);
     char *out = NULL, *err = NULL;
     size_t out_len = 0;
@@ -124,7 +107,7 @@ static bool compare_pair(const char *tname, const char *iname, const char *expec
     bool ok = true;
     snprintf(path, sizeof path, "%s.out", expect_base);
     size_t want_len;
-    char *want = slurp(path, &want_len);
+    char *want = graft__read_file(path, &want_len);
     if (want != NULL) {
         if (rc != GRAFT_OK) {
             printf("DIFFER %s × %s: jinja2 renders, graft fails: %s\n", tname, iname,
@@ -142,7 +125,7 @@ static bool compare_pair(const char *tname, const char *iname, const char *expec
         }
     } else {
         snprintf(path, sizeof path, "%s.err", expect_base);
-        want = slurp(path, &want_len);
+        want = graft__read_file(path, &want_len);
         if (want == NULL)
             fail_msg("the oracle wrote nothing for %s × %s", tname, iname);
         if (rc == GRAFT_OK) {
@@ -221,7 +204,7 @@ static void test_oracle_corpus(void **state)
     for (int t = 0; t < nt; t++) {
         snprintf(path, sizeof path, "%s/%s.jinja", tdir, tnames[t]);
         size_t len;
-        char *text = slurp(path, &len);
+        char *text = graft__read_file(path, &len);
         assert_non_null(text);
         graft_template *tmpl = NULL;
         char *parse_err = NULL;

@@ -1,9 +1,17 @@
 /*
  * models.c: the models tests run on and their cold references (models.h).
  */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include <stdio.h>
+#include <string.h>
 
 #include "fixtures.h"
+#include "gguf/gguf.h"
 #include "models.h"
 
 graft_model *graft_test_load_model(const char *rel)
@@ -60,4 +68,40 @@ int graft_test_run(graft_session *s, const int32_t *tokens, int32_t n, int32_t m
     rc = graft_generation_wait(gen);
     graft_generation_free(gen);
     return rc;
+}
+
+static void check_loaded(const char *label, graft_model *m, graft_test_model_check check)
+{
+    if (m == NULL)
+        fail_msg("%s: cannot be written or loaded", label);
+    check(label, m);
+    graft_model_free(m);
+}
+
+void graft_test_each_parity_model(const char *prefix, graft_test_model_check check)
+{
+    static const char *const files[] = {GRAFT_TEST_STORIES_ALL};
+    char label[64], file[128];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        const char *type = strchr(files[i], '-'); /* derived/stories260K-<type>.gguf */
+        if (type == NULL)
+            snprintf(label, sizeof label, "stories260K F32");
+        else
+            snprintf(label, sizeof label, "stories260K %.*s", (int)strcspn(type + 1, "."),
+                     type + 1);
+        check_loaded(label, graft_test_load_model(files[i]), check);
+    }
+    static const char *const archs[] = {"qwen3", "gemma3"};
+    static const struct {
+        int type;
+        const char *name;
+    } types[] = {{GRAFT_TYPE_F32, "F32"}, {GRAFT_TYPE_Q8_0, "Q8_0"}};
+    for (size_t a = 0; a < 2; a++) {
+        for (size_t t = 0; t < 2; t++) {
+            snprintf(file, sizeof file, "%s-%s-%s.gguf", prefix, archs[a], types[t].name);
+            snprintf(label, sizeof label, "synth %s tiny %s", archs[a], types[t].name);
+            check_loaded(label, graft_test_synth_model(archs[a], "tiny", types[t].type, 5, file),
+                         check);
+        }
+    }
 }

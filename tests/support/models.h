@@ -27,4 +27,11 @@ graft_generate_config graft_test_greedy(int32_t max_new);
  * its status. */
 int graft_test_run(graft_session *s, const int32_t *tokens, int32_t n, int32_t max_new);
 
+/* The models the parity tables run on: every stories260K file (GRAFT_TEST_STORIES_ALL) and
+ * tiny synthetic qwen3 and gemma3 models in F32 and Q8_0 (written as <prefix>-<arch>-<type>
+ * .gguf in the scratch folder). Loads each, calls check(label, model), frees it; fails
+ * the test when one cannot be written or loaded. */
+typedef void (*graft_test_model_check)(const char *label, graft_model *m);
+void graft_test_each_parity_model(const char *prefix, graft_test_model_check check);
+
 #endif /* GRAFT_TEST_MODELS_H */

@@ -14,22 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_lib.h"
 #include "graft.h"
 #include "util/util.h"
 
 static double now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    return graft__bench_now_s() * 1e6;
 }
 
 /* The 50-message conversation as JSON (malloc'd). */
@@ -123,11 +115,11 @@ int main(int argc, char **argv)
             times[i] = us;
         graft_free(out);
     }
-    qsort(times, (size_t)reps, sizeof *times, by_value);
+    double median = graft__bench_median(times, reps); /* sorts times */
     printf("template %s (%zu bytes), parsed in %.1f us\n", path, len, parse_us);
     printf("50 messages (%zu bytes of JSON) -> %zu bytes of prompt\n", strlen(vars), out_len);
     printf("render: median %.1f us, min %.1f us, max %.1f us over %d renders\n",
-           times[reps / 2], times[0], times[reps - 1], reps);
+           median, times[0], times[reps - 1], reps);
     free(times);
     graft_template_free(t);
     free(vars);

@@ -91,7 +91,7 @@ static double engine_aggregate(graft_model *m, const opts *o, int n, int round)
         graft_generation_free(g[i]);
         graft_session_close(s[i]);
     }
-    graft_engine_shutdown(e);
+    graft_engine_free(e);
     return n * o->gen / wall;
 }
 
@@ -141,8 +141,8 @@ static double engine_cached_ttft(graft_model *m, const opts *o, int round)
         graft_session_close(s);
     }
     free(p);
-    graft_prefix_cache_destroy(cache);
-    graft_engine_shutdown(e);
+    graft_prefix_cache_free(cache);
+    graft_engine_free(e);
     return ttft;
 }
 

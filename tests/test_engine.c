@@ -105,7 +105,7 @@ static void engine_end(graft_engine *e)
     graft_engine_metrics m = metrics(e);
     assert_int_equal(m.sessions_open, 0);
     assert_int_equal(m.kv_blocks_used, 0);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
 static graft_session *open_session(graft_engine *e)
@@ -586,7 +586,7 @@ static void test_shutdown_answers_everything(void **state)
     assert_int_equal(
         graft_session_generate(s, &bos, 1, &c, NULL, count_settled, &queued_settled, &queued),
         GRAFT_OK);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
     assert_int_equal(w.clone_calls, 1);
     assert_int_equal(w.clone_status, GRAFT_ESHUTDOWN);
     assert_null(w.clone);

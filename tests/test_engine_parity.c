@@ -62,7 +62,7 @@ static void end_engine(graft_engine *e, graft_test_taps *t)
     graft_engine_metrics m;
     assert_int_equal(graft_engine_metrics_get(e, &m), GRAFT_OK);
     assert_int_equal(m.kv_blocks_used, 0);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
     graft_test_taps_clear(t);
 }
 

@@ -89,7 +89,7 @@ static void engine_end(graft_engine *e)
     assert_int_equal(m.sessions_open, 0);
     assert_int_equal(m.kv_blocks_used, 0);
     assert_int_equal(m.generations_live, 0);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
 static graft_session *open_session(graft_engine *e)
@@ -186,7 +186,7 @@ static void test_capture_queued_behind_close(void **state)
         graft_session_close(other);
     }
     assert_int_equal(metrics(e).clones_refused_closed, 50);
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     engine_end(e);
 }
 
@@ -344,7 +344,7 @@ static void test_close_race_stress(void **state)
      * snapshot that made it into the cache must hold its key's KV */
     assert_true(collected > 0 && verified > 0);
     free(keys);
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     pthread_cond_destroy(&mb.cv);
     pthread_mutex_destroy(&mb.mu);
     engine_end(e);
@@ -599,7 +599,7 @@ static void test_exact_repeat_hits_at_every_length(void **state)
         graft_session_close(hit);
         graft_prefix_cache_clear(cache);
     }
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     engine_end(e);
 }
 
@@ -710,7 +710,7 @@ static void test_full_pool_waits_and_reclaims(void **state)
     assert_true(m.kv_reclaims > 0);
     assert_true(cs.evictions > 0);
     assert_int_equal(m.kv_wait_failures, 0);
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     engine_end(e);
 }
 
@@ -808,7 +808,7 @@ static void test_cache_calls_from_callbacks(void **state)
     graft_prefix_cache_stats cs;
     assert_int_equal(graft_prefix_cache_stats_get(bounded, &cs), GRAFT_OK);
     assert_int_equal(cs.entries, 1);
-    graft_prefix_cache_destroy(bounded);
+    graft_prefix_cache_free(bounded);
     graft_session_close(s);
     graft_session_close(spare);
     engine_end(e);
@@ -861,7 +861,7 @@ static void test_insert_never_reports_evicted_as_kept(void **state)
         else
             assert_false(cached);
         outcomes[rc == GRAFT_OK ? 0 : rc == GRAFT_ECAPACITY ? 1 : 2]++;
-        graft_prefix_cache_destroy(c);
+        graft_prefix_cache_free(c);
         graft_session_close(live);
     }
     printf("insert over the byte bound under injected failures: %d kept, %d refused too big, "
@@ -944,7 +944,7 @@ static void test_capture_when_first_token_stops(void **state)
     assert_int_equal(matched, 4);
     expect_session_matches_cold(stories, hit);
     graft_session_close(hit);
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     engine_end(e);
 }
 
@@ -1111,7 +1111,7 @@ static void test_insert_checks_key(void **state)
     assert_int_equal(cs.inserts_refused, 1);
     assert_int_equal(graft_session_clone_wait(s, 8, &snap, NULL), GRAFT_OK);
     assert_int_equal(graft_prefix_cache_insert(c, t, 8, snap), GRAFT_OK);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     graft_session_close(s);
     engine_end(e);
 }

@@ -181,6 +181,32 @@ static void test_not_gguf(void **state)
 }
 
 /* Fails the n-th allocation of a load for every n until a load succeeds. */
+/* A failed graft_context_eval says why (graft_context_errmsg); a successful one clears it. */
+static void test_eval_errmsg(void **state)
+{
+    (void)state;
+    char path[512];
+    graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES);
+    graft_model *m = NULL;
+    assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
+    graft_context *ctx = NULL;
+    assert_int_equal(graft_context_create(m, 4, &ctx, NULL), GRAFT_OK);
+    assert_null(graft_context_errmsg(ctx));
+    const int32_t five[] = {1, 2, 3, 4, 5}, bad = 512;
+    assert_int_equal(graft_context_eval(ctx, five, 5, NULL), GRAFT_ECAPACITY);
+    assert_non_null(strstr(graft_context_errmsg(ctx), "n_ctx 4"));
+    assert_int_equal(graft_context_eval(ctx, &bad, 1, NULL), GRAFT_EINVAL);
+    assert_non_null(strstr(graft_context_errmsg(ctx), "token 512 is outside the vocabulary"));
+    const graft_batch_token wrong_seq = {1, 1, 0};
+    assert_int_equal(graft_context_eval_batch(ctx, &wrong_seq, 1, NULL), GRAFT_EINVAL);
+    assert_non_null(strstr(graft_context_errmsg(ctx), "sequence"));
+    assert_int_equal(graft_context_eval(ctx, five, 4, NULL), GRAFT_OK);
+    assert_null(graft_context_errmsg(ctx));
+    assert_null(graft_context_errmsg(NULL));
+    graft_context_free(ctx);
+    graft_model_free(m);
+}
+
 static void test_allocation_failures(void **state)
 {
     (void)state;
@@ -214,6 +240,7 @@ static void test_allocation_failures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_eval_errmsg),
         cmocka_unit_test(test_architecture_missing),
         cmocka_unit_test(test_architecture_unsupported),
         cmocka_unit_test(test_required_key_missing),

@@ -129,7 +129,7 @@ static void fx_end(fx *f)
     graft_engine_metrics m = metrics(f->e);
     assert_int_equal(m.sessions_open, 0);
     assert_int_equal(m.kv_blocks_used, 0);
-    assert_int_equal(graft_engine_shutdown(f->e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(f->e), GRAFT_OK);
 }
 
 static graft_prefix_cache *cache_new(fx *f, int32_t max_entries, size_t max_bytes)
@@ -246,7 +246,7 @@ static void test_longest_prefix_wins(void **state)
     assert_int_equal(st.hit_tokens, 40 + 30 + 39 + 20);
     assert_int_equal(st.misses_no_match, 2);
     assert_int_equal(st.lookups, 6);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -275,7 +275,7 @@ static void test_equal_lengths_prefer_recent(void **state)
         expect_hit(&f, c, kept, 41, 40);
         expect_hit(&f, c, gone, 41, 30);
         assert_int_equal(stats(c).evictions, 1);
-        graft_prefix_cache_destroy(c);
+        graft_prefix_cache_free(c);
     }
     fx_end(&f);
 }
@@ -302,7 +302,7 @@ static void test_duplicate_insert_refreshes_recency(void **state)
     insert_ok(&f, c, d, 40); /* evicts b: a was refreshed */
     expect_hit(&f, c, a, 41, 40);
     expect_miss(c, b, 41, GRAFT_ENOTFOUND);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -325,7 +325,7 @@ static void test_hit_refreshes_lru_before_eviction(void **state)
     expect_miss(c, b, 41, GRAFT_ENOTFOUND);
     assert_int_equal(stats(c).evictions, 1);
     assert_int_equal(sessions_open(f.e), 2);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -349,7 +349,7 @@ static void test_disabled_cache_releases_snapshots(void **state)
     assert_int_equal(st.inserts, 0);
     assert_int_equal(st.inserts_refused, 1);
     assert_int_equal(st.bytes, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -373,7 +373,7 @@ static void test_invalid_insert_keeps_existing(void **state)
     assert_int_equal(st.entries, 1);
     assert_int_equal(st.inserts_refused, 4);
     expect_hit(&f, c, a, 41, 40);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -420,7 +420,7 @@ static void test_retention_refusal_keeps_snapshot(void **state)
     diverge(gemma, t, 90, 19, q, 101);
     expect_hit(&f, c, q, 101, 90);
     expect_hit(&f, c, t, 101, 100);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -440,7 +440,7 @@ static void test_older_snapshot_satisfies_refused_newer(void **state)
     assert_int_equal(st.hits, 1);
     assert_int_equal(st.retention_refusals, 1);
     assert_int_equal(st.entries, 2);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -512,7 +512,7 @@ static void test_per_boundary_backoff(void **state)
     assert_int_equal(st.retention_refusals, refusals);
     assert_int_equal(st.hits, hits);
     assert_int_equal(st.misses_retention, 100 - hits);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -562,7 +562,7 @@ static void test_capacity_refusal_no_leak_no_evict(void **state)
     graft_session_close(l3);
     expect_hit(&f, c, a, 41, 40);
     graft_session_close(l2);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -589,7 +589,7 @@ static void test_alloc_failures(void **state)
         int rc = graft_prefix_cache_create(f.e, 4, 0, &other, NULL);
         graft__alloc_fail_after(-1, false);
         if (rc == GRAFT_OK) {
-            graft_prefix_cache_destroy(other);
+            graft_prefix_cache_free(other);
             break;
         }
         assert_int_equal(rc, GRAFT_ENOMEM);
@@ -621,7 +621,7 @@ static void test_alloc_failures(void **state)
             assert_int_equal(graft__alloc_live(), live);
             expect_hit(&f, ci, e_key, 41, 40);
         }
-        graft_prefix_cache_destroy(ci);
+        graft_prefix_cache_free(ci);
     }
     stats(c);
     base = graft__alloc_live();
@@ -684,7 +684,7 @@ static void test_alloc_failures(void **state)
         if (collected == GRAFT_OK && failures == 0)
             break;
     }
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -718,7 +718,7 @@ static void test_clear_and_destroy_release_own_snapshots(void **state)
     expect_miss(c, t, 41, GRAFT_ENOTFOUND);
     check_clone(&f, hit, t, matched);
     insert_ok(&f, c, u, 40);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     assert_int_equal(sessions_open(f.e), 2);
     assert_int_equal(graft_test_run(live, t + 40, 1, 3), GRAFT_OK);
     graft_session_close(live);
@@ -740,7 +740,7 @@ static void test_cache_and_sessions_outlive_each_other(void **state)
     graft_session *hit = NULL;
     int32_t matched = 0;
     assert_int_equal(graft_prefix_cache_lookup(c, t, 41, &hit, &matched), GRAFT_OK);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     check_clone(&f, hit, t, matched);
     graft_session_close(hit);
     /* the clone goes first; the cache keeps working */
@@ -751,9 +751,9 @@ static void test_cache_and_sessions_outlive_each_other(void **state)
     expect_hit(&f, c, t, 41, 40);
     /* a clone still open at shutdown, after the cache */
     assert_int_equal(graft_prefix_cache_lookup(c, t, 41, &hit, &matched), GRAFT_OK);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     assert_int_equal(sessions_open(f.e), 1);
-    assert_int_equal(graft_engine_shutdown(f.e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(f.e), GRAFT_OK);
     assert_int_equal(graft__alloc_live(), before);
 }
 
@@ -790,7 +790,7 @@ static void test_bytes_count_blocks_held_alone(void **state)
     graft_prefix_cache_clear(c);
     assert_int_equal(stats(c).bytes, 0);
     assert_int_equal(metrics(f.e).kv_blocks_used, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -828,7 +828,7 @@ static void test_bytes_bound_evicts_lru(void **state)
     expect_hit(&f, c, d, 65, 64);
     graft_prefix_cache_clear(c);
     assert_int_equal(stats(c).bytes, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -935,7 +935,7 @@ static void test_capture_precedes_retention_loss(void **state)
     graft_session_close(s);
     assert_int_equal(stats(c).captures, 1);
     expect_hit(&f, c, t, 106, 105);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -969,7 +969,7 @@ static void test_capture_after_hit_snapshots_full_history(void **state)
     assert_memory_equal(history, t, 60 * sizeof(int32_t));
     check_clone(&f, s, t, 60);
     graft_session_close(s);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -1020,7 +1020,7 @@ static void test_rejected_generation_captures_nothing(void **state)
     graft_prefix_cache_stats st = stats(c);
     assert_int_equal(st.captures_missed, 3);
     assert_int_equal(st.entries, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
     /* failed during prefill: the KV pool holds 3 blocks, the prompt needs 4 */
     graft_engine_options o = options(stories, 4);
@@ -1034,7 +1034,7 @@ static void test_rejected_generation_captures_nothing(void **state)
     assert_int_equal(u.updates, 0);
     graft_session_close(s);
     assert_int_equal(stats(c).entries, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -1098,7 +1098,7 @@ static void test_empty_updates_do_not_trigger(void **state)
         assert_int_equal(stats(c).entries, 1);
     }
     expect_hit(&f, c, t, 41, 40);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -1128,7 +1128,7 @@ static void test_capture_completes_when_callback_closes_source(void **state)
             graft_session_close(s);
         assert_int_equal(sessions_open(f.e), 1);
         expect_hit(&f, c, t, 41, 40);
-        graft_prefix_cache_destroy(c);
+        graft_prefix_cache_free(c);
     }
     fx_end(&f);
 }
@@ -1193,7 +1193,7 @@ static void test_capture_moved_or_freed_handles(void **state)
     assert_int_equal(st.entries, 1);
     assert_int_equal(st.captures, 1);
     assert_int_equal(st.captures_missed, 1);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -1231,7 +1231,7 @@ static void test_capture_freed_uncollected(void **state)
         graft_session_close(s);
     }
     assert_int_equal(stats(c).entries, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -1317,7 +1317,7 @@ static void test_threads_share_a_cache(void **state)
     st = stats(c);
     assert_true(st.bytes <= 6 * block);
     assert_int_equal(sessions_open(f.e), st.entries);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 

@@ -150,11 +150,11 @@ static void check_model(const char *label, graft_model *m)
     assert_int_equal(graft_prefix_cache_stats_get(cache, &st), GRAFT_OK);
     assert_int_equal(st.hits, 2);
     assert_int_equal(st.captures, 2);
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     graft_engine_metrics mm;
     assert_int_equal(graft_engine_metrics_get(e, &mm), GRAFT_OK);
     assert_int_equal(mm.kv_blocks_used, 0);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
     result *all[4] = {&r_donor, &cold, &warm85, &warm99};
     for (int i = 0; i < 4; i++)
         free(all[i]->logits);

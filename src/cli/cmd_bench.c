@@ -92,6 +92,14 @@ static int probe_failed(void)
     return GRAFT_CLI_FAILED;
 }
 
+/* Reports a failed graft_context_eval. */
+static int eval_failed(const bench_state *s, int rc)
+{
+    const char *why = graft_context_errmsg(s->single);
+    graft__cli_error(SPEED, "evaluation failed: %s", why ? why : graft_status_str(rc));
+    return GRAFT_CLI_FAILED;
+}
+
 /* A step of the graft_context run (graft__bench_prefill_decode): the prompt on sequence 0,
  * or the argmax of the last logits. */
 static int context_step(void *user, int32_t i)
@@ -112,10 +120,8 @@ static int measure_context(bench_state *s, const speed_options *o, int rep)
     int rc = graft__bench_prefill_decode(&s->probe, o->n_prompt, o->n_gen, context_step, s, &r);
     if (rc < 0)
         return probe_failed();
-    if (rc != 0) {
-        graft__cli_error(SPEED, "evaluation failed: %s", graft_status_str(r.step_status));
-        return GRAFT_CLI_FAILED;
-    }
+    if (rc != 0)
+        return eval_failed(s, r.step_status);
     figure_samples(s, o, GRAFT_BENCH_FIG_CONTEXT_PREFILL)[rep] = r.prefill_tps;
     figure_samples(s, o, GRAFT_BENCH_FIG_CONTEXT_DECODE)[rep] = r.decode_tps;
     figure_samples(s, o, GRAFT_BENCH_FIG_BANDWIDTH)[rep] = r.bandwidth_gbs;
@@ -199,11 +205,9 @@ static int warm_up(bench_state *s)
     int32_t warm[WARMUP_TOKENS];
     graft__bench_random_tokens(&s->rng, warm, WARMUP_TOKENS);
     int rc = graft_context_eval(s->single, warm, WARMUP_TOKENS, s->logits);
+    if (rc != GRAFT_OK)
+        return eval_failed(s, rc);
     graft_context_seq_reset(s->single, 0);
-    if (rc != GRAFT_OK) {
-        graft__cli_error(SPEED, "evaluation failed: %s", graft_status_str(rc));
-        return GRAFT_CLI_FAILED;
-    }
     graft_session *session;
     if (graft__bench_session_open(SPEED, s->engine, &session) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
@@ -243,7 +247,7 @@ static int parse_speed_options(int argc, char **argv, speed_options *o)
     const graft__cli_command cmd = {SPEED, speed_usage, opts,
                                     sizeof opts / sizeof opts[0], NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc < 0 && o->model == NULL) {
+    if (rc == GRAFT_CLI_RUN && o->model == NULL) {
         graft__cli_error(SPEED, "missing -m MODEL (see 'graft bench speed --help')");
         return GRAFT_CLI_USAGE;
     }
@@ -311,7 +315,7 @@ static int bench_setup(bench_state *s, const speed_options *o)
 
 static void bench_free(bench_state *s)
 {
-    graft_engine_shutdown(s->engine);
+    graft_engine_free(s->engine);
     graft_context_free(s->single);
     graft_model_free(s->model);
     free(s->tokens);
@@ -407,7 +411,7 @@ static int bench_speed(int argc, char **argv)
 {
     speed_options o = {0};
     int rc = parse_speed_options(argc, argv, &o);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     bench_state s = {0};
     rc = bench_setup(&s, &o);

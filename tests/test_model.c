@@ -18,6 +18,7 @@
 #include "fixtures.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "models.h"
 
 typedef enum edit_kind { SET_U32, SET_STR, DROP_KEY, DROP_TENSOR, RESHAPE, RETYPE } edit_kind;
 
@@ -180,33 +181,46 @@ static void test_not_gguf(void **state)
     graft_free(err);
 }
 
-/* Fails the n-th allocation of a load for every n until a load succeeds. */
-/* A failed graft_context_eval says why (graft_context_errmsg); a successful one clears it. */
+/* A failed graft_context_eval or _eval_batch says why (graft_context_errmsg); a successful
+ * one clears the message. Each case runs on a context of 4 positions, sequence 0 empty. */
 static void test_eval_errmsg(void **state)
 {
     (void)state;
-    char path[512];
-    graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES);
-    graft_model *m = NULL;
-    assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
-    graft_context *ctx = NULL;
-    assert_int_equal(graft_context_create(m, 4, &ctx, NULL), GRAFT_OK);
+    graft_model *m = graft_test_load_model(GRAFT_TEST_STORIES);
+    assert_non_null(m);
+    graft_context *ctx = graft_test_cold_context(m, 4);
+    assert_non_null(ctx);
     assert_null(graft_context_errmsg(ctx));
-    const int32_t five[] = {1, 2, 3, 4, 5}, bad = 512;
-    assert_int_equal(graft_context_eval(ctx, five, 5, NULL), GRAFT_ECAPACITY);
-    assert_non_null(strstr(graft_context_errmsg(ctx), "n_ctx 4"));
-    assert_int_equal(graft_context_eval(ctx, &bad, 1, NULL), GRAFT_EINVAL);
-    assert_non_null(strstr(graft_context_errmsg(ctx), "token 512 is outside the vocabulary"));
-    const graft_batch_token wrong_seq = {1, 1, 0};
-    assert_int_equal(graft_context_eval_batch(ctx, &wrong_seq, 1, NULL), GRAFT_EINVAL);
-    assert_non_null(strstr(graft_context_errmsg(ctx), "sequence"));
-    assert_int_equal(graft_context_eval(ctx, five, 4, NULL), GRAFT_OK);
-    assert_null(graft_context_errmsg(ctx));
+    static const struct {
+        int32_t tokens[5];
+        size_t n;
+        int32_t seq; /* -1: graft_context_eval, else a batch of one token of this sequence */
+        int status;
+        const char *says; /* NULL: no message */
+    } cases[] = {
+        {{1, 2, 3, 4, 5}, 5, -1, GRAFT_ECAPACITY, "n_ctx 4"},
+        {{512}, 1, -1, GRAFT_EINVAL, "token 512 is outside the vocabulary"},
+        {{1}, 1, 1, GRAFT_EINVAL, "sequence is outside [0, 1)"},
+        {{1, 2, 3, 4}, 4, -1, GRAFT_OK, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const graft_batch_token one = {cases[i].seq, cases[i].tokens[0], 0};
+        int rc = cases[i].seq < 0 ? graft_context_eval(ctx, cases[i].tokens, cases[i].n, NULL)
+                                  : graft_context_eval_batch(ctx, &one, 1, NULL);
+        assert_int_equal(rc, cases[i].status);
+        const char *said = graft_context_errmsg(ctx);
+        if (cases[i].says == NULL)
+            assert_null(said);
+        else if (said == NULL || strstr(said, cases[i].says) == NULL)
+            fail_msg("case %zu: message '%s', expected one with '%s'", i, said ? said : "(none)",
+                     cases[i].says);
+    }
     assert_null(graft_context_errmsg(NULL));
     graft_context_free(ctx);
     graft_model_free(m);
 }
 
+/* Fails the n-th allocation of a load for every n until a load succeeds. */
 static void test_allocation_failures(void **state)
 {
     (void)state;

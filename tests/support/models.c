@@ -49,6 +49,68 @@ graft_context *graft_test_cold_context(const graft_model *m, int32_t n_ctx)
     return graft_context_create_ex(m, &o, &ctx, NULL) == GRAFT_OK ? ctx : NULL;
 }
 
+int graft_test_load_models(graft_model **stories, graft_context **stories_cold,
+                           int32_t stories_ctx, graft_model **gemma, graft_context **gemma_cold,
+                           int32_t gemma_ctx, uint64_t gemma_seed, const char *gemma_file)
+{
+    *stories = graft_test_load_model(GRAFT_TEST_STORIES);
+    *gemma = graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_F32, gemma_seed, gemma_file);
+    *stories_cold = *stories ? graft_test_cold_context(*stories, stories_ctx) : NULL;
+    *gemma_cold = *gemma ? graft_test_cold_context(*gemma, gemma_ctx) : NULL;
+    return *stories_cold && *gemma_cold ? 0 : -1;
+}
+
+void graft_test_free_models(graft_model *stories, graft_context *stories_cold,
+                            graft_model *gemma, graft_context *gemma_cold)
+{
+    graft_context_free(stories_cold);
+    graft_context_free(gemma_cold);
+    graft_model_free(stories);
+    graft_model_free(gemma);
+}
+
+graft_engine_options graft_test_engine_options(int32_t max_sessions, int32_t max_context)
+{
+    graft_engine_options o = graft_engine_default_options();
+    o.max_sessions = max_sessions;
+    o.max_context = max_context;
+    o.max_batch_tokens = 64;
+    o.n_threads = 1;
+    return o;
+}
+
+graft_engine *graft_test_engine(const graft_model *m, const graft_engine_options *o)
+{
+    graft_engine *e = NULL;
+    char *err = NULL;
+    if (graft_engine_create(m, o, &e, &err) != GRAFT_OK)
+        fail_msg("engine_create: %s", err ? err : "?");
+    return e;
+}
+
+graft_engine_metrics graft_test_metrics(graft_engine *e)
+{
+    graft_engine_metrics m;
+    assert_int_equal(graft_engine_metrics_get(e, &m), GRAFT_OK);
+    return m;
+}
+
+graft_session *graft_test_open_session(graft_engine *e)
+{
+    graft_session *s = NULL;
+    assert_int_equal(graft_session_open(e, &s, NULL), GRAFT_OK);
+    assert_non_null(s);
+    return s;
+}
+
+void graft_test_engine_end(graft_engine *e)
+{
+    graft_engine_metrics m = graft_test_metrics(e);
+    assert_int_equal(m.sessions_open, 0);
+    assert_int_equal(m.kv_blocks_used, 0);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
+}
+
 graft_generate_config graft_test_greedy(int32_t max_new)
 {
     graft_generate_config c = graft_generate_default();

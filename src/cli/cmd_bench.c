@@ -70,7 +70,7 @@ typedef struct bench_state {
     graft_model *model;
     graft_model_info info;
     graft_context *single; /* one sequence of n_prompt + n_gen positions */
-    graft_engine *engine;  /* MAX_SEQS sessions of SEQ_CONTEXT + SEQ_GEN positions */
+    graft_engine *engine;  /* MAX_SEQS short sessions, or one of n_prompt + n_gen + 1 */
     int32_t n_prompt;      /* --prompt */
     int32_t *tokens;       /* (n_prompt) */
     float *logits;         /* (n_vocab) */

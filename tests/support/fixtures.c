@@ -71,3 +71,12 @@ uint64_t graft_test_xorshift64(uint64_t *state)
     *state ^= *state << 17;
     return *state;
 }
+
+int32_t graft_test_argmax(const float *x, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}

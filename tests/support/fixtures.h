@@ -50,4 +50,9 @@ float graft_test_rng_float(void);
 /* One xorshift64 step of *state (13, 7, 17); returns the new state. */
 uint64_t graft_test_xorshift64(uint64_t *state);
 
+/* The index of the largest of x[0, n) by the plain loop (the first of equal ones; a NaN is
+ * never moved to): the reference graft__argmax is checked against, and the tests' own
+ * greedy pick. */
+int32_t graft_test_argmax(const float *x, int32_t n);
+
 #endif /* GRAFT_TEST_FIXTURES_H */

@@ -740,9 +740,8 @@ static void test_cancelled_prefill_keeps_prefix(void **state)
 static void test_sliding_window_retention(void **state)
 {
     (void)state;
-    const char *tmp = getenv("GRAFT_TEST_TMP");
     char path[1024];
-    snprintf(path, sizeof path, "%s/engine-gemma3-tiny.gguf", tmp ? tmp : "/tmp");
+    graft_test_tmp_path(path, sizeof path, "engine-gemma3-tiny.gguf");
     graft_synth_options so = {"gemma3", "tiny", GRAFT_TYPE_F32, NULL, 11, path};
     assert_int_equal(graft_synth_write(&so, NULL), GRAFT_OK);
     graft_model *gemma = NULL;

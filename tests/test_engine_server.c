@@ -1131,9 +1131,8 @@ static void test_reclaim_hooks(void **state)
 static void test_vocab_only_model(void **state)
 {
     (void)state;
-    const char *dir = getenv("GRAFT_MODELS_DIR");
     char path[1024];
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-qwen2.gguf", dir ? dir : "../shared/models");
+    graft_test_model_path(path, sizeof path, "vocab/ggml-vocab-qwen2.gguf");
     graft_model *v = NULL;
     assert_int_equal(graft_model_load_vocab(path, &v, NULL), GRAFT_OK);
     graft_model_info info;

@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "graft.h"
 #include "util/util.h"
 
@@ -62,8 +63,7 @@ static const char *templates_dir(char *buf, size_t cap)
     const char *dir = getenv("GRAFT_TEMPLATES_DIR");
     if (dir && dir[0])
         return dir;
-    const char *models = getenv("GRAFT_MODELS_DIR");
-    snprintf(buf, cap, "%s/../templates", models && models[0] ? models : "../shared/models");
+    snprintf(buf, cap, "%s/../templates", graft_test_models_dir());
     return buf;
 }
 
@@ -91,7 +91,7 @@ static bool compare_pair(const char *tname, const char *iname, const char *expec
                          const graft_template *tmpl, const char *parse_err, counts *c)
 {
     char path[4200], input_path[4096];
-    const char *src = getenv("GRAFT_SOURCE_DIR");
+    const char *src = graft_test_env("GRAFT_SOURCE_DIR");
     snprintf(input_path, sizeof input_path, "%s/tests/template_corpus/%s.json", src, iname);
     size_t input_len;
     char *input = graft__read_file(input_path, &input_len);
@@ -158,10 +158,8 @@ static bool compare_pair(const char *tname, const char *iname, const char *expec
 static void test_oracle_corpus(void **state)
 {
     (void)state;
-    const char *src = getenv("GRAFT_SOURCE_DIR");
-    const char *tmp = getenv("GRAFT_TEST_TMP");
-    if (src == NULL || tmp == NULL)
-        fail_msg("GRAFT_SOURCE_DIR and GRAFT_TEST_TMP must be set (ctest sets them)");
+    const char *src = graft_test_env("GRAFT_SOURCE_DIR");
+    const char *tmp = graft_test_env("GRAFT_TEST_TMP");
     if (access(ORACLE_PYTHON, X_OK) != 0)
         fail_msg("the oracle needs Debian's %s with python3-jinja2 (tools/install-deps.sh)",
                  ORACLE_PYTHON);

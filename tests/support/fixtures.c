@@ -80,3 +80,11 @@ int32_t graft_test_argmax(const float *x, int32_t n)
             best = i;
     return best;
 }
+
+const char *graft_test_env(const char *name)
+{
+    const char *value = getenv(name);
+    if (value == NULL || value[0] == '\0')
+        fail_msg("$%s must be set (ctest sets it)", name);
+    return value;
+}

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* $name, which ctest sets (CMakeLists.txt); fails the test when it is unset or empty. */
+const char *graft_test_env(const char *name);
 /* $GRAFT_MODELS_DIR, or ../shared/models when it is unset or empty. */
 const char *graft_test_models_dir(void);
 /* $GRAFT_TEST_TMP, or /tmp when it is unset or empty. */

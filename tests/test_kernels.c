@@ -148,8 +148,10 @@ static void test_bf16(void **state)
     assert_int_equal(graft__f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
     assert_int_equal(graft__f32_to_bf16(-2.0f), 0xc000);
     assert_int_equal(graft__f32_to_bf16(INFINITY), 0x7f80);
-    assert_int_equal(graft__f32_to_bf16(graft__f32_of_bits(0x7f7fffff)), 0x7f80); /* rounds to inf */
-    uint16_t nan = graft__f32_to_bf16(graft__f32_of_bits(0x7f800001)); /* payload only in low bits */
+    /* The largest finite float rounds to infinity. */
+    assert_int_equal(graft__f32_to_bf16(graft__f32_of_bits(0x7f7fffff)), 0x7f80);
+    /* A NaN whose payload is only in the low bits. */
+    uint16_t nan = graft__f32_to_bf16(graft__f32_of_bits(0x7f800001));
     assert_true(isnan(graft__bf16_to_f32(nan)));
     assert_true(isnan(graft__bf16_to_f32(graft__f32_to_bf16(-NAN))));
 }

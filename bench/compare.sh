@@ -1,37 +1,37 @@
 #!/bin/sh
 # bench/compare.sh: graft against llama.cpp, side by side, on the same GGUF files.
 #
-# usage: bench/compare.sh MODEL.gguf... [--threads N] [--runs N] [--reps N]
+# usage: bench/compare.sh MODEL.gguf... [--threads N] [--pairs N] [--reps N] [--prompt N]
+#                         [--gen N]
 #
-# For each model it first checks that llama.cpp loads and runs the file (and says so when
-# it does not: graft is then measured alone). Then it runs `graft bench speed --json` and
-# bench/build/llama_speed --json alternately, graft, llama.cpp, graft, llama.cpp, ...,
-# --runs times each (default 3), so a drift in the machine's state hits both alike. Each
-# run measures every figure --reps times (default 1) and reports the median; the table
-# shows, per figure, the median over the runs. Both engines get the same thread count
-# (default: one per online CPU). Progress goes to stderr; stdout is one markdown table per
-# model: metric | graft | llama.cpp | graft ÷ llama.cpp, with each engine's decode as a
-# percentage of its decode roofline: memory bandwidth ÷ the bytes a decoded token reads
-# (weights plus the F16 KV of its context, as graft bench speed counts them), from the
-# bandwidth sampled during the decode and from the one sampled around it, and bandwidth
-# (around) ÷ weight bytes alone; each run's decode is set against the rooflines of its own
-# samples, and the median of those percentages shown.
+# For each model it first checks that llama.cpp loads and runs the file (and says so when it
+# does not: graft is then measured alone). Then it runs --pairs pairs (default 10, at least
+# 10 for a figure worth quoting) of `graft bench speed --json` and bench/build/llama_speed
+# --json in ABBA order (graft then llama.cpp, llama.cpp then graft, ...), so a drift in the
+# machine's state hits both alike. Each figure's ratio graft ÷ llama.cpp is taken within
+# each pair; the table shows each engine's median over its runs and the median, min and max
+# of the per-pair ratios. The headline prefill and decode are graft's engine (the path users
+# get); graft_context's are beside them, named as such. The tables go to stdout and to a
+# dated file under bench/results/ (or $BENCH_RESULTS_DIR) with the command, the commit and
+# the CPU. What is measured and how: bench/README.md.
 #
-# Needs sh bench/setup.sh first, and a graft built in release mode ($GRAFT_BIN, else
-# build/release/graft). Timings are only as quiet as the machine: see bench/README.md.
-# Exit status: 1 when graft could not measure a model (llama.cpp failing on one is reported,
-# not an error), 2 for a usage error.
+# Needs a graft built in release mode ($GRAFT_BIN, else build/release/graft) and, for
+# llama.cpp, sh bench/setup.sh first. Exit status: 1 when graft could not measure a model
+# (llama.cpp failing on one is reported, not an error), 2 for a usage error.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 graft=${GRAFT_BIN:-$here/../build/release/graft}
 llama=$here/build/llama_speed
+results=${BENCH_RESULTS_DIR:-$here/results}
 threads=$(getconf _NPROCESSORS_ONLN)
-runs=3
+pairs=10
 reps=1
+sizes=
+command_line="bench/compare.sh $*"
 
 usage() { # usage STATUS: the usage line, on stdout for --help (status 0), else stderr
-    line="usage: bench/compare.sh MODEL.gguf... [--threads N] [--runs N] [--reps N]"
+    line="usage: bench/compare.sh MODEL.gguf... [--threads N] [--pairs N] [--reps N] [--prompt N] [--gen N]"
     if [ "$1" = 0 ]; then echo "$line"; else echo "$line" >&2; fi
     exit "$1"
 }
@@ -47,8 +47,9 @@ models=
 while [ $# -gt 0 ]; do
     case $1 in
         --threads) threads=$(number "$1" "${2-}"); shift ;;
-        --runs) runs=$(number "$1" "${2-}"); shift ;;
+        --pairs) pairs=$(number "$1" "${2-}"); shift ;;
         --reps) reps=$(number "$1" "${2-}"); shift ;;
+        --prompt | --gen) sizes="$sizes $1 $(number "$1" "${2-}")"; shift ;;
         -h | --help) usage 0 ;;
         -*) echo "compare: unknown option '$1'" >&2; usage 2 ;;
         *) models="$models
@@ -62,8 +63,7 @@ if [ ! -x "$graft" ]; then
     exit 1
 fi
 if [ ! -x "$llama" ]; then
-    echo "compare: no $llama (run: sh bench/setup.sh)" >&2
-    exit 1
+    echo "compare: no $llama (run: sh bench/setup.sh); graft is measured alone" >&2
 fi
 
 tmp=$(mktemp -d)
@@ -71,6 +71,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # llama_can_run MODEL: 0 when llama.cpp loads MODEL and decodes a few tokens.
 llama_can_run() {
+    [ -x "$llama" ] || return 1
     if "$llama" -m "$1" --threads "$threads" --check >"$tmp/check.out" 2>"$tmp/check.err"; then
         return 0
     fi
@@ -79,10 +80,10 @@ llama_can_run() {
     return 1
 }
 
-# run_engine NAME MODEL COMMAND...: the JSON of run $run in $tmp/NAME.$run.json.
+# run_engine NAME MODEL COMMAND...: the JSON of pair $pair in $tmp/NAME.$pair.json.
 run_engine() {
-    echo "compare: $2: $1, run $run of $runs" >&2
-    out=$tmp/$1.$run.json err=$tmp/$1.err
+    echo "compare: $2: $1, pair $pair of $pairs" >&2
+    out=$tmp/$1.$pair.json err=$tmp/$1.err
     shift 2
     if ! "$@" >"$out" 2>"$err"; then
         echo "compare: this run failed:" >&2
@@ -91,85 +92,25 @@ run_engine() {
     fi
 }
 
-# table MODEL LLAMA_RAN: the markdown table from the runs' JSON files.
+run_graft() { # run_graft MODEL
+    # shellcheck disable=SC2086 # $sizes is a list of options
+    run_engine graft "$1" "$graft" bench speed -m "$1" --threads "$threads" --reps "$reps" \
+        $sizes --json
+}
+
+run_llama() { # run_llama MODEL
+    # shellcheck disable=SC2086
+    run_engine llama "$1" "$llama" -m "$1" --threads "$threads" --reps "$reps" $sizes --json
+}
+
+# table MODEL LLAMA_RAN: the markdown table from the pairs' JSON files.
 table() {
-    python3 - "$tmp" "$runs" "$1" "$2" <<'EOF'
-import json, statistics, sys
-
-tmp, runs, model, llama_ran = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
-
-def load(engine):
-    return [json.load(open(f"{tmp}/{engine}.{r}.json")) for r in range(1, runs + 1)]
-
-def med(rows, key, sub=None):
-    return statistics.median(r[key][sub] if sub else r[key] for r in rows)
-
-graft = load("graft")
-llama = load("llama") if llama_ran else None
-g0 = graft[0]
-# llama_speed reports the weights-only roofline; both engines read the same F16 KV, so its
-# roofline with the KV reads uses graft's count of them.
-for r in llama or []:
-    r["decode_roofline_weights_tps"] = r["decode_roofline_tps"]
-    r["decode_roofline_tps"] = (r["bandwidth_gbs"] * 1e9 /
-                                (r["weight_bytes"] + g0["kv_bytes_per_token"]))
-    r["decode_roofline_during_tps"] = (r["bandwidth_during_gbs"] * 1e9 /
-                                       (r["weight_bytes"] + g0["kv_bytes_per_token"]))
-
-figures = [
-    (f"prefill, tok/s ({g0['prompt_tokens']} tokens, one batch)", "prefill_tps", None),
-    (f"decode, tok/s ({g0['gen_tokens']} after {g0['prompt_tokens']})", "decode_tps", None),
-]
-for n in g0["aggregate_tps"]:
-    figures.append((f"aggregate decode, tok/s, {n} sequence{'s' if n != '1' else ''}",
-                    "aggregate_tps", n))
-figures += [
-    ("memory read bandwidth during the decode, GB/s", "bandwidth_during_gbs", None),
-    ("memory read bandwidth around the decode, GB/s", "bandwidth_gbs", None),
-    ("decode roofline, tok/s (bandwidth during ÷ (weight + KV bytes))",
-     "decode_roofline_during_tps", None),
-    ("decode roofline, tok/s (bandwidth around ÷ (weight + KV bytes))", "decode_roofline_tps",
-     None),
-    ("decode roofline, tok/s (bandwidth around ÷ weight bytes)", "decode_roofline_weights_tps",
-     None),
-]
-
-def cell(v):
-    return f"{v:.2f}" if v is not None else "n/a"
-
-print(f"### {model}\n")
-print(f"{g0['arch']}, {g0['weight_bytes'] / 2**20:.2f} MiB of weights; "
-      f"{g0['threads']} thread{'s' if g0['threads'] > 1 else ''}; "
-      f"graft {g0['kernels']} kernels, llama.cpp {llama[0]['kernels'] if llama else 'n/a'}; "
-      f"median of {runs} alternated run{'s' if runs > 1 else ''} "
-      f"of {g0['reps']} rep{'s' if g0['reps'] > 1 else ''}\n")
-if not llama:
-    print("No llama.cpp figures: it did not run this file (its messages went to stderr).\n")
-elif llama[0]["weight_bytes"] != g0["weight_bytes"]:
-    print(f"Note: llama.cpp counts {llama[0]['weight_bytes']} weight bytes, "
-          f"graft {g0['weight_bytes']}.\n")
-print("| metric | graft | llama.cpp | graft ÷ llama.cpp |")
-print("|---|---:|---:|---:|")
-for label, key, sub in figures:
-    g = med(graft, key, sub)
-    l = med(llama, key, sub) if llama else None
-    ratio = f"{g / l:.2f}" if l else "n/a"
-    print(f"| {label} | {cell(g)} | {cell(l)} | {ratio} |")
-
-def pct(rows, key):  # each run's decode against that run's roofline `key`
-    return 100 * statistics.median(r["decode_tps"] / r[key] for r in rows)
-
-for what, key in (("bandwidth during, weight + KV bytes", "decode_roofline_during_tps"),
-                  ("bandwidth around, weight + KV bytes", "decode_roofline_tps"),
-                  ("bandwidth around, weight bytes only", "decode_roofline_weights_tps")):
-    print(f"| decode, % of roofline ({what}) | {pct(graft, key):.1f}% | "
-          f"{f'{pct(llama, key):.1f}%' if llama else 'n/a'} | |")
-print()
-EOF
+    python3 "$here/compare_table.py" "$tmp" "$pairs" "$1" "$2"
 }
 
 load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
-echo "compare: $threads threads, $runs runs of $reps reps; load average before: $load" >&2
+echo "compare: $threads threads, $pairs pairs of $reps reps; load average before: $load" >&2
+: >"$tmp/tables.md"
 echo "$models" | while IFS= read -r model; do
     [ -n "$model" ] || continue
     if [ ! -r "$model" ]; then
@@ -182,22 +123,45 @@ echo "$models" | while IFS= read -r model; do
         llama_ran=1
     fi
     ok=1
-    run=1
-    while [ "$run" -le "$runs" ] && [ "$ok" = 1 ]; do
-        run_engine graft "$model" "$graft" bench speed -m "$model" \
-            --threads "$threads" --reps "$reps" --json || ok=0
-        if [ "$ok" = 1 ] && [ "$llama_ran" = 1 ]; then
-            run_engine llama "$model" "$llama" -m "$model" \
-                --threads "$threads" --reps "$reps" --json || llama_ran=0
+    pair=1
+    while [ "$pair" -le "$pairs" ] && [ "$ok" = 1 ]; do
+        # ABBA: odd pairs run graft first, even pairs llama.cpp first.
+        if [ $((pair % 2)) = 0 ] && [ "$llama_ran" = 1 ]; then
+            run_llama "$model" || llama_ran=0
         fi
-        run=$((run + 1))
+        run_graft "$model" || ok=0
+        if [ $((pair % 2)) = 1 ] && [ "$ok" = 1 ] && [ "$llama_ran" = 1 ]; then
+            run_llama "$model" || llama_ran=0
+        fi
+        pair=$((pair + 1))
     done
     if [ "$ok" = 1 ]; then
-        table "$model" "$llama_ran"
+        table "$model" "$llama_ran" >>"$tmp/tables.md"
     else
         : >"$tmp/failed"
     fi
 done
+if [ -s "$tmp/tables.md" ]; then
+    cat "$tmp/tables.md"
+    mkdir -p "$results"
+    commit=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    if ! git -C "$here" diff --quiet HEAD 2>/dev/null; then
+        commit="$commit (with uncommitted changes)"
+    fi
+    cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+    out=$results/$(date -u +%Y-%m-%d-%H%M%S)-compare.md
+    {
+        echo "# bench/compare.sh, $(date -u '+%Y-%m-%d %H:%M UTC')"
+        echo
+        echo "- command: \`$command_line\`"
+        echo "- commit: $commit"
+        flags=$(grep -o -w -e avx2 -e avx512f -e avx512_vnni -e avx512vnni /proc/cpuinfo | sort -u | tr "\n" " ")
+        echo "- CPU: ${cpu:-unknown}, $(getconf _NPROCESSORS_ONLN) online (${flags% }); load average before: $load"
+        echo
+        cat "$tmp/tables.md"
+    } >"$out"
+    echo "compare: saved in $out" >&2
+fi
 if [ -e "$tmp/failed" ]; then
     exit 1
 fi

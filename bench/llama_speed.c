@@ -3,26 +3,15 @@
  *
  * A small harness on llama.cpp's C API (include/llama.h of the exact release bundled by
  * node-llama-cpp; bench/setup.sh builds it against those headers and prebuilt libraries,
- * nothing of llama.cpp is committed). It measures what graft's benchmark measures, the same
- * way, on the same GGUF file and thread count, and prints the same JSON fields, so
- * bench/compare.sh can set the two side by side:
- *   - prefill: --prompt random valid token ids in one llama_decode (n_batch = n_ubatch =
- *     max(512, --prompt), so one physical batch);
- *   - decode: --gen single-token decodes after that prompt, each the argmax of the
- *     previous logits;
- *   - aggregate decode: 1, 2, 4 and 8 sequences (a context with n_seq_max 8), each first
- *     given a 64-token context, then 64 llama_decode calls holding one token per sequence;
- *   - memory-read bandwidth: all threads streaming over a 512 MiB buffer, sampled around
- *     each prefill and decode run (just before and just after, the best of 3 reads each
- *     time, the larger of the two being the run's sample) and during the decode (the
- *     mean of one read every GRAFT_PROBE_EVERY decoded tokens, each after a pause, not
- *     timed as decode), and the decode roofline bandwidth (around) / llama_model_size()
- *     (all tensor bytes, as graft counts them).
- * n_threads and n_threads_batch are both --threads; everything else is llama.cpp's
- * default (F16 KV cache, flash attention "auto", which resolves to on for the CPU backend,
- * per-sequence KV streams). Each figure is the median of --reps runs, after an untimed
- * warm-up. `--check` only loads the model and decodes a few tokens: exit status 0 when
- * llama.cpp runs the file, else 1 with its error on stderr.
+ * nothing of llama.cpp is committed). It links graft's benchmark library
+ * (src/bench/bench_lib.h: the token stream, the medians, the bandwidth probe, the JSON)
+ * and graft's argmax, and measures what graft's benchmark measures, the same way, on the
+ * same GGUF file and thread count; bench/README.md describes the method. Prefill is one
+ * llama_decode (n_batch = n_ubatch = max(512, --prompt)); the aggregate decode runs in one
+ * context of n_seq_max 8; n_threads and n_threads_batch are both --threads, everything else
+ * is llama.cpp's default (F16 KV cache, flash attention "auto", per-sequence KV streams).
+ * `--check` only loads the model and decodes a few tokens: exit status 0 when llama.cpp
+ * runs the file, else 1 with its error on stderr.
  *
  * The CPU backend variants (libggml-cpu-*.so) are loaded from $GGML_BACKEND_DIR, else from
  * the folder setup.sh compiled in (LLAMA_BINS_DIR).
@@ -35,8 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "argmax.h"          /* graft's argmax (src/util), the same harness cost */
-#include "bandwidth_probe.h" /* graft's probe (src/cli), the same measurement */
+#include "bench/bandwidth_probe.h" /* the same measurement as graft's */
+#include "bench/bench_lib.h"
+#include "util/argmax.h" /* graft's argmax, the same harness cost */
 #include "ggml-backend.h"
 #include "llama.h"
 
@@ -44,23 +34,17 @@
 #error "compile with -DLLAMA_BINS_DIR=\"<folder of libllama and libggml-cpu-*.so>\""
 #endif
 
-#define SEQ_CONTEXT 64
-#define SEQ_GEN 64
-#define MAX_SEQS 8
-#define WARMUP_TOKENS 8
-
-static const int seq_counts[] = {1, 2, 4, 8};
-#define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
-
-enum { FIG_PREFILL, FIG_DECODE, FIG_AGGREGATE, FIG_BANDWIDTH = FIG_AGGREGATE + N_SEQ_COUNTS,
-       FIG_BANDWIDTH_DURING, N_FIGURES };
+#define SEQ_CONTEXT GRAFT_BENCH_SEQ_CONTEXT
+#define SEQ_GEN GRAFT_BENCH_SEQ_GEN
+#define MAX_SEQS GRAFT_BENCH_MAX_SEQS
+#define WARMUP_TOKENS GRAFT_BENCH_WARMUP_TOKENS
 
 static const char usage[] =
     "usage: llama_speed -m MODEL [--threads N] [--prompt N] [--gen N] [--reps N] [--json]\n"
     "       llama_speed -m MODEL [--threads N] --check\n"
     "\n"
     "llama.cpp's figures for bench/compare.sh, measured as `graft bench speed` measures\n"
-    "graft's (see its --help for the figures and the JSON fields). --check only tests that\n"
+    "graft's (bench/README.md describes both). --check only tests that\n"
     "llama.cpp loads the model and decodes a few tokens. --verbose keeps llama.cpp's log.\n";
 
 typedef struct options {
@@ -75,21 +59,10 @@ typedef struct state {
     struct llama_context *multi;  /* MAX_SEQS sequences of SEQ_CONTEXT + SEQ_GEN positions */
     struct llama_batch batch;     /* room for max(n_prompt, MAX_SEQS * SEQ_CONTEXT) tokens */
     int32_t n_vocab;
-    double *samples;              /* (N_FIGURES, reps) */
-    uint64_t rng;
+    int32_t n_prompt;             /* --prompt */
+    double *samples;              /* (GRAFT_BENCH_N_FIGURES, reps) */
+    graft__bench_rng rng;
 } state;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double rate(double n, double seconds)
-{
-    return seconds > 0 ? n / seconds : 0.0;
-}
 
 /* ---- options ---------------------------------------------------------------------------- */
 
@@ -152,28 +125,6 @@ static void parse_options(int argc, char **argv, options *o)
     }
 }
 
-/* ---- random tokens, medians ------------------------------------------------------------ */
-
-static int32_t random_token(state *s)
-{
-    s->rng ^= s->rng >> 12;
-    s->rng ^= s->rng << 25;
-    s->rng ^= s->rng >> 27;
-    return (int32_t)((s->rng * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)s->n_vocab);
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static double *figure_samples(state *s, const options *o, int figure)
 {
     return s->samples + (size_t)figure * (size_t)o->reps;
@@ -226,6 +177,7 @@ static int setup(state *s, const options *o)
         return -1;
     }
     s->n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(s->model));
+    s->n_prompt = o->n_prompt;
     s->single = create_context(s, o, 1, o->n_prompt + o->n_gen);
     s->multi = create_context(s, o, MAX_SEQS, SEQ_CONTEXT + SEQ_GEN);
     if (s->single == NULL || s->multi == NULL) {
@@ -234,8 +186,8 @@ static int setup(state *s, const options *o)
     }
     int room = o->n_prompt > MAX_SEQS * SEQ_CONTEXT ? o->n_prompt : MAX_SEQS * SEQ_CONTEXT;
     s->batch = llama_batch_init(room, 0, 1);
-    s->samples = calloc((size_t)N_FIGURES * (size_t)o->reps, sizeof *s->samples);
-    s->rng = 0x9E3779B97F4A7C15ull;
+    s->samples = calloc((size_t)GRAFT_BENCH_N_FIGURES * (size_t)o->reps, sizeof *s->samples);
+    s->rng = graft__bench_rng_init(s->n_vocab);
     return s->samples ? 0 : -1;
 }
 
@@ -281,7 +233,7 @@ static int warm_up(state *s, struct llama_context *ctx, int n)
 {
     s->batch.n_tokens = 0;
     for (int i = 0; i < n; i++)
-        batch_add(&s->batch, random_token(s), i, 0, i + 1 == n);
+        batch_add(&s->batch, graft__bench_random_token(&s->rng), i, 0, i + 1 == n);
     int rc = decode(ctx, s->batch);
     reset_seq(ctx, 0);
     return rc;
@@ -293,38 +245,34 @@ static int probe_failed(void)
     return -1;
 }
 
-/* Prefill and decode; the bandwidth is sampled around them (the larger of a sample just
- * before and one just after) and during the decode (the mean of the samples between
- * decoded tokens, not timed as decode), as graft's. */
+/* A step of the prefill-and-decode run (graft__bench_prefill_decode): the prompt already in
+ * the batch, or the argmax of the last logits. */
+static int single_step(void *user, int32_t i)
+{
+    state *s = user;
+    if (i >= 0) {
+        int32_t next = graft__argmax(llama_get_logits_ith(s->single, -1), s->n_vocab);
+        s->batch.n_tokens = 0;
+        batch_add(&s->batch, next, s->n_prompt + i, 0, 1);
+    }
+    return decode(s->single, s->batch);
+}
+
+/* Prefill and decode on sequence 0, with the bandwidth samples, as graft's. */
 static int measure_prefill_decode(state *s, const options *o, graft__probe *p, int rep)
 {
     reset_seq(s->single, 0);
     s->batch.n_tokens = 0;
     for (int i = 0; i < o->n_prompt; i++)
-        batch_add(&s->batch, random_token(s), i, 0, i + 1 == o->n_prompt);
-    double before, after, during = 0, decode_s = 0;
-    int n_during = 0;
-    if (graft__probe_sample(p, &before) != 0)
+        batch_add(&s->batch, graft__bench_random_token(&s->rng), i, 0, i + 1 == o->n_prompt);
+    graft__bench_run r;
+    int rc = graft__bench_prefill_decode(p, o->n_prompt, o->n_gen, single_step, s, &r);
+    if (rc < 0)
         return probe_failed();
-    double t0 = now_s();
-    int rc = decode(s->single, s->batch);
-    double t1 = now_s();
-    for (int i = 0; rc == 0 && i < o->n_gen; i++) {
-        if (graft__probe_during(p, i, o->n_gen, &during, &n_during) != 0)
-            return probe_failed();
-        double t = now_s();
-        int32_t next = graft__argmax(llama_get_logits_ith(s->single, -1), s->n_vocab);
-        s->batch.n_tokens = 0;
-        batch_add(&s->batch, next, o->n_prompt + i, 0, 1);
-        rc = decode(s->single, s->batch);
-        decode_s += now_s() - t;
-    }
-    if (graft__probe_sample(p, &after) != 0)
-        return probe_failed();
-    figure_samples(s, o, FIG_PREFILL)[rep] = rate(o->n_prompt, t1 - t0);
-    figure_samples(s, o, FIG_DECODE)[rep] = rate(o->n_gen, decode_s);
-    figure_samples(s, o, FIG_BANDWIDTH)[rep] = before > after ? before : after;
-    figure_samples(s, o, FIG_BANDWIDTH_DURING)[rep] = n_during > 0 ? during / n_during : 0;
+    figure_samples(s, o, GRAFT_BENCH_FIG_PREFILL)[rep] = r.prefill_tps;
+    figure_samples(s, o, GRAFT_BENCH_FIG_DECODE)[rep] = r.decode_tps;
+    figure_samples(s, o, GRAFT_BENCH_FIG_BANDWIDTH)[rep] = r.bandwidth_gbs;
+    figure_samples(s, o, GRAFT_BENCH_FIG_BANDWIDTH_DURING)[rep] = r.bandwidth_during_gbs;
     return rc;
 }
 
@@ -334,7 +282,7 @@ static int give_context(state *s, int32_t seq, int32_t *next)
     reset_seq(s->multi, seq);
     s->batch.n_tokens = 0;
     for (int i = 0; i < SEQ_CONTEXT; i++)
-        batch_add(&s->batch, random_token(s), i, seq, i + 1 == SEQ_CONTEXT);
+        batch_add(&s->batch, graft__bench_random_token(&s->rng), i, seq, i + 1 == SEQ_CONTEXT);
     int rc = decode(s->multi, s->batch);
     if (rc == 0)
         *next = graft__argmax(llama_get_logits_ith(s->multi, -1), s->n_vocab);
@@ -347,7 +295,7 @@ static int measure_aggregate(state *s, int n_seqs, double *tps)
     int rc = 0;
     for (int seq = 0; rc == 0 && seq < n_seqs; seq++)
         rc = give_context(s, seq, &next[seq]);
-    double t0 = now_s();
+    double t0 = graft__bench_now_s();
     for (int step = 0; rc == 0 && step < SEQ_GEN; step++) {
         s->batch.n_tokens = 0;
         for (int seq = 0; seq < n_seqs; seq++)
@@ -356,7 +304,7 @@ static int measure_aggregate(state *s, int n_seqs, double *tps)
         for (int seq = 0; rc == 0 && seq < n_seqs; seq++)
             next[seq] = graft__argmax(llama_get_logits_ith(s->multi, seq), s->n_vocab);
     }
-    *tps = rate((double)n_seqs * SEQ_GEN, now_s() - t0);
+    *tps = graft__bench_rate((double)n_seqs * SEQ_GEN, graft__bench_now_s() - t0);
     return rc;
 }
 
@@ -373,9 +321,9 @@ static int measure_all(state *s, const options *o)
         rc = warm_up(s, s->multi, WARMUP_TOKENS);
     for (int rep = 0; rc == 0 && rep < o->reps; rep++) {
         rc = measure_prefill_decode(s, o, &p, rep);
-        for (int i = 0; rc == 0 && i < N_SEQ_COUNTS; i++)
-            rc = measure_aggregate(s, seq_counts[i],
-                                   &figure_samples(s, o, FIG_AGGREGATE + i)[rep]);
+        for (int i = 0; rc == 0 && i < GRAFT_BENCH_N_SEQ_COUNTS; i++)
+            rc = measure_aggregate(s, graft__bench_seq_counts[i],
+                                   &figure_samples(s, o, GRAFT_BENCH_FIG_AGGREGATE + i)[rep]);
     }
     graft__probe_free(&p);
     return rc;
@@ -383,69 +331,48 @@ static int measure_all(state *s, const options *o)
 
 /* ---- reporting ------------------------------------------------------------------------- */
 
-static void print_json_string(const char *text)
+static void print_table(const graft__bench_speed *r)
 {
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
-
-static void print_json(state *s, const options *o, const double *fig, double roofline)
-{
-    char arch[64] = "";
-    llama_model_meta_val_str(s->model, "general.architecture", arch, sizeof arch);
-    printf("{\"engine\": \"llama.cpp\", \"model\": ");
-    print_json_string(o->model);
-    printf(", \"arch\": ");
-    print_json_string(arch);
-    printf(", \"threads\": %d, \"kernels\": \"%s\"", o->threads, cpu_kernels());
-    printf(", \"prompt_tokens\": %d, \"gen_tokens\": %d, \"seq_context_tokens\": %d, "
-           "\"seq_gen_tokens\": %d, \"reps\": %d, \"weight_bytes\": %llu",
-           o->n_prompt, o->n_gen, SEQ_CONTEXT, SEQ_GEN, o->reps,
-           (unsigned long long)llama_model_size(s->model));
-    printf(", \"prefill_tps\": %.3f, \"decode_tps\": %.3f, \"aggregate_tps\": {",
-           fig[FIG_PREFILL], fig[FIG_DECODE]);
-    for (int i = 0; i < N_SEQ_COUNTS; i++)
-        printf("%s\"%d\": %.3f", i ? ", " : "", seq_counts[i], fig[FIG_AGGREGATE + i]);
-    printf("}, \"bandwidth_gbs\": %.3f, \"decode_roofline_tps\": %.3f, "
-           "\"bandwidth_during_gbs\": %.3f}\n",
-           fig[FIG_BANDWIDTH], roofline, fig[FIG_BANDWIDTH_DURING]);
-}
-
-static void print_table(state *s, const options *o, const double *fig, double roofline)
-{
-    printf("llama.cpp speed: %s (%d threads, %s, median of %d)\n", o->model, o->threads,
-           cpu_kernels(), o->reps);
-    printf("  prefill    %12.2f tok/s  (%d tokens in one batch)\n", fig[FIG_PREFILL],
-           o->n_prompt);
-    printf("  decode     %12.2f tok/s  (%d tokens after %d)\n", fig[FIG_DECODE], o->n_gen,
-           o->n_prompt);
-    for (int i = 0; i < N_SEQ_COUNTS; i++)
-        printf("  aggregate  %12.2f tok/s  (%d sequence%s)\n", fig[FIG_AGGREGATE + i],
-               seq_counts[i], seq_counts[i] > 1 ? "s" : "");
-    printf("  bandwidth  %12.2f GB/s  (around the decode)\n", fig[FIG_BANDWIDTH]);
-    printf("             %12.2f GB/s  (during the decode)\n", fig[FIG_BANDWIDTH_DURING]);
-    printf("  roofline   %12.2f tok/s  (%llu weight bytes)\n", roofline,
-           (unsigned long long)llama_model_size(s->model));
+    const double *fig = r->fig;
+    printf("llama.cpp speed: %s (%d threads, %s, median of %d)\n", r->model, r->threads,
+           r->kernels, r->reps);
+    printf("  prefill    %12.2f tok/s  (%d tokens in one batch)\n",
+           fig[GRAFT_BENCH_FIG_PREFILL], r->prompt_tokens);
+    printf("  decode     %12.2f tok/s  (%d tokens after %d)\n", fig[GRAFT_BENCH_FIG_DECODE],
+           r->gen_tokens, r->prompt_tokens);
+    for (int i = 0; i < GRAFT_BENCH_N_SEQ_COUNTS; i++)
+        printf("  aggregate  %12.2f tok/s  (%d sequence%s)\n",
+               fig[GRAFT_BENCH_FIG_AGGREGATE + i], graft__bench_seq_counts[i],
+               graft__bench_seq_counts[i] > 1 ? "s" : "");
+    printf("  bandwidth  %12.2f GB/s  (around the decode)\n", fig[GRAFT_BENCH_FIG_BANDWIDTH]);
+    printf("             %12.2f GB/s  (during the decode)\n",
+           fig[GRAFT_BENCH_FIG_BANDWIDTH_DURING]);
+    printf("  roofline   %12.2f tok/s  (%llu weight bytes)\n",
+           graft__bench_speed_rooflines(r).weights, (unsigned long long)r->weight_bytes);
 }
 
 static void report(state *s, const options *o)
 {
-    double fig[N_FIGURES];
-    for (int f = 0; f < N_FIGURES; f++)
-        fig[f] = median(figure_samples(s, o, f), o->reps);
-    double roofline = rate(fig[FIG_BANDWIDTH] * 1e9, (double)llama_model_size(s->model));
+    static char arch[64];
+    llama_model_meta_val_str(s->model, "general.architecture", arch, sizeof arch);
+    graft__bench_speed r = {
+        .engine = "llama.cpp",
+        .model = o->model,
+        .arch = arch,
+        .kernels = cpu_kernels(),
+        .threads = o->threads,
+        .prompt_tokens = o->n_prompt,
+        .gen_tokens = o->n_gen,
+        .reps = o->reps,
+        .weight_bytes = llama_model_size(s->model),
+    };
+    for (int f = 0; f < GRAFT_BENCH_N_FIGURES; f++)
+        r.fig[f] = graft__bench_median(figure_samples(s, o, f), o->reps);
+    r.fig[GRAFT_BENCH_FIG_CONTEXT_PREFILL] = r.fig[GRAFT_BENCH_FIG_CONTEXT_DECODE] = -1;
     if (o->json)
-        print_json(s, o, fig, roofline);
+        graft__bench_speed_json(&r);
     else
-        print_table(s, o, fig, roofline);
+        print_table(&r);
 }
 
 int main(int argc, char **argv)

@@ -26,32 +26,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_lib.h"
 #include "graft.h"
 
 enum { PROMPT = 16, MAX_STREAMS = 64, MAX_REPS = 15 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
+/* The median of v[0..n), v left as it is. */
+static double median(const double *v, int n)
 {
     double s[MAX_REPS];
     memcpy(s, v, (size_t)n * sizeof *v);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    return graft__bench_median(s, n);
 }
 
 typedef struct opts {
@@ -91,7 +78,7 @@ static double engine_aggregate(graft_model *m, const opts *o, int n, int round)
     c.max_new_tokens = o->gen;
     c.ignore_eog = 1;
     c.sampling.temperature = 0;
-    double t0 = now_s();
+    double t0 = graft__bench_now_s();
     for (int i = 0; i < n; i++) {
         int32_t p[PROMPT];
         prompt_of(i, round, p, PROMPT);
@@ -99,12 +86,12 @@ static double engine_aggregate(graft_model *m, const opts *o, int n, int round)
     }
     for (int i = 0; i < n; i++)
         graft_generation_wait(g[i]);
-    double wall = now_s() - t0;
+    double wall = graft__bench_now_s() - t0;
     for (int i = 0; i < n; i++) {
         graft_generation_free(g[i]);
         graft_session_close(s[i]);
     }
-    graft_engine_shutdown(e);
+    graft_engine_free(e);
     return n * o->gen / wall;
 }
 
@@ -124,14 +111,14 @@ static double engine_cached_ttft(graft_model *m, const opts *o, int round)
     prompt_of(999, round, p, o->cached);
     double ttft = 0;
     for (int pass = 0; pass < 2; pass++) {
-        double t0 = now_s();
+        double t0 = graft__bench_now_s();
         graft_session *s = NULL;
         int32_t matched = 0;
         if (graft_prefix_cache_lookup(cache, p, (size_t)o->cached, &s, &matched) != GRAFT_OK) {
             graft_session_open(e, &s, NULL);
             matched = 0;
         }
-        double lookup = now_s() - t0;
+        double lookup = graft__bench_now_s() - t0;
         graft_prompt_capture *cap = NULL;
         graft_prompt_capture_create(cache, s, p, (size_t)o->cached, &cap);
         graft_update_cb up = NULL;
@@ -154,8 +141,8 @@ static double engine_cached_ttft(graft_model *m, const opts *o, int round)
         graft_session_close(s);
     }
     free(p);
-    graft_prefix_cache_destroy(cache);
-    graft_engine_shutdown(e);
+    graft_prefix_cache_free(cache);
+    graft_engine_free(e);
     return ttft;
 }
 
@@ -220,7 +207,7 @@ static size_t on_data(char *data, size_t size, size_t n, void *user)
     call *c = user;
     size_t bytes = size * n;
     if (c->t_first == 0)
-        c->t_first = now_s();
+        c->t_first = graft__bench_now_s();
     size_t keep = bytes < sizeof c->tail - 1 ? bytes : sizeof c->tail - 1;
     if (c->tail_len + keep >= sizeof c->tail)
         c->tail_len = 0;
@@ -242,9 +229,9 @@ static void *post(void *arg)
     curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
     c->t_first = 0;
     c->tail_len = 0;
-    c->t_send = now_s();
+    c->t_send = graft__bench_now_s();
     curl_easy_perform(h);
-    c->t_end = now_s();
+    c->t_end = graft__bench_now_s();
     if (c->keep == NULL)
         curl_easy_cleanup(h);
     return NULL;
@@ -271,7 +258,7 @@ static double http_aggregate(const opts *o, int n, int round)
         calls[i].s = &s;
         body_of(calls[i].body, sizeof calls[i].body, p, PROMPT, o->gen);
     }
-    double t0 = now_s();
+    double t0 = graft__bench_now_s();
     for (int i = 0; i < n; i++)
         pthread_create(&t[i], NULL, post, &calls[i]);
     double end = t0;

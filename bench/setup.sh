@@ -9,7 +9,8 @@
 #   2. the matching llama.cpp source, cloned from the git bundle inside that package into
 #      bench/llama.cpp-src (for include/llama.h and the ggml headers of that exact release);
 #   3. bench/build/llama_speed, our harness (bench/llama_speed.c), compiled against those
-#      headers and linked to those libraries with an rpath to their folder.
+#      headers and linked to those libraries with an rpath to their folder, and to graft's
+#      benchmark library from build/release (make release first).
 # Each step is skipped when its result is already there (llama_speed is rebuilt when its
 # source is newer). Then: bench/compare.sh MODEL.gguf ...
 set -eu
@@ -47,21 +48,28 @@ clone_source() {
     git -c advice.detachedHead=false clone --quiet "$package/llama/gitRelease.bundle" "$src"
 }
 
+# llama_speed links graft's benchmark library and argmax as CMake compiled them for graft
+# (build/release/libgraftbench.a, libgraftcore.a), and is itself compiled with the release
+# flags (CMake's Release: -O3 -DNDEBUG), so both harnesses run the same code the same way.
 build_harness() {
-    probe=$here/../src/cli/bandwidth_probe
-    argmax=$here/../src/util/argmax
+    lib=$here/../build/release
+    if [ ! -f "$lib/libgraftbench.a" ] || [ ! -f "$lib/libgraftcore.a" ]; then
+        echo "setup: no $lib/libgraftbench.a (make release first)" >&2
+        exit 1
+    fi
     if [ -x "$exe" ] &&
-        [ -z "$(find "$here/llama_speed.c" "$probe.c" "$probe.h" "$argmax.c" "$argmax.h" \
+        [ -z "$(find "$here/llama_speed.c" "$lib/libgraftbench.a" "$lib/libgraftcore.a" \
             -newer "$exe")" ]; then
         return
     fi
     echo "setup: compiling $exe"
     mkdir -p "$here/build"
-    ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE \
-        -I"$src/include" -I"$src/ggml/include" -I"$here/../src/cli" -I"$here/../src/util" \
+    ${CC:-cc} -std=c11 -O3 -DNDEBUG -Wall -Wextra -Werror -D_GNU_SOURCE \
+        -I"$src/include" -I"$src/ggml/include" -I"$here/../src" -I"$here/../include" \
         -DLLAMA_BINS_DIR="\"$bins\"" \
-        "$here/llama_speed.c" "$probe.c" "$argmax.c" "$bins"/libllama.v*.so "$bins"/libggml.v*.so \
-        "$bins"/libggml-base.so -Wl,-rpath,"$bins" -lpthread -o "$exe"
+        "$here/llama_speed.c" "$lib/libgraftbench.a" "$lib/libgraftcore.a" \
+        "$bins"/libllama.v*.so "$bins"/libggml.v*.so \
+        "$bins"/libggml-base.so -Wl,-rpath,"$bins" -lpthread -lm -o "$exe"
 }
 
 install_package

@@ -14,41 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_lib.h"
 #include "graft.h"
+#include "util/util.h"
 
 static double now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)n + 1);
-    if (data == NULL || fread(data, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(data);
-        return NULL;
-    }
-    fclose(f);
-    data[n] = '\0';
-    *len = (size_t)n;
-    return data;
+    return graft__bench_now_s() * 1e6;
 }
 
 /* The 50-message conversation as JSON (malloc'd). */
@@ -114,7 +87,7 @@ int main(int argc, char **argv)
     if (reps < 1)
         reps = 1;
     size_t len;
-    char *text = slurp(path, &len);
+    char *text = graft__read_file(path, &len);
     char *vars = conversation();
     if (text == NULL || vars == NULL) {
         fprintf(stderr, "bench_template: cannot read %s\n", path);
@@ -142,11 +115,11 @@ int main(int argc, char **argv)
             times[i] = us;
         graft_free(out);
     }
-    qsort(times, (size_t)reps, sizeof *times, by_value);
+    double median = graft__bench_median(times, reps); /* sorts times */
     printf("template %s (%zu bytes), parsed in %.1f us\n", path, len, parse_us);
     printf("50 messages (%zu bytes of JSON) -> %zu bytes of prompt\n", strlen(vars), out_len);
     printf("render: median %.1f us, min %.1f us, max %.1f us over %d renders\n",
-           times[reps / 2], times[0], times[reps - 1], reps);
+           median, times[0], times[reps - 1], reps);
     free(times);
     graft_template_free(t);
     free(vars);

@@ -10,7 +10,9 @@
  *     when errmsg is not NULL, *errmsg receives a message the caller frees with graft_free().
  *     On success *errmsg is set to NULL.
  *   - A failed graft_*_load / graft_*_create leaves nothing to free. Every destructor
- *     accepts NULL.
+ *     accepts NULL. One destructor verb a kind of constructor: what graft_*_load,
+ *     graft_*_create or graft_*_parse makes is freed with graft_*_free; what graft_*_open
+ *     makes (a session) is closed with graft_*_close.
  *   - Pointers returned by a getter are borrowed: valid until the object they came from
  *     is freed.
  *
@@ -207,6 +209,12 @@ typedef struct graft_batch_token {
 int graft_context_eval_batch(graft_context *ctx, const graft_batch_token *batch, size_t n,
                              float *logits);
 
+/* Why the last graft_context_eval or graft_context_eval_batch on ctx failed (borrowed,
+ * valid until the next of those calls or graft_context_free). NULL after one that succeeded,
+ * for a NULL ctx, and for a failure with no more to say than its status (GRAFT_ENOMEM: then
+ * graft_status_str of the status says it). */
+const char *graft_context_errmsg(const graft_context *ctx);
+
 /* Tokens held by sequence 0 / by sequence `seq` (-1 for a bad id). */
 int32_t graft_context_position(const graft_context *ctx);
 int32_t graft_context_seq_position(const graft_context *ctx, int32_t seq);
@@ -296,11 +304,11 @@ int graft_synth_write(const graft_synth_options *opts, char **errmsg);
  * Lifetimes (libuv style):
  *   - The model must outlive the engine.
  *   - A session handle is valid from the open or clone that gave it until
- *     graft_session_close, or until graft_engine_shutdown, which closes every session still
+ *     graft_session_close, or until graft_engine_free, which closes every session still
  *     open.
  *   - A generation handle is reference counted: it stays valid until graft_generation_free,
  *     even after its session is closed or the engine is shut down.
- * CONSTRUCTOR: graft_engine_create   DESTRUCTOR: graft_engine_shutdown
+ * CONSTRUCTOR: graft_engine_create   DESTRUCTOR: graft_engine_free
  */
 typedef struct graft_engine graft_engine;
 typedef struct graft_session graft_session;
@@ -371,7 +379,7 @@ int graft_engine_on_thread(const graft_engine *engine);
  * during shutdown as usual. Returns when the engine thread has ended; afterwards no session
  * handle may be used, generation handles may. NULL is fine (GRAFT_OK). GRAFT_EINVAL from a
  * callback (nothing is done). Other threads must have stopped using the engine. */
-int graft_engine_shutdown(graft_engine *engine);
+int graft_engine_free(graft_engine *engine);
 
 typedef struct graft_engine_metrics {
     uint64_t steps;               /* forward passes of the scheduler */
@@ -685,11 +693,11 @@ int graft_engine_reclaim_remove(graft_engine *engine, graft_reclaim_cb cb, void 
  * lookup, stats, trim, collect and insert with max_bytes wait for the engine thread, which a
  * callback would deadlock; they return GRAFT_EINVAL there (an insert closes its snapshot).
  * An insert without a byte bound may be made from a callback.
- * graft_prefix_cache_destroy must not race with any other call on the same cache.
+ * graft_prefix_cache_free must not race with any other call on the same cache.
  *
  * Lifetimes: the engine must outlive the cache: destroy the cache (and free its captures)
- * before graft_engine_shutdown, which would otherwise close its snapshots under it.
- * CONSTRUCTOR: graft_prefix_cache_create   DESTRUCTOR: graft_prefix_cache_destroy
+ * before graft_engine_free, which would otherwise close its snapshots under it.
+ * CONSTRUCTOR: graft_prefix_cache_create   DESTRUCTOR: graft_prefix_cache_free
  */
 typedef struct graft_prefix_cache graft_prefix_cache;
 
@@ -703,7 +711,7 @@ int graft_prefix_cache_create(graft_engine *engine, int32_t max_entries, size_t 
 /* DESTRUCTOR. Closes every snapshot the cache holds (queued closes; it does not wait) and
  * frees the cache. Sessions handed out by lookup stay open. NULL is fine. Any thread but
  * engine callbacks; no other call on this cache may run or follow. */
-void graft_prefix_cache_destroy(graft_prefix_cache *cache);
+void graft_prefix_cache_free(graft_prefix_cache *cache);
 
 /* Closes every snapshot the cache holds; the cache stays usable and its counters stay.
  * Sessions handed out by lookup stay open. Any thread but engine callbacks. */
@@ -799,7 +807,7 @@ int graft_prefix_cache_stats_get(graft_prefix_cache *cache, graft_prefix_cache_s
  * Lifetimes: the capture is the `user` of the wrapped callbacks, so it must stay alive until
  * the generation settled (or graft_session_generate refused it); collect and free come after.
  * A clone still in flight when the capture is freed is closed when it arrives. Free every
- * capture before graft_engine_shutdown.
+ * capture before graft_engine_free.
  * CONSTRUCTOR: graft_prompt_capture_create   DESTRUCTOR: graft_prompt_capture_free
  */
 typedef struct graft_prompt_capture graft_prompt_capture;

@@ -864,8 +864,9 @@ static void test_bench_speed(void **state)
     static const char *const fields[] = {
         "engine", "model", "arch", "threads", "kernels", "prompt_tokens", "gen_tokens",
         "seq_context_tokens", "seq_gen_tokens", "reps", "weight_bytes", "prefill_tps",
-        "decode_tps", "aggregate_tps", "bandwidth_gbs", "decode_roofline_tps",
-        "bandwidth_during_gbs", "decode_roofline_during_tps", NULL};
+        "decode_tps", "context_prefill_tps", "context_decode_tps", "aggregate_tps",
+        "bandwidth_gbs", "decode_roofline_tps", "decode_roofline_weights_tps",
+        "kv_bytes_per_token", "bandwidth_during_gbs", "decode_roofline_during_tps", NULL};
     char path[512];
     synth_tiny(path, sizeof path);
     cli_result help = GRAFT("bench", "speed", "--help");
@@ -878,6 +879,10 @@ static void test_bench_speed(void **state)
     assert_int_equal((int)json_number(r.out, "seq_context_tokens"), 64);
     assert_true(json_number(r.out, "bandwidth_during_gbs") > 0); /* one sample, before token 2 */
     assert_true(json_number(r.out, "decode_roofline_during_tps") > 0);
+    assert_true(json_number(r.out, "prefill_tps") > 0); /* the engine's */
+    assert_true(json_number(r.out, "decode_tps") > 0);
+    assert_true(json_number(r.out, "context_prefill_tps") > 0);
+    assert_true(json_number(r.out, "context_decode_tps") > 0);
     const char *agg = strstr(r.out, "\"aggregate_tps\": {");
     assert_non_null(agg);
     static const char *const counts[] = {"1", "2", "4", "8"};

@@ -21,7 +21,9 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "fixtures.h"
 #include "graft.h"
+#include "models.h"
 
 static const int32_t GOLDEN[10] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298};
 enum { BOS = 1, MAX_CONTEXT = 256, MAX_TOKENS = 512 };
@@ -32,15 +34,9 @@ static graft_context *cold; /* the reference for cold recomputation */
 static int setup(void **state)
 {
     (void)state;
-    const char *dir = getenv("GRAFT_MODELS_DIR");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", dir ? dir : "../shared/models");
-    if (graft_model_load(path, &model, NULL) != GRAFT_OK)
-        return -1;
-    graft_context_options o = graft_context_default_options();
-    o.n_ctx = MAX_CONTEXT;
-    o.n_threads = 1;
-    return graft_context_create_ex(model, &o, &cold, NULL) == GRAFT_OK ? 0 : -1;
+    model = graft_test_load_model(GRAFT_TEST_STORIES);
+    cold = model ? graft_test_cold_context(model, MAX_CONTEXT) : NULL;
+    return cold ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -53,37 +49,18 @@ static int teardown(void **state)
 
 static graft_engine_options small_options(void)
 {
-    graft_engine_options o = graft_engine_default_options();
-    o.max_sessions = 8;
-    o.max_context = MAX_CONTEXT;
-    o.max_batch_tokens = 64;
-    o.n_threads = 1; /* the pool's workers spin; CI machines are small */
-    return o;
+    return graft_test_engine_options(8, MAX_CONTEXT);
 }
 
 static graft_engine *engine_with(const graft_engine_options *o)
 {
-    graft_engine *e = NULL;
-    char *err = NULL;
-    int rc = graft_engine_create(model, o, &e, &err);
-    if (rc != GRAFT_OK)
-        fprintf(stderr, "engine_create: %s\n", err ? err : "?");
-    graft_free(err);
-    assert_int_equal(rc, GRAFT_OK);
-    return e;
+    return graft_test_engine(model, o);
 }
 
 static graft_engine *engine_new(void)
 {
     graft_engine_options o = small_options();
     return engine_with(&o);
-}
-
-static graft_engine_metrics metrics(graft_engine *e)
-{
-    graft_engine_metrics m;
-    assert_int_equal(graft_engine_metrics_get(e, &m), GRAFT_OK);
-    return m;
 }
 
 /* What went wrong inside callbacks, which run on the engine thread: they count it here and
@@ -102,18 +79,7 @@ static void callback_check(bool ok)
 static void engine_end(graft_engine *e)
 {
     assert_int_equal(atomic_exchange(&callback_errors, 0), 0);
-    graft_engine_metrics m = metrics(e);
-    assert_int_equal(m.sessions_open, 0);
-    assert_int_equal(m.kv_blocks_used, 0);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
-}
-
-static graft_session *open_session(graft_engine *e)
-{
-    graft_session *s = NULL;
-    assert_int_equal(graft_session_open(e, &s, NULL), GRAFT_OK);
-    assert_non_null(s);
-    return s;
+    graft_test_engine_end(e);
 }
 
 static graft_session *clone_at(graft_session *s, int32_t upto)
@@ -280,7 +246,7 @@ static void test_greedy_golden(void **state)
 {
     (void)state;
     graft_engine *e = engine_new();
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     graft_generate_config c = greedy(10);
     int32_t bos = BOS;
     watch w = {.engine = e};
@@ -305,7 +271,7 @@ static void test_greedy_golden(void **state)
     assert_int_equal(gm.generated_tokens, 10);
     assert_true(gm.time_to_first_token_ns >= gm.queue_wait_ns);
     graft_generation_free(gen);
-    graft_engine_metrics m = metrics(e);
+    graft_engine_metrics m = graft_test_metrics(e);
     assert_int_equal(m.steps, 10);
     assert_int_equal(m.prefill_tokens, 1);
     assert_int_equal(m.decode_tokens, 9);
@@ -332,7 +298,7 @@ static void test_batched_chunked_equal_golden(void **state)
     int32_t prompt[6] = {BOS, GOLDEN[0], GOLDEN[1], GOLDEN[2], GOLDEN[3], GOLDEN[4]};
     graft_generate_config c = greedy(4);
     for (int i = 0; i < N; i++) {
-        s[i] = open_session(e);
+        s[i] = graft_test_open_session(e);
         memset(&w[i], 0, sizeof w[i]);
         gen[i] = start(s[i], prompt, (size_t)(1 + i), &c, &w[i]);
     }
@@ -347,7 +313,7 @@ static void test_batched_chunked_equal_golden(void **state)
     c = greedy(3);
     assert_int_equal(run(s[0], &GOLDEN[3], 1, &c, &more, NULL), GRAFT_OK);
     assert_memory_equal(more.tokens, &GOLDEN[4], 3 * sizeof(int32_t));
-    assert_true(metrics(e).batch_tokens_max <= 3);
+    assert_true(graft_test_metrics(e).batch_tokens_max <= 3);
     for (int i = 0; i < N; i++) {
         check_session(s[i]);
         graft_session_close(s[i]);
@@ -359,7 +325,7 @@ static void test_generate_bad_arguments(void **state)
 {
     (void)state;
     graft_engine *e = engine_new();
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     graft_generate_config c = greedy(2);
     graft_generation *gen = NULL;
     int32_t bad = 100000, ok = BOS;
@@ -381,7 +347,7 @@ static void test_clone_prefix_and_refusals(void **state)
 {
     (void)state;
     graft_engine *e = engine_new();
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     graft_generate_config c = greedy(5);
     int32_t bos = BOS;
     watch w = {0};
@@ -393,7 +359,7 @@ static void test_clone_prefix_and_refusals(void **state)
     assert_int_equal(history_of(a, history), 3);
     int32_t expect[3] = {BOS, GOLDEN[0], GOLDEN[1]};
     assert_memory_equal(history, expect, sizeof expect);
-    assert_true(metrics(e).kv_blocks_shared > 0);
+    assert_true(graft_test_metrics(e).kv_blocks_shared > 0);
     check_session(a);
 
     graft_session *b = clone_at(a, 2); /* clone of a clone */
@@ -418,7 +384,7 @@ static void test_clone_prefix_and_refusals(void **state)
     assert_non_null(err);
     graft_free(err);
     assert_int_equal(graft_session_clone_wait(s, 6, &none, NULL), GRAFT_EBOUNDARY);
-    graft_engine_metrics m = metrics(e);
+    graft_engine_metrics m = graft_test_metrics(e);
     assert_int_equal(m.clones_done, 3);
     assert_int_equal(m.clones_refused_boundary, 2);
     assert_int_equal(check_session(s), 5);
@@ -436,7 +402,7 @@ static void test_clone_capacity_refusal(void **state)
     graft_engine_options o = small_options();
     o.max_sessions = 2;
     graft_engine *e = engine_with(&o);
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     int32_t bos = BOS;
     graft_generate_config c = greedy(2);
     watch w = {0};
@@ -445,7 +411,7 @@ static void test_clone_capacity_refusal(void **state)
     graft_session *none = NULL;
     assert_int_equal(graft_session_clone_wait(s, 1, &none, NULL), GRAFT_ECAPACITY);
     assert_int_equal(graft_session_open(e, &none, NULL), GRAFT_ECAPACITY);
-    assert_int_equal(metrics(e).clones_refused_capacity, 1);
+    assert_int_equal(graft_test_metrics(e).clones_refused_capacity, 1);
     watch w2 = {0};
     assert_int_equal(run(s, &GOLDEN[1], 1, &c, &w2, NULL), GRAFT_OK);
     assert_memory_equal(w2.tokens, &GOLDEN[2], 2 * sizeof(int32_t));
@@ -461,14 +427,14 @@ static void test_clone_at_first_output(void **state)
 {
     (void)state;
     graft_engine *e = engine_new();
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     int32_t prompt[3] = {BOS, GOLDEN[0], GOLDEN[1]};
     graft_generate_config c = greedy(5);
     watch w = {.engine = e, .clone_at = 1};
     graft_generation *gen = start(s, prompt, 3, &c, &w);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
     graft_generation_free(gen);
-    metrics(e); /* the clone's answer came before this */
+    graft_test_metrics(e); /* the clone's answer came before this */
     assert_int_equal(w.clone_calls, 1);
     assert_int_equal(w.clone_status, GRAFT_OK);
     assert_int_equal(w.position_at_update, 3);
@@ -484,7 +450,7 @@ static void test_clone_at_first_output(void **state)
     gen = start(s, &GOLDEN[3], 1, &c, &p);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
     graft_generation_free(gen);
-    metrics(e);
+    graft_test_metrics(e);
     assert_int_equal(p.clone_calls, 1);
     assert_int_equal(p.clone_status, GRAFT_EBOUNDARY);
     assert_null(p.clone);
@@ -496,7 +462,7 @@ static void test_clone_survives_source_close(void **state)
 {
     (void)state;
     graft_engine *e = engine_new();
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     int32_t bos = BOS;
     graft_generate_config c = greedy(4);
     watch w = {0};
@@ -512,13 +478,13 @@ static void test_clone_survives_source_close(void **state)
     watch w3 = {.engine = e};
     assert_int_equal(graft_session_clone(a, 5, on_clone, &w3), GRAFT_OK);
     graft_session_close(a);
-    metrics(e);
+    graft_test_metrics(e);
     assert_int_equal(w3.clone_calls, 1);
     assert_int_equal(w3.clone_status, GRAFT_OK);
     assert_int_equal(check_session(w3.clone), 5);
     /* an abandoned result closes its session */
     assert_int_equal(graft_session_clone(w3.clone, 2, NULL, NULL), GRAFT_OK);
-    assert_int_equal(metrics(e).sessions_open, 1);
+    assert_int_equal(graft_test_metrics(e).sessions_open, 1);
     graft_session_close(w3.clone);
     engine_end(e);
 }
@@ -531,7 +497,7 @@ static void test_pending_clone_cancel_close(void **state)
     int32_t prompt[2] = {BOS, GOLDEN[0]};
     graft_generate_config c = greedy(20);
     for (int mode = 0; mode < 2; mode++) {
-        graft_session *s = open_session(e);
+        graft_session *s = graft_test_open_session(e);
         watch w = {.engine = e, .clone_at = 2};
         if (mode == 0)
             w.cancel_at = 2;
@@ -542,7 +508,7 @@ static void test_pending_clone_cancel_close(void **state)
         assert_int_equal(graft_generation_finish_reason(gen), GRAFT_FINISH_CANCELLED);
         assert_non_null(graft_generation_error(gen));
         graft_generation_free(gen);
-        metrics(e);
+        graft_test_metrics(e);
         assert_int_equal(w.settled, 1);
         assert_int_equal(w.updates, 2);
         assert_int_equal(w.clone_calls, 1);
@@ -569,8 +535,8 @@ static void test_shutdown_answers_everything(void **state)
 {
     (void)state;
     graft_engine *e = engine_new();
-    graft_session *s = open_session(e);
-    graft_session *t = open_session(e);
+    graft_session *s = graft_test_open_session(e);
+    graft_session *t = graft_test_open_session(e);
     int32_t bos = BOS;
     graft_generate_config c = greedy(0);
     c.ignore_eog = 1;
@@ -586,7 +552,7 @@ static void test_shutdown_answers_everything(void **state)
     assert_int_equal(
         graft_session_generate(s, &bos, 1, &c, NULL, count_settled, &queued_settled, &queued),
         GRAFT_OK);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
     assert_int_equal(w.clone_calls, 1);
     assert_int_equal(w.clone_status, GRAFT_ESHUTDOWN);
     assert_null(w.clone);
@@ -610,7 +576,7 @@ static void test_settled_once_per_outcome(void **state)
     graft_engine_options o = small_options();
     o.max_context = 16;
     graft_engine *e = engine_with(&o);
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     int32_t bos = BOS;
     graft_finish finish;
 
@@ -643,7 +609,7 @@ static void test_settled_once_per_outcome(void **state)
 
     /* cancel from a callback; close from a callback */
     for (int mode = 0; mode < 2; mode++) {
-        graft_session *t = open_session(e);
+        graft_session *t = graft_test_open_session(e);
         watch w = {0};
         if (mode == 0)
             w.cancel_at = 3;
@@ -660,7 +626,7 @@ static void test_settled_once_per_outcome(void **state)
     }
 
     /* failure: a second generation on a busy session */
-    graft_session *u = open_session(e);
+    graft_session *u = graft_test_open_session(e);
     watch busy = {0}, second = {0};
     c = greedy(0);
     c.ignore_eog = 1;
@@ -684,12 +650,12 @@ static void test_settled_once_per_outcome(void **state)
                      GRAFT_OK);
     graft_generation_free(g3);
     graft__engine_pause(e, false);
-    metrics(e);
+    graft_test_metrics(e);
     check_session(u);
     graft_session_close(u);
-    metrics(e);
+    graft_test_metrics(e);
     assert_int_equal(settled, 1);
-    graft_engine_metrics m = metrics(e);
+    graft_engine_metrics m = graft_test_metrics(e);
     assert_int_equal(m.generations_stop, 1);
     assert_int_equal(m.generations_length, 1);
     assert_int_equal(m.generations_failed, 2);
@@ -704,11 +670,11 @@ static void test_kv_capacity_failure(void **state)
     (void)state;
     graft_engine_options o = small_options();
     graft_engine *probe = engine_new();
-    int64_t block_bytes = metrics(probe).kv_block_bytes;
+    int64_t block_bytes = graft_test_metrics(probe).kv_block_bytes;
     engine_end(probe);
     o.kv_mem = (size_t)block_bytes * 3;
     graft_engine *e = engine_with(&o);
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     int32_t prompt[MAX_CONTEXT];
     for (int i = 0; i < 4 * GRAFT_KV_BLOCK_TOKENS; i++)
         prompt[i] = GOLDEN[i % 10];
@@ -719,9 +685,9 @@ static void test_kv_capacity_failure(void **state)
     assert_int_equal(finish, GRAFT_FINISH_FAILED);
     assert_int_equal(w.settled, 1);
     assert_int_equal(graft_session_position(s), 0); /* it could never fit: refused at once */
-    assert_int_equal(metrics(e).kv_wait_failures, 1);
+    assert_int_equal(graft_test_metrics(e).kv_wait_failures, 1);
     graft_session_close(s);
-    graft_session *t = open_session(e);
+    graft_session *t = graft_test_open_session(e);
     int32_t bos = BOS;
     watch w2 = {0};
     c = greedy(10);
@@ -738,8 +704,8 @@ static void test_cancelled_prefill_keeps_prefix(void **state)
     graft_engine_options o = small_options();
     o.max_batch_tokens = 4;
     graft_engine *e = engine_with(&o);
-    graft_session *a = open_session(e);
-    graft_session *b = open_session(e);
+    graft_session *a = graft_test_open_session(e);
+    graft_session *b = graft_test_open_session(e);
     int32_t prompt[60];
     for (int i = 0; i < 60; i++)
         prompt[i] = GOLDEN[(i * 7) % 10];
@@ -774,9 +740,8 @@ static void test_cancelled_prefill_keeps_prefix(void **state)
 static void test_sliding_window_retention(void **state)
 {
     (void)state;
-    const char *tmp = getenv("GRAFT_TEST_TMP");
     char path[1024];
-    snprintf(path, sizeof path, "%s/engine-gemma3-tiny.gguf", tmp ? tmp : "/tmp");
+    graft_test_tmp_path(path, sizeof path, "engine-gemma3-tiny.gguf");
     graft_synth_options so = {"gemma3", "tiny", GRAFT_TYPE_F32, NULL, 11, path};
     assert_int_equal(graft_synth_write(&so, NULL), GRAFT_OK);
     graft_model *gemma = NULL;
@@ -789,7 +754,7 @@ static void test_sliding_window_retention(void **state)
     int32_t prompt[100];
     for (int i = 0; i < 100; i++)
         prompt[i] = (int32_t)((i * 37 + 5) % gemma->hp.n_vocab);
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     graft_generate_config c = greedy(1);
     watch w = {0};
     assert_int_equal(run(s, prompt, 50, &c, &w, NULL), GRAFT_OK);
@@ -800,7 +765,7 @@ static void test_sliding_window_retention(void **state)
     graft_session *recent = clone_at(s, 90);
     graft_session *none = NULL;
     assert_int_equal(graft_session_clone_wait(s, 50, &none, NULL), GRAFT_ERETENTION);
-    assert_int_equal(metrics(e).clones_refused_retention, 1);
+    assert_int_equal(graft_test_metrics(e).clones_refused_retention, 1);
     graft_session *old = clone_at(snapshot, 50);
     /* each serves its boundary with the logits of a cold run */
     graft_context_options co = graft_context_default_options();
@@ -838,12 +803,12 @@ static void test_alloc_failures(void **state)
 {
     (void)state;
     graft_engine *e = engine_new();
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     int32_t bos = BOS;
     graft_generate_config c = greedy(3);
     watch w0 = {0};
     assert_int_equal(run(s, &bos, 1, &c, &w0, NULL), GRAFT_OK);
-    metrics(e);
+    graft_test_metrics(e);
     long base = graft__alloc_live();
 
     /* open */
@@ -860,7 +825,7 @@ static void test_alloc_failures(void **state)
         }
         assert_int_equal(rc, GRAFT_ENOMEM);
         assert_null(t);
-        metrics(e);
+        graft_test_metrics(e);
         assert_int_equal(graft__alloc_live(), base);
     }
     /* clone */
@@ -878,15 +843,15 @@ static void test_alloc_failures(void **state)
             continue;
         }
         assert_int_equal(rc, GRAFT_ENOMEM);
-        metrics(e);
+        graft_test_metrics(e);
         assert_int_equal(graft__alloc_live(), base);
-        assert_int_equal(metrics(e).sessions_open, 1);
+        assert_int_equal(graft_test_metrics(e).sessions_open, 1);
     }
     /* generate, its admission and its steps */
     int32_t position = graft_session_position(s);
     for (long n = 0;; n++) {
         graft_session *t = clone_at(s, position);
-        metrics(e);
+        graft_test_metrics(e);
         long live = graft__alloc_live();
         graft_generation *gen = NULL;
         graft__engine_pause(e, true);
@@ -899,7 +864,7 @@ static void test_alloc_failures(void **state)
         long failures = graft__alloc_failures();
         graft__alloc_fail_after(-1, false);
         graft_generation_free(gen);
-        metrics(e);
+        graft_test_metrics(e);
         assert_int_equal(graft__alloc_live(), live);
         if (rc == GRAFT_OK) {
             assert_memory_equal(w.tokens, &GOLDEN[3], 3 * sizeof(int32_t));
@@ -1054,7 +1019,7 @@ static void prop_step(prop *p)
     switch (rnd(p, 8)) {
     case 0:
         if (empty >= 0)
-            p->s[empty] = open_session(p->e);
+            p->s[empty] = graft_test_open_session(p->e);
         break;
     case 1:
     case 2:
@@ -1113,7 +1078,7 @@ static void test_property_cow_isolation(void **state)
             prop_reap(&p, i);
         }
     }
-    graft_engine_metrics m = metrics(p.e);
+    graft_engine_metrics m = graft_test_metrics(p.e);
     assert_true(m.clones_done > 0);
     assert_true(m.kv_cow_copies > 0);
     assert_true(m.generations_started > 5);

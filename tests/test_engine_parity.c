@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "graft.h"
 #include "logits_taps.h"
+#include "models.h"
 
 enum { PROMPT = 45, SPLIT = 21, OTHERS = 7 };
 
@@ -61,7 +62,7 @@ static void end_engine(graft_engine *e, graft_test_taps *t)
     graft_engine_metrics m;
     assert_int_equal(graft_engine_metrics_get(e, &m), GRAFT_OK);
     assert_int_equal(m.kv_blocks_used, 0);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
     graft_test_taps_clear(t);
 }
 
@@ -176,53 +177,12 @@ static void check_model(const char *label, graft_model *m)
     free(cold);
 }
 
-static const char *dir_or(const char *env, const char *fallback)
-{
-    const char *dir = getenv(env);
-    return dir ? dir : fallback;
-}
-
-static void check_file(const char *label, const char *path)
-{
-    graft_model *m = NULL;
-    char *err = NULL;
-    if (graft_model_load(path, &m, &err) != GRAFT_OK)
-        fail_msg("%s: %s", path, err ? err : "?");
-    check_model(label, m);
-    graft_model_free(m);
-}
-
-static void check_synth(const char *arch, int type, const char *type_name)
-{
-    char path[1024], label[64];
-    snprintf(path, sizeof path, "%s/parity-%s-%s.gguf", dir_or("GRAFT_TEST_TMP", "/tmp"), arch,
-             type_name);
-    graft_synth_options o = {arch, "tiny", type, NULL, 5, path};
-    assert_int_equal(graft_synth_write(&o, NULL), GRAFT_OK);
-    snprintf(label, sizeof label, "synth %s tiny %s", arch, type_name);
-    check_file(label, path);
-}
-
 static void test_parity_table(void **state)
 {
     (void)state;
-    static const char *const derived[] = {"F16", "Q8_0mix", "Q5_1mix", "Q5_0mix",
-                                          "Q4_1mix", "Q4_0mix", "IQ4_NLmix"};
-    const char *models = dir_or("GRAFT_MODELS_DIR", "../shared/models");
-    char path[1024], label[64];
     printf("| %-28s | %-9s | %-9s | %-9s |\n", "model (prompt 45 tokens)", "clone+sfx",
            "chunked", "batched");
-    snprintf(path, sizeof path, "%s/stories260K.gguf", models);
-    check_file("stories260K F32", path);
-    for (size_t i = 0; i < sizeof derived / sizeof derived[0]; i++) {
-        snprintf(path, sizeof path, "%s/derived/stories260K-%s.gguf", models, derived[i]);
-        snprintf(label, sizeof label, "stories260K %s", derived[i]);
-        check_file(label, path);
-    }
-    check_synth("qwen3", GRAFT_TYPE_F32, "F32");
-    check_synth("qwen3", GRAFT_TYPE_Q8_0, "Q8_0");
-    check_synth("gemma3", GRAFT_TYPE_F32, "F32");
-    check_synth("gemma3", GRAFT_TYPE_Q8_0, "Q8_0");
+    graft_test_each_parity_model("parity", check_model);
     printf("first-token logits identical to a cold prefill: %d/%d cases\n", identical, cases);
     assert_int_equal(identical, cases);
 }

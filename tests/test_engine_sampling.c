@@ -293,7 +293,7 @@ static void test_logprobs_match_cold_logits(void **state)
     finish(&r);
     assert_int_equal(graft_generation_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
     release(&r);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
 /* A bias changes the pick, not the reported distribution (the model's logits). */
@@ -345,7 +345,7 @@ static void test_bias_changes_pick_not_logprobs(void **state)
                      GRAFT_EINVAL);
     assert_null(gen);
     graft_session_close(s);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
 /* Log-probabilities of a request run alone equal, bit for bit, those of the same request
@@ -395,7 +395,7 @@ static void test_logprobs_batch_invariant(void **state)
     release(&again);
     for (int i = 0; i < 3; i++)
         release(&others[i]);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
 int main(void)

@@ -36,67 +36,27 @@ static graft_context *stories_cold, *gemma_cold;
 static int setup(void **state)
 {
     (void)state;
-    stories = graft_test_load_model(GRAFT_TEST_STORIES);
-    gemma = graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_F32, 29, "server-gemma3-tiny.gguf");
-    if (stories == NULL || gemma == NULL)
-        return -1;
-    stories_cold = graft_test_cold_context(stories, CONTEXT);
-    gemma_cold = graft_test_cold_context(gemma, GEMMA_CONTEXT);
-    return stories_cold && gemma_cold ? 0 : -1;
+    return graft_test_load_models(&stories, &stories_cold, CONTEXT, &gemma, &gemma_cold,
+                                  GEMMA_CONTEXT, 29, "server-gemma3-tiny.gguf");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    graft_context_free(stories_cold);
-    graft_context_free(gemma_cold);
-    graft_model_free(stories);
-    graft_model_free(gemma);
+    graft_test_free_models(stories, stories_cold, gemma, gemma_cold);
     return 0;
 }
 
 static graft_engine_options options(graft_model *m, int32_t max_sessions)
 {
-    graft_engine_options o = graft_engine_default_options();
-    o.max_sessions = max_sessions;
-    o.max_context = m == stories ? CONTEXT : GEMMA_CONTEXT;
-    o.max_batch_tokens = 64;
-    o.n_threads = 1; /* the pool's workers spin; CI machines are small */
-    return o;
-}
-
-static graft_engine *engine_with(graft_model *m, const graft_engine_options *o)
-{
-    graft_engine *e = NULL;
-    char *err = NULL;
-    int rc = graft_engine_create(m, o, &e, &err);
-    if (rc != GRAFT_OK)
-        fail_msg("engine_create: %s", err ? err : "?");
-    return e;
-}
-
-static graft_engine_metrics metrics(graft_engine *e)
-{
-    graft_engine_metrics m;
-    assert_int_equal(graft_engine_metrics_get(e, &m), GRAFT_OK);
-    return m;
+    return graft_test_engine_options(max_sessions, m == stories ? CONTEXT : GEMMA_CONTEXT);
 }
 
 /* Shuts down after checking that nothing holds a KV block once every session is closed. */
 static void engine_end(graft_engine *e)
 {
-    graft_engine_metrics m = metrics(e);
-    assert_int_equal(m.sessions_open, 0);
-    assert_int_equal(m.kv_blocks_used, 0);
-    assert_int_equal(m.generations_live, 0);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
-}
-
-static graft_session *open_session(graft_engine *e)
-{
-    graft_session *s = NULL;
-    assert_int_equal(graft_session_open(e, &s, NULL), GRAFT_OK);
-    return s;
+    assert_int_equal(graft_test_metrics(e).generations_live, 0);
+    graft_test_engine_end(e);
 }
 
 static void random_tokens(uint32_t *seed, int32_t *out, int32_t n, int32_t lo, int32_t hi)
@@ -152,17 +112,17 @@ static void test_capture_queued_behind_close(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 8);
-    graft_engine *e = engine_with(stories, &o);
+    graft_engine *e = graft_test_engine(stories, &o);
     graft_prefix_cache *cache = NULL;
     assert_int_equal(graft_prefix_cache_create(e, 8, 0, &cache, NULL), GRAFT_OK);
     for (int round = 0; round < 50; round++) {
         /* another session holding KV, whose sequence id a clone of freed memory could take */
-        graft_session *other = open_session(e);
+        graft_session *other = graft_test_open_session(e);
         int32_t warm[3] = {BOS, 300 + round, 301};
         assert_int_equal(graft_test_run(other, warm, 3, 1), GRAFT_OK);
         closer_tap t = {0};
         graft__engine_set_tap(e, close_at_first_logits, &t);
-        graft_session *s = open_session(e);
+        graft_session *s = graft_test_open_session(e);
         int32_t prompt[6] = {BOS, 20 + round, 40, 41, 42, 43};
         graft_prompt_capture *cap = NULL;
         assert_int_equal(graft_prompt_capture_create(cache, s, prompt, 6, &cap), GRAFT_OK);
@@ -185,8 +145,8 @@ static void test_capture_queued_behind_close(void **state)
         assert_int_equal(cs.entries, 0);
         graft_session_close(other);
     }
-    assert_int_equal(metrics(e).clones_refused_closed, 50);
-    graft_prefix_cache_destroy(cache);
+    assert_int_equal(graft_test_metrics(e).clones_refused_closed, 50);
+    graft_prefix_cache_free(cache);
     engine_end(e);
 }
 
@@ -259,7 +219,7 @@ static void test_close_race_stress(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 16);
-    graft_engine *e = engine_with(stories, &o);
+    graft_engine *e = graft_test_engine(stories, &o);
     graft_prefix_cache *cache = NULL;
     assert_int_equal(graft_prefix_cache_create(e, 10, 0, &cache, NULL), GRAFT_OK);
     mailbox mb = {.seed = 7};
@@ -275,7 +235,7 @@ static void test_close_race_stress(void **state)
         random_tokens(&seed, &k.n, 1, 2, STRESS_MAX_PROMPT);
         k.tokens[0] = BOS;
         random_tokens(&seed, k.tokens + 1, k.n - 1, 3, 40); /* few tokens: keys collide */
-        graft_session *s = open_session(e);
+        graft_session *s = graft_test_open_session(e);
         graft_prompt_capture *cap = NULL;
         assert_int_equal(graft_prompt_capture_create(cache, s, k.tokens, (size_t)k.n, &cap),
                          GRAFT_OK);
@@ -344,7 +304,7 @@ static void test_close_race_stress(void **state)
      * snapshot that made it into the cache must hold its key's KV */
     assert_true(collected > 0 && verified > 0);
     free(keys);
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     pthread_cond_destroy(&mb.cv);
     pthread_mutex_destroy(&mb.mu);
     engine_end(e);
@@ -390,8 +350,8 @@ static void test_callback_commands_before_step(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 8);
-    graft_engine *e = engine_with(stories, &o);
-    graft_session *s = open_session(e);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_session *s = graft_test_open_session(e);
     int32_t bos = BOS;
     graft_generate_config c = graft_test_greedy(200);
     graft_generation *gen = NULL;
@@ -400,8 +360,8 @@ static void test_callback_commands_before_step(void **state)
         /* a clone's on_done queues another clone */
         chain ch = {.watched = s};
         assert_int_equal(graft_session_clone(s, 0, first_clone_done, &ch), GRAFT_OK);
-        (void)metrics(e);
-        (void)metrics(e); /* the second clone was queued by the first's callback */
+        (void)graft_test_metrics(e);
+        (void)graft_test_metrics(e); /* the second clone was queued by the first's callback */
         assert_int_equal(ch.done, 1);
         assert_int_equal(ch.status_first, GRAFT_OK);
         assert_int_equal(ch.status_second, GRAFT_OK);
@@ -415,7 +375,7 @@ static void test_callback_commands_before_step(void **state)
                          GRAFT_OK);
         assert_int_equal(graft_generation_wait(refused), GRAFT_EINVAL); /* s is busy */
         graft_generation_free(refused);
-        (void)metrics(e);
+        (void)graft_test_metrics(e);
         assert_int_equal(rf.done, 1);
         assert_int_equal(rf.status_first, GRAFT_OK);
         assert_int_equal(rf.position_second, rf.position_first);
@@ -452,8 +412,8 @@ static void test_failed_step_settles_cancelled(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 8);
-    graft_engine *e = engine_with(stories, &o);
-    graft_session *a = open_session(e), *b = open_session(e);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_session *a = graft_test_open_session(e), *b = graft_test_open_session(e);
     int32_t bos = BOS;
     fail_hook h = {0, 6};
     graft__engine_set_step_hook(e, cancel_then_fail, &h);
@@ -467,7 +427,7 @@ static void test_failed_step_settles_cancelled(void **state)
     assert_int_equal(graft_generation_finish_reason(ga), GRAFT_FINISH_CANCELLED);
     assert_int_equal(graft_generation_wait(gb), GRAFT_ENOMEM);
     assert_int_equal(graft_generation_finish_reason(gb), GRAFT_FINISH_FAILED);
-    graft_engine_metrics m = metrics(e);
+    graft_engine_metrics m = graft_test_metrics(e);
     assert_int_equal(m.step_failures, 1);
     assert_int_equal(m.generations_cancelled, 1);
     assert_int_equal(m.generations_failed, 1);
@@ -518,7 +478,7 @@ static void test_retention_matches_forward_reads(void **state)
 {
     (void)state;
     graft_engine_options o = options(gemma, 8);
-    graft_engine *e = engine_with(gemma, &o);
+    graft_engine *e = graft_test_engine(gemma, &o);
     logits_catch tap = {.n_vocab = gemma->hp.n_vocab};
     graft__engine_set_tap(e, catch_first, &tap);
     uint32_t seed = 5;
@@ -527,11 +487,11 @@ static void test_retention_matches_forward_reads(void **state)
     float *ref = malloc((size_t)gemma->hp.n_vocab * sizeof *ref);
     int accepted = 0, refused = 0;
     for (int32_t L = 60; L <= 130; L += 2) {
-        graft_session *s = open_session(e);
+        graft_session *s = graft_test_open_session(e);
         assert_int_equal(graft_test_run(s, tokens, L, 1), GRAFT_OK); /* commits L tokens */
         assert_int_equal(graft_session_position(s), L);
         for (int32_t u = 0; u <= L; u += (L % 7 == 0 ? 1 : 5)) {
-            (void)metrics(e); /* the engine is idle: its pool may be read */
+            (void)graft_test_metrics(e); /* the engine is idle: its pool may be read */
             bool holds = true;
             for (int32_t p = first_key_read(gemma, u); p < u; p++)
                 holds = holds && graft__kv_seq_holds(e->kv, s->seq, p);
@@ -567,14 +527,14 @@ static void test_exact_repeat_hits_at_every_length(void **state)
 {
     (void)state;
     graft_engine_options o = options(gemma, 8);
-    graft_engine *e = engine_with(gemma, &o);
+    graft_engine *e = graft_test_engine(gemma, &o);
     graft_prefix_cache *cache = NULL;
     assert_int_equal(graft_prefix_cache_create(e, 4, 0, &cache, NULL), GRAFT_OK);
     uint32_t seed = 11;
     int32_t tokens[GEMMA_CONTEXT];
     random_tokens(&seed, tokens, GEMMA_CONTEXT, 0, gemma->hp.n_vocab);
     for (int32_t L = 40; L < 40 + 2 * GRAFT_KV_BLOCK_TOKENS; L++) {
-        graft_session *s = open_session(e);
+        graft_session *s = graft_test_open_session(e);
         graft_prompt_capture *cap = NULL;
         assert_int_equal(graft_prompt_capture_create(cache, s, tokens, (size_t)L, &cap), GRAFT_OK);
         graft_update_cb up = NULL;
@@ -599,7 +559,7 @@ static void test_exact_repeat_hits_at_every_length(void **state)
         graft_session_close(hit);
         graft_prefix_cache_clear(cache);
     }
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     engine_end(e);
 }
 
@@ -641,8 +601,8 @@ static void *full_worker(void *arg)
 static void expected_tokens(const int32_t *prompt, int32_t *out)
 {
     graft_engine_options o = options(stories, 2);
-    graft_engine *e = engine_with(stories, &o);
-    graft_session *s = open_session(e);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_session *s = graft_test_open_session(e);
     graft_generate_config c = graft_test_greedy(FULL_NEW);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(s, prompt, FULL_PROMPT, &c, NULL, NULL, NULL, &gen),
@@ -664,21 +624,21 @@ static void test_full_pool_waits_and_reclaims(void **state)
     graft_model_get_info(stories, &info);
     graft_engine_options o = options(stories, 16);
     o.kv_mem = (size_t)(2 * CONTEXT) * (size_t)info.kv_bytes_per_position;
-    graft_engine *e = engine_with(stories, &o);
+    graft_engine *e = graft_test_engine(stories, &o);
     graft_prefix_cache *cache = NULL;
     assert_int_equal(graft_prefix_cache_create(e, 8, 0, &cache, NULL), GRAFT_OK);
     uint32_t seed = 3;
     for (int i = 0; i < FULL_SNAPSHOTS; i++) { /* each holds its blocks alone */
         int32_t t[SNAP_LEN];
         random_tokens(&seed, t, SNAP_LEN, 3, 500);
-        graft_session *s = open_session(e);
+        graft_session *s = graft_test_open_session(e);
         assert_int_equal(graft_test_run(s, t, SNAP_LEN, 1), GRAFT_OK);
         graft_session *snap = NULL;
         assert_int_equal(graft_session_clone_wait(s, SNAP_LEN, &snap, NULL), GRAFT_OK);
         graft_session_close(s);
         assert_int_equal(graft_prefix_cache_insert(cache, t, SNAP_LEN, snap), GRAFT_OK);
     }
-    graft_engine_metrics m = metrics(e);
+    graft_engine_metrics m = graft_test_metrics(e);
     assert_int_equal(m.kv_blocks_free, 0); /* the snapshots fill the pool */
     full_job jobs[FULL_GENS];
     int32_t expected[FULL_GENS][FULL_NEW];
@@ -699,7 +659,7 @@ static void test_full_pool_waits_and_reclaims(void **state)
         assert_int_equal(jobs[i].n_out, FULL_NEW);
         assert_memory_equal(jobs[i].out, expected[i], sizeof expected[i]);
     }
-    m = metrics(e);
+    m = graft_test_metrics(e);
     graft_prefix_cache_stats cs;
     assert_int_equal(graft_prefix_cache_stats_get(cache, &cs), GRAFT_OK);
     printf("full pool: %lld blocks, %d generations finished, %llu waited for KV, %llu reclaim "
@@ -710,7 +670,7 @@ static void test_full_pool_waits_and_reclaims(void **state)
     assert_true(m.kv_reclaims > 0);
     assert_true(cs.evictions > 0);
     assert_int_equal(m.kv_wait_failures, 0);
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     engine_end(e);
 }
 
@@ -724,13 +684,13 @@ static void test_kv_wait_is_bounded(void **state)
     graft_engine_options o = options(stories, 4);
     o.kv_mem = (size_t)CONTEXT * (size_t)info.kv_bytes_per_position; /* 8 blocks */
     o.kv_wait_ms = 50;
-    graft_engine *e = engine_with(stories, &o);
-    graft_session *hog = open_session(e);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_session *hog = graft_test_open_session(e);
     int32_t t[CONTEXT];
     uint32_t seed = 1;
     random_tokens(&seed, t, CONTEXT, 3, 500);
     assert_int_equal(graft_test_run(hog, t, 200, 1), GRAFT_OK); /* 7 blocks held */
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     graft_generate_config c = graft_test_greedy(60);
     graft_generation *gen = NULL;
     uint64_t t0 = graft__now_ns();
@@ -739,7 +699,7 @@ static void test_kv_wait_is_bounded(void **state)
     assert_true(graft__now_ns() - t0 >= 50000000u);
     assert_non_null(strstr(graft_generation_error(gen), "kv_wait_ms"));
     graft_generation_free(gen);
-    graft_engine_metrics m = metrics(e);
+    graft_engine_metrics m = graft_test_metrics(e);
     assert_int_equal(m.kv_wait_failures, 1);
     assert_int_equal(m.generations_waiting_kv, 0);
     /* a generation waiting for KV starts once the session holding it closes */
@@ -778,10 +738,10 @@ static void test_cache_calls_from_callbacks(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 8);
-    graft_engine *e = engine_with(stories, &o);
+    graft_engine *e = graft_test_engine(stories, &o);
     graft_prefix_cache *bounded = NULL;
     assert_int_equal(graft_prefix_cache_create(e, 8, 1 << 20, &bounded, NULL), GRAFT_OK);
-    graft_session *s = open_session(e), *spare = open_session(e);
+    graft_session *s = graft_test_open_session(e), *spare = graft_test_open_session(e);
     int32_t bos = BOS;
     assert_int_equal(graft_test_run(spare, &bos, 1, 1), GRAFT_OK);
     graft_session *snapshot = NULL;
@@ -808,7 +768,7 @@ static void test_cache_calls_from_callbacks(void **state)
     graft_prefix_cache_stats cs;
     assert_int_equal(graft_prefix_cache_stats_get(bounded, &cs), GRAFT_OK);
     assert_int_equal(cs.entries, 1);
-    graft_prefix_cache_destroy(bounded);
+    graft_prefix_cache_free(bounded);
     graft_session_close(s);
     graft_session_close(spare);
     engine_end(e);
@@ -820,8 +780,8 @@ static void test_insert_never_reports_evicted_as_kept(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 8);
-    graft_engine *e = engine_with(stories, &o);
-    int64_t block = metrics(e).kv_block_bytes;
+    graft_engine *e = graft_test_engine(stories, &o);
+    int64_t block = graft_test_metrics(e).kv_block_bytes;
     int outcomes[3] = {0, 0, 0}; /* kept, refused too big, refused for memory */
     for (long fail_at = 0; fail_at < 40; fail_at++) {
         graft_prefix_cache *c = NULL;
@@ -831,18 +791,18 @@ static void test_insert_never_reports_evicted_as_kept(void **state)
         random_tokens(&seed, a, 40, 3, 500);
         random_tokens(&seed, b, 100, 3, 500);
         /* an entry that shares every block with a live session: it costs nothing */
-        graft_session *live = open_session(e);
+        graft_session *live = graft_test_open_session(e);
         assert_int_equal(graft_test_run(live, a, 40, 1), GRAFT_OK);
         graft_session *snap_a = NULL;
         assert_int_equal(graft_session_clone_wait(live, 40, &snap_a, NULL), GRAFT_OK);
         assert_int_equal(graft_prefix_cache_insert(c, a, 40, snap_a), GRAFT_OK);
         /* a snapshot that holds 4 blocks alone, over the bound of one block */
-        graft_session *src = open_session(e);
+        graft_session *src = graft_test_open_session(e);
         assert_int_equal(graft_test_run(src, b, 100, 1), GRAFT_OK);
         graft_session *snap_b = NULL;
         assert_int_equal(graft_session_clone_wait(src, 100, &snap_b, NULL), GRAFT_OK);
         graft_session_close(src);
-        (void)metrics(e);
+        (void)graft_test_metrics(e);
         graft__alloc_fail_after(fail_at, false);
         int rc = graft_prefix_cache_insert(c, b, 100, snap_b);
         graft__alloc_fail_after(-1, false);
@@ -861,7 +821,7 @@ static void test_insert_never_reports_evicted_as_kept(void **state)
         else
             assert_false(cached);
         outcomes[rc == GRAFT_OK ? 0 : rc == GRAFT_ECAPACITY ? 1 : 2]++;
-        graft_prefix_cache_destroy(c);
+        graft_prefix_cache_free(c);
         graft_session_close(live);
     }
     printf("insert over the byte bound under injected failures: %d kept, %d refused too big, "
@@ -874,8 +834,8 @@ static void test_overlong_prompt_is_erange(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 2);
-    graft_engine *e = engine_with(stories, &o);
-    graft_session *s = open_session(e);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_session *s = graft_test_open_session(e);
     int32_t *t = calloc(CONTEXT + 1, sizeof *t);
     for (int i = 0; i <= CONTEXT; i++)
         t[i] = 5 + i % 100;
@@ -902,12 +862,12 @@ static void test_capture_when_first_token_stops(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 8);
-    graft_engine *e = engine_with(stories, &o);
+    graft_engine *e = graft_test_engine(stories, &o);
     graft_prefix_cache *cache = NULL;
     assert_int_equal(graft_prefix_cache_create(e, 8, 0, &cache, NULL), GRAFT_OK);
     int32_t prompt[4] = {BOS, 403, 407, 261};
     /* the greedy token after the prompt, to use as the stop token */
-    graft_session *probe = open_session(e);
+    graft_session *probe = graft_test_open_session(e);
     graft_generate_config one = graft_test_greedy(1);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(probe, prompt, 4, &one, NULL, NULL, NULL, &gen),
@@ -917,7 +877,7 @@ static void test_capture_when_first_token_stops(void **state)
     int32_t first = graft_generation_tokens(gen, &n)[0];
     graft_generation_free(gen);
     graft_session_close(probe);
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     graft_prompt_capture *cap = NULL;
     assert_int_equal(graft_prompt_capture_create(cache, s, prompt, 4, &cap), GRAFT_OK);
     graft_update_cb up = NULL;
@@ -944,7 +904,7 @@ static void test_capture_when_first_token_stops(void **state)
     assert_int_equal(matched, 4);
     expect_session_matches_cold(stories, hit);
     graft_session_close(hit);
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     engine_end(e);
 }
 
@@ -975,8 +935,8 @@ static void test_clone_range_picks_boundary_when_it_runs(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 8);
-    graft_engine *e = engine_with(stories, &o);
-    graft_session *donor = open_session(e);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_session *donor = graft_test_open_session(e);
     int32_t prompt[100];
     uint32_t seed = 8;
     prompt[0] = BOS;
@@ -990,7 +950,7 @@ static void test_clone_range_picks_boundary_when_it_runs(void **state)
     for (int i = 0; i < 1000 && !graft_generation_done(gen); i++) {
         range_result r = {.donor = donor};
         assert_int_equal(graft_session_clone_range(donor, 0, 99, on_range, &r), GRAFT_OK);
-        (void)metrics(e);
+        (void)graft_test_metrics(e);
         assert_int_equal(atomic_load(&r.done), 1);
         assert_int_equal(r.status, GRAFT_OK);
         assert_true(r.boundary == (r.donor_position < 99 ? r.donor_position : 99));
@@ -1026,8 +986,8 @@ static void test_clone_range_retention(void **state)
 {
     (void)state;
     graft_engine_options o = options(gemma, 4);
-    graft_engine *e = engine_with(gemma, &o);
-    graft_session *s = open_session(e);
+    graft_engine *e = graft_test_engine(gemma, &o);
+    graft_session *s = graft_test_open_session(e);
     int32_t t[GEMMA_CONTEXT];
     uint32_t seed = 4;
     random_tokens(&seed, t, GEMMA_CONTEXT, 0, gemma->hp.n_vocab);
@@ -1060,8 +1020,8 @@ static void test_session_tokens(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 4);
-    graft_engine *e = engine_with(stories, &o);
-    graft_session *s = open_session(e);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_session *s = graft_test_open_session(e);
     int32_t *t = NULL;
     size_t n = 7;
     assert_int_equal(graft_session_tokens(s, &t, &n), GRAFT_OK);
@@ -1094,13 +1054,13 @@ static void test_insert_checks_key(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 4);
-    graft_engine *e = engine_with(stories, &o);
+    graft_engine *e = graft_test_engine(stories, &o);
     graft_prefix_cache *c = NULL;
     assert_int_equal(graft_prefix_cache_create(e, 4, 0, &c, NULL), GRAFT_OK);
     int32_t t[8] = {BOS, 10, 11, 12, 13, 14, 15, 16}, wrong[8];
     memcpy(wrong, t, sizeof t);
     wrong[5] = 99;
-    graft_session *s = open_session(e);
+    graft_session *s = graft_test_open_session(e);
     assert_int_equal(graft_test_run(s, t, 8, 1), GRAFT_OK);
     graft_session *snap = NULL;
     assert_int_equal(graft_session_clone_wait(s, 8, &snap, NULL), GRAFT_OK);
@@ -1111,7 +1071,7 @@ static void test_insert_checks_key(void **state)
     assert_int_equal(cs.inserts_refused, 1);
     assert_int_equal(graft_session_clone_wait(s, 8, &snap, NULL), GRAFT_OK);
     assert_int_equal(graft_prefix_cache_insert(c, t, 8, snap), GRAFT_OK);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     graft_session_close(s);
     engine_end(e);
 }
@@ -1125,7 +1085,7 @@ static void test_engine_config(void **state)
     assert_int_equal(info.kv_bytes_per_position,
                      (int64_t)info.n_layer * info.n_head_kv * (info.head_dim + info.head_dim_v) * 2);
     graft_engine_options o = options(stories, 3);
-    graft_engine *e = engine_with(stories, &o);
+    graft_engine *e = graft_test_engine(stories, &o);
     graft_engine_config cfg;
     graft_engine_get_config(e, &cfg);
     assert_int_equal(cfg.options.max_sessions, 3);
@@ -1138,7 +1098,7 @@ static void test_engine_config(void **state)
     assert_int_equal(cfg.options.kv_mem, graft_engine_default_kv_mem(stories, &o));
     assert_int_equal(cfg.options.kv_mem,
                      3 * (CONTEXT + GRAFT_ENGINE_SPARE_POSITIONS) * info.kv_bytes_per_position);
-    assert_int_equal(cfg.kv_blocks_total, metrics(e).kv_blocks_total);
+    assert_int_equal(cfg.kv_blocks_total, graft_test_metrics(e).kv_blocks_total);
     assert_int_equal(graft_engine_on_thread(e), 0);
     engine_end(e);
     o.kv_f32 = 1;
@@ -1157,7 +1117,7 @@ static void test_reclaim_hooks(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 4);
-    graft_engine *e = engine_with(stories, &o);
+    graft_engine *e = graft_test_engine(stories, &o);
     atomic_int calls = 0;
     assert_int_equal(graft_engine_reclaim_add(e, NULL, NULL), GRAFT_EINVAL);
     assert_int_equal(graft_engine_reclaim_add(e, count_reclaim, &calls), GRAFT_OK);
@@ -1171,9 +1131,8 @@ static void test_reclaim_hooks(void **state)
 static void test_vocab_only_model(void **state)
 {
     (void)state;
-    const char *dir = getenv("GRAFT_MODELS_DIR");
     char path[1024];
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-qwen2.gguf", dir ? dir : "../shared/models");
+    graft_test_model_path(path, sizeof path, "vocab/ggml-vocab-qwen2.gguf");
     graft_model *v = NULL;
     assert_int_equal(graft_model_load_vocab(path, &v, NULL), GRAFT_OK);
     graft_model_info info;

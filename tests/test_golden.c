@@ -91,15 +91,6 @@ static void find_golden(const char *text, const char *section, const char *file,
     assert_true(g->n_greedy >= 20);
 }
 
-static int32_t argmax(const float *x, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 /* Checks first-step top-5 within tol and the greedy continuation (its first n_greedy ids),
  * running the given kernel set (NULL: the default for this processor). */
 static void check_model_with(const char *file, const golden *g, float tol, const char *kernels,
@@ -132,7 +123,7 @@ static void check_model_with(const char *file, const golden *g, float tol, const
                      graft_context_kernels(ctx), g->top_id[i], got, g->top_logit[i], tol);
     }
     for (int i = 0; i < n_greedy; i++) {
-        int32_t next = argmax(logits, 512);
+        int32_t next = graft_test_argmax(logits, 512);
         if (next != g->greedy[i])
             fail_msg("%s: greedy token %d is %d, golden %d", file, i, next, g->greedy[i]);
         assert_int_equal(graft_context_eval(ctx, &next, 1, logits), GRAFT_OK);

@@ -27,6 +27,7 @@
 #include "kernels/kernels.h"
 #include "skips.h"
 #include "util/argmax.h"
+#include "util/util.h"
 
 /* ------------------------------------------------------------------------------------
  * Helpers: a deterministic random source, bit casts, block byte writers.
@@ -35,20 +36,6 @@ static void rng_bytes(uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         p[i] = (uint8_t)(graft_test_rng_u32() >> 24);
-}
-
-static uint32_t bits_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
 }
 
 static void put_u16(uint8_t *p, uint16_t v)
@@ -65,9 +52,9 @@ static void put_u16(uint8_t *p, uint16_t v)
 
 static void assert_float_bits_equal(float got, float want)
 {
-    if (bits_of(got) != bits_of(want))
-        fail_msg("got %.9g (0x%08x), want %.9g (0x%08x)", got, bits_of(got), want,
-                 bits_of(want));
+    if (graft__f32_bits(got) != graft__f32_bits(want))
+        fail_msg("got %.9g (0x%08x), want %.9g (0x%08x)", got, graft__f32_bits(got), want,
+                 graft__f32_bits(want));
 }
 
 static void assert_near(double got, double want, double tol)
@@ -143,8 +130,8 @@ static void test_f32_to_f16_rounding(void **state)
     assert_int_equal(graft__f32_to_f16(3 * 0x1p-25f), 0x0002); /* 1.5 units: to even */
     assert_int_equal(graft__f32_to_f16(-5 * 0x1p-25f), 0x8002); /* 2.5 units: to even */
     assert_int_equal(graft__f32_to_f16(0x1p-30f), 0x0000);
-    assert_int_equal(graft__f32_to_f16(float_of(0x00000001)), 0x0000);
-    uint16_t nan = graft__f32_to_f16(float_of(0x7f800001)); /* signalling, low payload */
+    assert_int_equal(graft__f32_to_f16(graft__f32_of_bits(0x00000001)), 0x0000);
+    uint16_t nan = graft__f32_to_f16(graft__f32_of_bits(0x7f800001)); /* signalling, low payload */
     assert_int_equal(nan & 0x7c00, 0x7c00);
     assert_true((nan & 0x3ff) != 0);
 }
@@ -154,15 +141,17 @@ static void test_bf16(void **state)
     (void)state;
     assert_float_bits_equal(graft__bf16_to_f32(0x3f80), 1.0f);
     assert_float_bits_equal(graft__bf16_to_f32(0xc040), -3.0f);
-    assert_float_bits_equal(graft__bf16_to_f32(0x0001), float_of(0x00010000));
+    assert_float_bits_equal(graft__bf16_to_f32(0x0001), graft__f32_of_bits(0x00010000));
     assert_int_equal(graft__f32_to_bf16(1.0f), 0x3f80);
     assert_int_equal(graft__f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie: to even */
     assert_int_equal(graft__f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie: to even */
     assert_int_equal(graft__f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
     assert_int_equal(graft__f32_to_bf16(-2.0f), 0xc000);
     assert_int_equal(graft__f32_to_bf16(INFINITY), 0x7f80);
-    assert_int_equal(graft__f32_to_bf16(float_of(0x7f7fffff)), 0x7f80); /* rounds to inf */
-    uint16_t nan = graft__f32_to_bf16(float_of(0x7f800001)); /* payload only in low bits */
+    /* The largest finite float rounds to infinity. */
+    assert_int_equal(graft__f32_to_bf16(graft__f32_of_bits(0x7f7fffff)), 0x7f80);
+    /* A NaN whose payload is only in the low bits. */
+    uint16_t nan = graft__f32_to_bf16(graft__f32_of_bits(0x7f800001));
     assert_true(isnan(graft__bf16_to_f32(nan)));
     assert_true(isnan(graft__bf16_to_f32(graft__f32_to_bf16(-NAN))));
 }
@@ -1076,16 +1065,6 @@ static void test_swiglu_avx512(void **state)
     check_swiglu(graft__swiglu_avx512);
 }
 
-/* The plain loop: best moves only to a strictly larger value. */
-static int32_t argmax_plain(const float *x, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 /* Every length up to 40 (all tails of the lanes), values drawn from a few levels so that
  * ties are common, with the largest first, last or repeated, NaNs and signed zeros. */
 static void test_argmax(void **state)
@@ -1106,7 +1085,7 @@ static void test_argmax(void **state)
             if (round % 4 == 3)
                 for (int32_t i = 0; i < n; i++)
                     x[i] = graft_test_rng_u32() % 2 ? 0.0f : -0.0f;
-            assert_int_equal(graft__argmax(x, n), argmax_plain(x, n));
+            assert_int_equal(graft__argmax(x, n), graft_test_argmax(x, n));
         }
     }
 }

@@ -18,6 +18,7 @@
 #include "fixtures.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "models.h"
 
 typedef enum edit_kind { SET_U32, SET_STR, DROP_KEY, DROP_TENSOR, RESHAPE, RETYPE } edit_kind;
 
@@ -180,6 +181,45 @@ static void test_not_gguf(void **state)
     graft_free(err);
 }
 
+/* A failed graft_context_eval or _eval_batch says why (graft_context_errmsg); a successful
+ * one clears the message. Each case runs on a context of 4 positions, sequence 0 empty. */
+static void test_eval_errmsg(void **state)
+{
+    (void)state;
+    graft_model *m = graft_test_load_model(GRAFT_TEST_STORIES);
+    assert_non_null(m);
+    graft_context *ctx = graft_test_cold_context(m, 4);
+    assert_non_null(ctx);
+    assert_null(graft_context_errmsg(ctx));
+    static const struct {
+        int32_t tokens[5];
+        size_t n;
+        int32_t seq; /* -1: graft_context_eval, else a batch of one token of this sequence */
+        int status;
+        const char *says; /* NULL: no message */
+    } cases[] = {
+        {{1, 2, 3, 4, 5}, 5, -1, GRAFT_ECAPACITY, "n_ctx 4"},
+        {{512}, 1, -1, GRAFT_EINVAL, "token 512 is outside the vocabulary"},
+        {{1}, 1, 1, GRAFT_EINVAL, "sequence is outside [0, 1)"},
+        {{1, 2, 3, 4}, 4, -1, GRAFT_OK, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const graft_batch_token one = {cases[i].seq, cases[i].tokens[0], 0};
+        int rc = cases[i].seq < 0 ? graft_context_eval(ctx, cases[i].tokens, cases[i].n, NULL)
+                                  : graft_context_eval_batch(ctx, &one, 1, NULL);
+        assert_int_equal(rc, cases[i].status);
+        const char *said = graft_context_errmsg(ctx);
+        if (cases[i].says == NULL)
+            assert_null(said);
+        else if (said == NULL || strstr(said, cases[i].says) == NULL)
+            fail_msg("case %zu: message '%s', expected one with '%s'", i, said ? said : "(none)",
+                     cases[i].says);
+    }
+    assert_null(graft_context_errmsg(NULL));
+    graft_context_free(ctx);
+    graft_model_free(m);
+}
+
 /* Fails the n-th allocation of a load for every n until a load succeeds. */
 static void test_allocation_failures(void **state)
 {
@@ -214,6 +254,7 @@ static void test_allocation_failures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_eval_errmsg),
         cmocka_unit_test(test_architecture_missing),
         cmocka_unit_test(test_architecture_unsupported),
         cmocka_unit_test(test_required_key_missing),

@@ -34,22 +34,15 @@ static graft_context *stories_cold, *gemma_cold;
 static int setup(void **state)
 {
     (void)state;
-    stories = graft_test_load_model(GRAFT_TEST_STORIES);
-    gemma = graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_F32, 13, "prefix-gemma3-tiny.gguf");
-    if (stories == NULL || gemma == NULL)
-        return -1;
-    stories_cold = graft_test_cold_context(stories, STORIES_CONTEXT);
-    gemma_cold = graft_test_cold_context(gemma, GEMMA_CONTEXT);
-    return stories_cold && gemma_cold && gemma->hp.sliding_window == WINDOW ? 0 : -1;
+    int rc = graft_test_load_models(&stories, &stories_cold, STORIES_CONTEXT, &gemma,
+                                    &gemma_cold, GEMMA_CONTEXT, 13, "prefix-gemma3-tiny.gguf");
+    return rc == 0 && gemma->hp.sliding_window == WINDOW ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    graft_context_free(stories_cold);
-    graft_context_free(gemma_cold);
-    graft_model_free(stories);
-    graft_model_free(gemma);
+    graft_test_free_models(stories, stories_cold, gemma, gemma_cold);
     return 0;
 }
 
@@ -88,21 +81,14 @@ static void fx_start_with(fx *f, graft_model *m, const graft_engine_options *o)
     f->cold = m == stories ? stories_cold : gemma_cold;
     f->tap.n_vocab = m->hp.n_vocab;
     assert_true(m->hp.n_vocab <= 1024);
-    char *err = NULL;
-    int rc = graft_engine_create(m, o, &f->e, &err);
-    if (rc != GRAFT_OK)
-        fail_msg("engine_create: %s", err ? err : "?");
+    f->e = graft_test_engine(m, o);
     graft__engine_set_tap(f->e, tap_first, &f->tap);
 }
 
 static graft_engine_options options(graft_model *m, int32_t max_sessions)
 {
-    graft_engine_options o = graft_engine_default_options();
-    o.max_sessions = max_sessions;
-    o.max_context = m == stories ? STORIES_CONTEXT : GEMMA_CONTEXT;
-    o.max_batch_tokens = 64;
-    o.n_threads = 1; /* the pool's workers spin; CI machines are small */
-    return o;
+    return graft_test_engine_options(max_sessions,
+                                     m == stories ? STORIES_CONTEXT : GEMMA_CONTEXT);
 }
 
 static void fx_start(fx *f, graft_model *m, int32_t max_sessions)
@@ -111,25 +97,15 @@ static void fx_start(fx *f, graft_model *m, int32_t max_sessions)
     fx_start_with(f, m, &o);
 }
 
-static graft_engine_metrics metrics(graft_engine *e)
-{
-    graft_engine_metrics m;
-    assert_int_equal(graft_engine_metrics_get(e, &m), GRAFT_OK);
-    return m;
-}
-
 static int32_t sessions_open(graft_engine *e)
 {
-    return metrics(e).sessions_open;
+    return graft_test_metrics(e).sessions_open;
 }
 
 /* Shuts down after checking that nothing holds a session or a KV block. */
 static void fx_end(fx *f)
 {
-    graft_engine_metrics m = metrics(f->e);
-    assert_int_equal(m.sessions_open, 0);
-    assert_int_equal(m.kv_blocks_used, 0);
-    assert_int_equal(graft_engine_shutdown(f->e), GRAFT_OK);
+    graft_test_engine_end(f->e);
 }
 
 static graft_prefix_cache *cache_new(fx *f, int32_t max_entries, size_t max_bytes)
@@ -246,7 +222,7 @@ static void test_longest_prefix_wins(void **state)
     assert_int_equal(st.hit_tokens, 40 + 30 + 39 + 20);
     assert_int_equal(st.misses_no_match, 2);
     assert_int_equal(st.lookups, 6);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -275,7 +251,7 @@ static void test_equal_lengths_prefer_recent(void **state)
         expect_hit(&f, c, kept, 41, 40);
         expect_hit(&f, c, gone, 41, 30);
         assert_int_equal(stats(c).evictions, 1);
-        graft_prefix_cache_destroy(c);
+        graft_prefix_cache_free(c);
     }
     fx_end(&f);
 }
@@ -302,7 +278,7 @@ static void test_duplicate_insert_refreshes_recency(void **state)
     insert_ok(&f, c, d, 40); /* evicts b: a was refreshed */
     expect_hit(&f, c, a, 41, 40);
     expect_miss(c, b, 41, GRAFT_ENOTFOUND);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -325,7 +301,7 @@ static void test_hit_refreshes_lru_before_eviction(void **state)
     expect_miss(c, b, 41, GRAFT_ENOTFOUND);
     assert_int_equal(stats(c).evictions, 1);
     assert_int_equal(sessions_open(f.e), 2);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -349,7 +325,7 @@ static void test_disabled_cache_releases_snapshots(void **state)
     assert_int_equal(st.inserts, 0);
     assert_int_equal(st.inserts_refused, 1);
     assert_int_equal(st.bytes, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -373,7 +349,7 @@ static void test_invalid_insert_keeps_existing(void **state)
     assert_int_equal(st.entries, 1);
     assert_int_equal(st.inserts_refused, 4);
     expect_hit(&f, c, a, 41, 40);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -415,12 +391,12 @@ static void test_retention_refusal_keeps_snapshot(void **state)
     assert_int_equal(st.entries, 1);
     assert_int_equal(st.misses_retention, 1);
     assert_int_equal(st.retention_refusals, 1);
-    assert_int_equal(metrics(f.e).clones_refused_retention, 1);
+    assert_int_equal(graft_test_metrics(f.e).clones_refused_retention, 1);
     /* the snapshot is still there and serves what it retains */
     diverge(gemma, t, 90, 19, q, 101);
     expect_hit(&f, c, q, 101, 90);
     expect_hit(&f, c, t, 101, 100);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -440,7 +416,7 @@ static void test_older_snapshot_satisfies_refused_newer(void **state)
     assert_int_equal(st.hits, 1);
     assert_int_equal(st.retention_refusals, 1);
     assert_int_equal(st.entries, 2);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -512,7 +488,7 @@ static void test_per_boundary_backoff(void **state)
     assert_int_equal(st.retention_refusals, refusals);
     assert_int_equal(st.hits, hits);
     assert_int_equal(st.misses_retention, 100 - hits);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -558,11 +534,11 @@ static void test_capacity_refusal_no_leak_no_evict(void **state)
     assert_int_equal(st.evictions, 0);
     assert_int_equal(st.misses_capacity, 1);
     assert_int_equal(st.captures_missed, 1);
-    assert_int_equal(metrics(f.e).clones_refused_capacity, 2);
+    assert_int_equal(graft_test_metrics(f.e).clones_refused_capacity, 2);
     graft_session_close(l3);
     expect_hit(&f, c, a, 41, 40);
     graft_session_close(l2);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -589,7 +565,7 @@ static void test_alloc_failures(void **state)
         int rc = graft_prefix_cache_create(f.e, 4, 0, &other, NULL);
         graft__alloc_fail_after(-1, false);
         if (rc == GRAFT_OK) {
-            graft_prefix_cache_destroy(other);
+            graft_prefix_cache_free(other);
             break;
         }
         assert_int_equal(rc, GRAFT_ENOMEM);
@@ -621,7 +597,7 @@ static void test_alloc_failures(void **state)
             assert_int_equal(graft__alloc_live(), live);
             expect_hit(&f, ci, e_key, 41, 40);
         }
-        graft_prefix_cache_destroy(ci);
+        graft_prefix_cache_free(ci);
     }
     stats(c);
     base = graft__alloc_live();
@@ -649,7 +625,7 @@ static void test_alloc_failures(void **state)
         assert_int_equal(graft__alloc_live(), base);
     }
     graft_prefix_cache_clear(c);
-    metrics(f.e); /* an empty cache measures nothing: sync with the engine itself */
+    graft_test_metrics(f.e); /* an empty cache measures nothing: sync with the engine itself */
     base = graft__alloc_live();
     for (long n = 0;; n++) { /* a whole capture: create, generate, clone, collect */
         graft_session *s = NULL;
@@ -679,12 +655,12 @@ static void test_alloc_failures(void **state)
             expect_hit(&f, c, k, 41, 40);
         graft_session_close(s);
         graft_prefix_cache_clear(c);
-        metrics(f.e);
+        graft_test_metrics(f.e);
         assert_int_equal(graft__alloc_live(), base);
         if (collected == GRAFT_OK && failures == 0)
             break;
     }
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -718,7 +694,7 @@ static void test_clear_and_destroy_release_own_snapshots(void **state)
     expect_miss(c, t, 41, GRAFT_ENOTFOUND);
     check_clone(&f, hit, t, matched);
     insert_ok(&f, c, u, 40);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     assert_int_equal(sessions_open(f.e), 2);
     assert_int_equal(graft_test_run(live, t + 40, 1, 3), GRAFT_OK);
     graft_session_close(live);
@@ -740,7 +716,7 @@ static void test_cache_and_sessions_outlive_each_other(void **state)
     graft_session *hit = NULL;
     int32_t matched = 0;
     assert_int_equal(graft_prefix_cache_lookup(c, t, 41, &hit, &matched), GRAFT_OK);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     check_clone(&f, hit, t, matched);
     graft_session_close(hit);
     /* the clone goes first; the cache keeps working */
@@ -751,9 +727,9 @@ static void test_cache_and_sessions_outlive_each_other(void **state)
     expect_hit(&f, c, t, 41, 40);
     /* a clone still open at shutdown, after the cache */
     assert_int_equal(graft_prefix_cache_lookup(c, t, 41, &hit, &matched), GRAFT_OK);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     assert_int_equal(sessions_open(f.e), 1);
-    assert_int_equal(graft_engine_shutdown(f.e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(f.e), GRAFT_OK);
     assert_int_equal(graft__alloc_live(), before);
 }
 
@@ -766,7 +742,7 @@ static void test_bytes_count_blocks_held_alone(void **state)
     (void)state;
     fx f;
     fx_start(&f, stories, 8);
-    const int64_t block = metrics(f.e).kv_block_bytes;
+    const int64_t block = graft_test_metrics(f.e).kv_block_bytes;
     graft_prefix_cache *c = cache_new(&f, 8, 0);
     int32_t t[65], u[71];
     make_tokens(stories, 30, t, 65);
@@ -789,8 +765,8 @@ static void test_bytes_count_blocks_held_alone(void **state)
     assert_int_equal(stats(c).bytes, 5 * block);
     graft_prefix_cache_clear(c);
     assert_int_equal(stats(c).bytes, 0);
-    assert_int_equal(metrics(f.e).kv_blocks_used, 0);
-    graft_prefix_cache_destroy(c);
+    assert_int_equal(graft_test_metrics(f.e).kv_blocks_used, 0);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -799,7 +775,7 @@ static void test_bytes_bound_evicts_lru(void **state)
     (void)state;
     fx f;
     fx_start(&f, stories, 8);
-    const int64_t block = metrics(f.e).kv_block_bytes;
+    const int64_t block = graft_test_metrics(f.e).kv_block_bytes;
     graft_prefix_cache *c = cache_new(&f, 8, (size_t)(4 * block));
     int32_t a[65], b[65], d[65], big[201];
     make_tokens(stories, 32, a, 65);
@@ -828,7 +804,7 @@ static void test_bytes_bound_evicts_lru(void **state)
     expect_hit(&f, c, d, 65, 64);
     graft_prefix_cache_clear(c);
     assert_int_equal(stats(c).bytes, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -935,7 +911,7 @@ static void test_capture_precedes_retention_loss(void **state)
     graft_session_close(s);
     assert_int_equal(stats(c).captures, 1);
     expect_hit(&f, c, t, 106, 105);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -969,7 +945,7 @@ static void test_capture_after_hit_snapshots_full_history(void **state)
     assert_memory_equal(history, t, 60 * sizeof(int32_t));
     check_clone(&f, s, t, 60);
     graft_session_close(s);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -981,7 +957,7 @@ static void test_rejected_generation_captures_nothing(void **state)
     fx f;
     fx_start(&f, stories, 8);
     graft_prefix_cache *c = cache_new(&f, 4, 0);
-    const int64_t block = metrics(f.e).kv_block_bytes;
+    const int64_t block = graft_test_metrics(f.e).kv_block_bytes;
     int32_t t[300];
     make_tokens(stories, 38, t, 300);
     graft_session *s = NULL;
@@ -1020,7 +996,7 @@ static void test_rejected_generation_captures_nothing(void **state)
     graft_prefix_cache_stats st = stats(c);
     assert_int_equal(st.captures_missed, 3);
     assert_int_equal(st.entries, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
     /* failed during prefill: the KV pool holds 3 blocks, the prompt needs 4 */
     graft_engine_options o = options(stories, 4);
@@ -1034,7 +1010,7 @@ static void test_rejected_generation_captures_nothing(void **state)
     assert_int_equal(u.updates, 0);
     graft_session_close(s);
     assert_int_equal(stats(c).entries, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -1098,7 +1074,7 @@ static void test_empty_updates_do_not_trigger(void **state)
         assert_int_equal(stats(c).entries, 1);
     }
     expect_hit(&f, c, t, 41, 40);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -1128,7 +1104,7 @@ static void test_capture_completes_when_callback_closes_source(void **state)
             graft_session_close(s);
         assert_int_equal(sessions_open(f.e), 1);
         expect_hit(&f, c, t, 41, 40);
-        graft_prefix_cache_destroy(c);
+        graft_prefix_cache_free(c);
     }
     fx_end(&f);
 }
@@ -1193,7 +1169,7 @@ static void test_capture_moved_or_freed_handles(void **state)
     assert_int_equal(st.entries, 1);
     assert_int_equal(st.captures, 1);
     assert_int_equal(st.captures_missed, 1);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -1226,12 +1202,12 @@ static void test_capture_freed_uncollected(void **state)
             assert_int_equal(sessions_open(f.e), 2);
         graft_prompt_capture_free(cap);
         graft__engine_pause(f.e, false);
-        metrics(f.e); /* the late clone's callback queues its close: one more turn */
+        graft_test_metrics(f.e); /* the late clone's callback queues its close: one more turn */
         assert_int_equal(sessions_open(f.e), 1);
         graft_session_close(s);
     }
     assert_int_equal(stats(c).entries, 0);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 
@@ -1292,7 +1268,7 @@ static void test_threads_share_a_cache(void **state)
     (void)state;
     fx f;
     fx_start(&f, stories, 16);
-    const int64_t block = metrics(f.e).kv_block_bytes;
+    const int64_t block = graft_test_metrics(f.e).kv_block_bytes;
     graft_prefix_cache *c = cache_new(&f, 3, (size_t)(6 * block));
     pthread_t threads[THREADS];
     worker w[THREADS];
@@ -1317,7 +1293,7 @@ static void test_threads_share_a_cache(void **state)
     st = stats(c);
     assert_true(st.bytes <= 6 * block);
     assert_int_equal(sessions_open(f.e), st.entries);
-    graft_prefix_cache_destroy(c);
+    graft_prefix_cache_free(c);
     fx_end(&f);
 }
 

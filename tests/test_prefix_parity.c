@@ -30,6 +30,7 @@
 #include "engine/engine.h"
 #include "graft.h"
 #include "logits_taps.h"
+#include "models.h"
 
 enum { PROMPT = 100, SHARED = 85, DONOR = 90, CONTINUE = 64 };
 
@@ -149,63 +150,22 @@ static void check_model(const char *label, graft_model *m)
     assert_int_equal(graft_prefix_cache_stats_get(cache, &st), GRAFT_OK);
     assert_int_equal(st.hits, 2);
     assert_int_equal(st.captures, 2);
-    graft_prefix_cache_destroy(cache);
+    graft_prefix_cache_free(cache);
     graft_engine_metrics mm;
     assert_int_equal(graft_engine_metrics_get(e, &mm), GRAFT_OK);
     assert_int_equal(mm.kv_blocks_used, 0);
-    assert_int_equal(graft_engine_shutdown(e), GRAFT_OK);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
     result *all[4] = {&r_donor, &cold, &warm85, &warm99};
     for (int i = 0; i < 4; i++)
         free(all[i]->logits);
 }
 
-static const char *dir_or(const char *env, const char *fallback)
-{
-    const char *dir = getenv(env);
-    return dir ? dir : fallback;
-}
-
-static void check_file(const char *label, const char *path)
-{
-    graft_model *m = NULL;
-    char *err = NULL;
-    if (graft_model_load(path, &m, &err) != GRAFT_OK)
-        fail_msg("%s: %s", path, err ? err : "?");
-    check_model(label, m);
-    graft_model_free(m);
-}
-
-static void check_synth(const char *arch, int type, const char *type_name)
-{
-    char path[1024], label[64];
-    snprintf(path, sizeof path, "%s/prefix-parity-%s-%s.gguf", dir_or("GRAFT_TEST_TMP", "/tmp"),
-             arch, type_name);
-    graft_synth_options o = {arch, "tiny", type, NULL, 5, path};
-    assert_int_equal(graft_synth_write(&o, NULL), GRAFT_OK);
-    snprintf(label, sizeof label, "synth %s tiny %s", arch, type_name);
-    check_file(label, path);
-}
-
 static void test_parity_table(void **state)
 {
     (void)state;
-    static const char *const derived[] = {"F16", "Q8_0mix", "Q5_1mix", "Q5_0mix",
-                                          "Q4_1mix", "Q4_0mix", "IQ4_NLmix"};
-    const char *models = dir_or("GRAFT_MODELS_DIR", "../shared/models");
-    char path[1024], label[64];
     printf("| %-24s | %-9s | %-9s | %-9s | %-9s |\n", "model (prompt 100 tokens)",
            "logits@85", "64 tok@85", "logits@99", "64 tok@99");
-    snprintf(path, sizeof path, "%s/stories260K.gguf", models);
-    check_file("stories260K F32", path);
-    for (size_t i = 0; i < sizeof derived / sizeof derived[0]; i++) {
-        snprintf(path, sizeof path, "%s/derived/stories260K-%s.gguf", models, derived[i]);
-        snprintf(label, sizeof label, "stories260K %s", derived[i]);
-        check_file(label, path);
-    }
-    check_synth("qwen3", GRAFT_TYPE_F32, "F32");
-    check_synth("qwen3", GRAFT_TYPE_Q8_0, "Q8_0");
-    check_synth("gemma3", GRAFT_TYPE_F32, "F32");
-    check_synth("gemma3", GRAFT_TYPE_Q8_0, "Q8_0");
+    graft_test_each_parity_model("prefix-parity", check_model);
     printf("warm from the prefix cache identical to cold: %d/%d cases\n", identical, cases);
     assert_int_equal(identical, cases);
 }

@@ -79,11 +79,11 @@ static void rig_up(rig *r, graft_model *m, int32_t wait_ms)
 static void rig_down(rig *r)
 {
     graft__donors_free(&r->donors);
-    graft_prefix_cache_destroy(r->cache);
+    graft_prefix_cache_free(r->cache);
     graft_engine_metrics m;
     assert_int_equal(graft_engine_metrics_get(r->engine, &m), GRAFT_OK);
     assert_int_equal(m.sessions_open, 0);
-    assert_int_equal(graft_engine_shutdown(r->engine), GRAFT_OK);
+    assert_int_equal(graft_engine_free(r->engine), GRAFT_OK);
 }
 
 static void make_prompt(int32_t *out, int32_t n, uint32_t seed)

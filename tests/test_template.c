@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "graft.h"
 #include "util/util.h"
 
@@ -775,10 +776,8 @@ static void test_limits(void **state)
 static void test_allocation_failures_real(void **state)
 {
     (void)state;
-    const char *dir = getenv("GRAFT_TEMPLATES_DIR");
-    const char *src = getenv("GRAFT_SOURCE_DIR");
-    if (dir == NULL || src == NULL)
-        fail_msg("GRAFT_TEMPLATES_DIR and GRAFT_SOURCE_DIR must be set (ctest sets them)");
+    const char *dir = graft_test_env("GRAFT_TEMPLATES_DIR");
+    const char *src = graft_test_env("GRAFT_SOURCE_DIR");
     char path[2048];
     snprintf(path, sizeof path, "%s/Qwen-Qwen3-0.6B.jinja", dir);
     FILE *f = fopen(path, "rb");

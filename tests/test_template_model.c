@@ -19,20 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "gguf/gguf.h"
 #include "graft.h"
-
-static const char *tmp_dir(void)
-{
-    const char *dir = getenv("GRAFT_TEST_TMP");
-    return dir && dir[0] ? dir : "/tmp";
-}
 
 static graft_model *synth_and_load(const char *arch, int type, const char *vocab,
                                    const char *name)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", tmp_dir(), name);
+    graft_test_tmp_path(path, sizeof path, name);
     graft_synth_options so = {arch, "tiny", type, vocab, 7, path};
     char *err = NULL;
     if (graft_synth_write(&so, &err) != GRAFT_OK)
@@ -73,10 +68,8 @@ static size_t count_id(const int32_t *ids, size_t n, int32_t id)
 static void test_qwen2_template_tokens(void **state)
 {
     (void)state;
-    const char *dir = getenv("GRAFT_MODELS_DIR");
     char vocab[1024];
-    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-qwen2.gguf",
-             dir && dir[0] ? dir : "../shared/models");
+    graft_test_model_path(vocab, sizeof vocab, "vocab/ggml-vocab-qwen2.gguf");
     graft_model *m = synth_and_load("qwen2", GRAFT_TYPE_Q4_0, vocab, "template-qwen2-tiny.gguf");
     graft_model_chat chat;
     graft_model_get_chat(m, &chat);

@@ -26,29 +26,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "graft.h"
+#include "util/util.h"
 
 #define ORACLE_PYTHON "/usr/bin/python3"
 #define FIXED_NOW "1767225600" /* 2026-01-01 00:00:00 UTC */
 #define MAX_FILES 256
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)n + 1);
-    assert_non_null(data);
-    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    data[n] = '\0';
-    if (len)
-        *len = (size_t)n;
-    return data;
-}
 
 static int by_name(const void *a, const void *b)
 {
@@ -79,8 +63,7 @@ static const char *templates_dir(char *buf, size_t cap)
     const char *dir = getenv("GRAFT_TEMPLATES_DIR");
     if (dir && dir[0])
         return dir;
-    const char *models = getenv("GRAFT_MODELS_DIR");
-    snprintf(buf, cap, "%s/../templates", models && models[0] ? models : "../shared/models");
+    snprintf(buf, cap, "%s/../templates", graft_test_models_dir());
     return buf;
 }
 
@@ -108,10 +91,10 @@ static bool compare_pair(const char *tname, const char *iname, const char *expec
                          const graft_template *tmpl, const char *parse_err, counts *c)
 {
     char path[4200], input_path[4096];
-    const char *src = getenv("GRAFT_SOURCE_DIR");
+    const char *src = graft_test_env("GRAFT_SOURCE_DIR");
     snprintf(input_path, sizeof input_path, "%s/tests/template_corpus/%s.json", src, iname);
     size_t input_len;
-    char *input = slurp(input_path, &input_len);
+    char *input = graft__read_file(input_path, &input_len);
     assert_non_null(input);
     char *out = NULL, *err = NULL;
     size_t out_len = 0;
@@ -124,7 +107,7 @@ static bool compare_pair(const char *tname, const char *iname, const char *expec
     bool ok = true;
     snprintf(path, sizeof path, "%s.out", expect_base);
     size_t want_len;
-    char *want = slurp(path, &want_len);
+    char *want = graft__read_file(path, &want_len);
     if (want != NULL) {
         if (rc != GRAFT_OK) {
             printf("DIFFER %s × %s: jinja2 renders, graft fails: %s\n", tname, iname,
@@ -142,7 +125,7 @@ static bool compare_pair(const char *tname, const char *iname, const char *expec
         }
     } else {
         snprintf(path, sizeof path, "%s.err", expect_base);
-        want = slurp(path, &want_len);
+        want = graft__read_file(path, &want_len);
         if (want == NULL)
             fail_msg("the oracle wrote nothing for %s × %s", tname, iname);
         if (rc == GRAFT_OK) {
@@ -175,10 +158,8 @@ static bool compare_pair(const char *tname, const char *iname, const char *expec
 static void test_oracle_corpus(void **state)
 {
     (void)state;
-    const char *src = getenv("GRAFT_SOURCE_DIR");
-    const char *tmp = getenv("GRAFT_TEST_TMP");
-    if (src == NULL || tmp == NULL)
-        fail_msg("GRAFT_SOURCE_DIR and GRAFT_TEST_TMP must be set (ctest sets them)");
+    const char *src = graft_test_env("GRAFT_SOURCE_DIR");
+    const char *tmp = graft_test_env("GRAFT_TEST_TMP");
     if (access(ORACLE_PYTHON, X_OK) != 0)
         fail_msg("the oracle needs Debian's %s with python3-jinja2 (tools/install-deps.sh)",
                  ORACLE_PYTHON);
@@ -221,7 +202,7 @@ static void test_oracle_corpus(void **state)
     for (int t = 0; t < nt; t++) {
         snprintf(path, sizeof path, "%s/%s.jinja", tdir, tnames[t]);
         size_t len;
-        char *text = slurp(path, &len);
+        char *text = graft__read_file(path, &len);
         assert_non_null(text);
         graft_template *tmpl = NULL;
         char *parse_err = NULL;

@@ -39,24 +39,6 @@ static const char *model_path(const char *rel)
     return graft_test_model_path(path, sizeof path, rel);
 }
 
-/* The whole file (malloc'd, NUL-terminated), or NULL. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)n + 1);
-    assert_non_null(data);
-    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    data[n] = '\0';
-    *len = (size_t)n;
-    return data;
-}
-
 typedef struct loaded {
     graft__gguf *g;
     graft__vocab *v;
@@ -151,8 +133,8 @@ static vectors read_vectors(const char *inp_rel, const char *out_rel)
 {
     vectors t = {0};
     size_t inp_len, out_len;
-    t.inp_data = slurp(model_path(inp_rel), &inp_len);
-    t.out_data = slurp(model_path(out_rel), &out_len);
+    t.inp_data = graft__read_file(model_path(inp_rel), &inp_len);
+    t.out_data = graft__read_file(model_path(out_rel), &out_len);
     assert_non_null(t.inp_data);
     assert_non_null(t.out_data);
     size_t max = inp_len + 2;

@@ -74,7 +74,7 @@ static int parse_int(const graft__cli_command *cmd, const char *opt, const char 
     if (errno == ERANGE || (double)v < o->min || (double)v > o->max)
         return range_error(cmd, opt, value, (double)v, o);
     *(int32_t *)o->dest = (int32_t)v;
-    return -1;
+    return GRAFT_CLI_RUN;
 }
 
 static int parse_u64(const graft__cli_command *cmd, const char *opt, const char *value,
@@ -94,7 +94,7 @@ static int parse_u64(const graft__cli_command *cmd, const char *opt, const char 
         return GRAFT_CLI_USAGE;
     }
     *(uint64_t *)o->dest = (uint64_t)v;
-    return -1;
+    return GRAFT_CLI_RUN;
 }
 
 /* "64M" is 64 << 20 bytes. */
@@ -121,7 +121,7 @@ static int parse_size(const graft__cli_command *cmd, const char *opt, const char
     if ((double)bytes < o->min || (double)bytes > o->max)
         return range_error(cmd, opt, value, (double)bytes, o);
     *(size_t *)o->dest = bytes;
-    return -1;
+    return GRAFT_CLI_RUN;
 }
 
 static int parse_float(const graft__cli_command *cmd, const char *opt, const char *value,
@@ -136,10 +136,10 @@ static int parse_float(const graft__cli_command *cmd, const char *opt, const cha
     if (v < o->min || v > o->max)
         return range_error(cmd, opt, value, v, o);
     *(float *)o->dest = (float)v;
-    return -1;
+    return GRAFT_CLI_RUN;
 }
 
-/* Stores an option's value; -1 on success, else the exit status. */
+/* Stores an option's value; GRAFT_CLI_RUN on success, else the exit status. */
 static int store_value(const graft__cli_command *cmd, const char *opt, const char *value,
                        const graft__cli_opt *o)
 {
@@ -154,20 +154,21 @@ static int store_value(const graft__cli_command *cmd, const char *opt, const cha
         return parse_size(cmd, opt, value, o);
     case GRAFT_CLI_STRING:
         *(const char **)o->dest = value;
-        return -1;
+        return GRAFT_CLI_RUN;
     case GRAFT_CLI_LIST: {
         graft__cli_list *list = o->dest;
         list->items[list->n++] = value;
-        return -1;
+        return GRAFT_CLI_RUN;
     }
     case GRAFT_CLI_FLAG:
         break;
     }
     *(int *)o->dest = o->flag_value;
-    return -1;
+    return GRAFT_CLI_RUN;
 }
 
-/* Handles the option at argv[*i], consuming its value; -1 to go on, else the exit status. */
+/* Handles the option at argv[*i], consuming its value; GRAFT_CLI_RUN to go on, else the exit
+ * status. */
 static int parse_option(const graft__cli_command *cmd, int argc, char **argv, int *i)
 {
     const char *arg = argv[*i];
@@ -220,7 +221,7 @@ int graft__cli_parse(const graft__cli_command *cmd, int argc, char **argv, const
             return GRAFT_CLI_OK;
         } else if (!options_done && is_option(argv[i])) {
             int rc = parse_option(cmd, argc, argv, &i);
-            if (rc >= 0)
+            if (rc != GRAFT_CLI_RUN)
                 return rc;
         } else if (n_args < cmd->n_args) {
             args[n_args++] = argv[i];
@@ -235,5 +236,5 @@ int graft__cli_parse(const graft__cli_command *cmd, int argc, char **argv, const
                          cmd->name);
         return GRAFT_CLI_USAGE;
     }
-    return -1;
+    return GRAFT_CLI_RUN;
 }

@@ -1,7 +1,8 @@
 /*
- * bench.h: what the `graft bench` subcommands share (bench_util.c): clocks and medians, the
- * fixed-seed stream of random token ids, JSON strings, peak RSS, and loading a model or
- * starting an engine with the error reported the bench way.
+ * bench.h: what the `graft bench` subcommands share: the benchmark library
+ * (src/bench/bench_lib.h: clocks, medians, random token ids, JSON), and from bench_util.c
+ * the peak RSS and loading a model or starting an engine with the error reported the bench
+ * way.
  *
  * Like the rest of src/cli/, written against include/graft.h only. cmd_bench.c dispatches
  * `graft bench SUBCOMMAND` and holds `speed`; cmd_bench_clone.c holds `clone`,
@@ -10,30 +11,8 @@
 #ifndef GRAFT_CLI_BENCH_H
 #define GRAFT_CLI_BENCH_H
 
+#include "bench/bench_lib.h"
 #include "cli.h"
-
-/* Seconds on the monotonic clock. */
-double graft__bench_now_s(void);
-/* n / seconds, or 0 when no time passed. */
-double graft__bench_rate(double n, double seconds);
-/* The median of v[0..n) (sorted in place; the mean of the middle two when n is even). */
-double graft__bench_median(double *v, int n);
-
-/* Valid token ids from a fixed-seed xorshift64* stream: the same ids on every run (and the
- * same as bench/llama_speed.c draws). */
-typedef struct graft__bench_rng {
-    uint64_t state;
-    int32_t n_vocab;
-} graft__bench_rng;
-
-graft__bench_rng graft__bench_rng_init(int32_t n_vocab);
-int32_t graft__bench_random_token(graft__bench_rng *rng);
-/* Fills tokens[0..n) with random ids. */
-void graft__bench_random_tokens(graft__bench_rng *rng, int32_t *tokens, size_t n);
-
-/* Prints `text` as a JSON string literal on stdout (quotes, backslashes and control
- * characters escaped). */
-void graft__bench_json_string(const char *text);
 
 /* The process's peak resident set size so far, in bytes (getrusage). */
 uint64_t graft__bench_peak_rss(void);

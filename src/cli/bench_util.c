@@ -1,79 +1,15 @@
 /*
  * bench_util.c: helpers the `graft bench` subcommands share (declared in bench.h).
  *
- * Timing (a monotonic clock, rates, medians), the fixed-seed random token ids both graft's
- * and llama.cpp's harness draw, JSON string output, the peak resident set size, and thin
- * wrappers over the engine API that report failures in the bench's words: the subcommands
- * measure, so each wrapper either succeeds or prints one line and gives exit status 1.
+ * The peak resident set size, and thin wrappers over the engine API that report failures in
+ * the bench's words: the subcommands measure, so each wrapper either succeeds or prints one
+ * line and gives exit status 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "bench.h"
-
-double graft__bench_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-double graft__bench_rate(double n, double seconds)
-{
-    return seconds > 0 ? n / seconds : 0.0;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double graft__bench_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* ---- random tokens ------------------------------------------------------------------------ */
-
-graft__bench_rng graft__bench_rng_init(int32_t n_vocab)
-{
-    graft__bench_rng rng = {0x9E3779B97F4A7C15ull, n_vocab};
-    return rng;
-}
-
-int32_t graft__bench_random_token(graft__bench_rng *rng)
-{
-    rng->state ^= rng->state >> 12;
-    rng->state ^= rng->state << 25;
-    rng->state ^= rng->state >> 27;
-    return (int32_t)((rng->state * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)rng->n_vocab);
-}
-
-void graft__bench_random_tokens(graft__bench_rng *rng, int32_t *tokens, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        tokens[i] = graft__bench_random_token(rng);
-}
-
-/* ---- output and the process ---------------------------------------------------------------- */
-
-void graft__bench_json_string(const char *text)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
 
 uint64_t graft__bench_peak_rss(void)
 {

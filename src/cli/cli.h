@@ -19,7 +19,12 @@
 
 #include "graft.h"
 
-enum { GRAFT_CLI_OK = 0, GRAFT_CLI_FAILED = 1, GRAFT_CLI_USAGE = 2 };
+enum {
+    GRAFT_CLI_OK = 0,
+    GRAFT_CLI_FAILED = 1,
+    GRAFT_CLI_USAGE = 2,
+    GRAFT_CLI_RUN = 3 /* not an exit status: the options are parsed, run the command */
+};
 
 typedef enum graft__cli_kind {
     GRAFT_CLI_FLAG,   /* no value: stores flag_value into an int */
@@ -59,7 +64,7 @@ typedef struct graft__cli_command {
 
 /* Parses argv[1..argc) (argv[0] is the command name) into the option destinations and
  * args[0..n_args). Accepts "--opt value", "--opt=value", "-o value" and "--" (the rest
- * is positional). Returns -1 to go on, or the exit status after printing --help
+ * is positional). Returns GRAFT_CLI_RUN to go on, or the exit status after printing --help
  * (GRAFT_CLI_OK) or a usage error (GRAFT_CLI_USAGE). */
 int graft__cli_parse(const graft__cli_command *cmd, int argc, char **argv, const char **args);
 

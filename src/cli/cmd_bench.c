@@ -4,55 +4,23 @@
  * `graft bench prefix` cmd_bench_prefix.c; the helpers they share are bench_util.c.)
  *
  * `graft bench speed` measures through the public API only, as bench/llama_speed.c measures
- * llama.cpp through its C API (same figures, same token counts, same JSON field names), so
- * bench/compare.sh can put the two in one table:
- *   - prefill: a prompt of random valid token ids evaluated in one batch (tokens/s);
- *   - decode: tokens evaluated one at a time after that prompt, each the argmax of the
- *     previous logits (tokens/s);
- *   - aggregate decode, through the engine: 1, 2, 4 and 8 sessions, each first given a
- *     64-token context, then all generating 64 greedy tokens at once, as concurrent
- *     graft_session_generate calls that the engine's scheduler batches (tokens of all
- *     sessions / time from the first submission to the last generation done);
- *   - memory-read bandwidth: every thread streaming over its slice of a 512 MiB buffer
- *     (GB/s), sampled during the decode (one read every GRAFT_PROBE_EVERY decoded tokens
- *     after a short pause, not timed as decode; their mean), and around each prefill and
- *     decode run (just before and just after, each sample the best of 3 reads, the larger
- *     of the two being the run's). A machine's bandwidth can change from second to second
- *     with where its virtual cores run (bandwidth_probe.h), so the roofline is taken in
- *     the states the decode ran in; the one around it is the best the machine gave near
- *     the run. The decode roofline each implies: bandwidth / bytes read per decoded token.
- *     Those bytes are the weights, counted as graft_model_info.weight_bytes (all tensor
- *     data: exact for a model whose output matrix is its token embedding, as in every graft
- *     synth preset; for an untied embedding, of which a step reads one row, it overcounts,
- *     as the public API does not say which it is), plus the keys and values of the context
- *     each decoded token attends over, averaged over the decode (kv_bytes_per_token). The
- *     weights-only roofline is reported too.
- * Prefill and decode run on a graft_context (the kernels and forward pass alone, as
- * llama_decode is measured); the aggregate runs on an engine of MAX_SEQS sessions. Before
- * the timed runs, a short untimed evaluation on the context and a generation on the engine
- * map the weights in. Each figure is the median of --reps runs. A timing never fails
- * anything (DESIGN.md §5).
+ * llama.cpp through its C API; the two link one benchmark library (src/bench/bench_lib.h)
+ * and print the same JSON, so bench/compare.sh can put them in one table. What is measured
+ * and how: bench/README.md. A timing never fails anything (DESIGN.md §5).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bandwidth_probe.h"
 #include "bench.h"
+#include "bench/bandwidth_probe.h"
 #include "util/argmax.h"
 
-#define SEQ_CONTEXT 64                 /* tokens each session holds before aggregate decode */
-#define SEQ_GEN 64                     /* tokens each session generates in aggregate decode */
-#define MAX_SEQS 8                     /* the largest session count measured */
-#define SPEED "bench speed"            /* the command, in messages */
-#define WARMUP_TOKENS 8                /* untimed tokens that map the weights in */
-
-static const int32_t seq_counts[] = {1, 2, 4, 8};
-#define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
-
-/* The figures, each sampled once per rep. */
-enum { FIG_PREFILL, FIG_DECODE, FIG_AGGREGATE, FIG_BANDWIDTH = FIG_AGGREGATE + N_SEQ_COUNTS,
-       FIG_BANDWIDTH_DURING, N_FIGURES };
+#define SPEED "bench speed" /* the command, in messages */
+#define SEQ_CONTEXT GRAFT_BENCH_SEQ_CONTEXT
+#define SEQ_GEN GRAFT_BENCH_SEQ_GEN
+#define MAX_SEQS GRAFT_BENCH_MAX_SEQS
+#define WARMUP_TOKENS GRAFT_BENCH_WARMUP_TOKENS
 
 static const char bench_usage[] =
     "usage: graft bench SUBCOMMAND [OPTIONS]\n"
@@ -70,25 +38,10 @@ static const char speed_usage[] =
     "usage: graft bench speed -m MODEL [--threads N] [--kernels K] [--prompt N] [--gen N]\n"
     "                         [--reps N] [--json]\n"
     "\n"
-    "Measures, on random valid token ids:\n"
-    "  prefill    a prompt of --prompt tokens evaluated in one batch\n"
-    "  decode     --gen tokens evaluated one at a time after that prompt, each the argmax\n"
-    "             of the previous logits\n"
-    "  aggregate  through the engine: 1, 2, 4 and 8 sessions, each given a 64-token\n"
-    "             context, then all generating 64 greedy tokens concurrently (tokens of\n"
-    "             all sessions / time from the first submission to the last one done)\n"
-    "  bandwidth  memory read by all threads streaming over a 512 MiB buffer, sampled\n"
-    "             around each prefill and decode run (just before and just after, the\n"
-    "             best of 3 reads each time, the larger of the two kept) and during the\n"
-    "             decode (one read every 8 decoded tokens after a 2 ms pause, not timed\n"
-    "             as decode; their mean);\n"
-    "             the decode roofline is bandwidth / bytes a decoded token reads: the\n"
-    "             weight bytes (all tensor data) plus the F16 keys and values of its\n"
-    "             context (sliding-window layers: of their window), averaged over the\n"
-    "             decoded tokens, from the bandwidth during the decode and from the one\n"
-    "             around it; the weights-only roofline (bandwidth around / weight bytes)\n"
-    "             is printed too\n"
-    "Each figure is the median of --reps runs, after an untimed warm-up.\n"
+    "Measures, on random valid token ids: prefill and decode through the engine (and on a\n"
+    "graft_context, beside them), aggregate decode of 1, 2, 4 and 8 sessions, the memory\n"
+    "read bandwidth and the decode rooflines it implies; each figure the median of --reps\n"
+    "runs. bench/README.md describes the method and the JSON fields.\n"
     "\n"
     "options:\n"
     "  -m, --model FILE   GGUF model\n"
@@ -100,14 +53,11 @@ static const char speed_usage[] =
     "  --json             print one JSON object instead of the table\n"
     "  -h, --help         show this help\n"
     "\n"
-    "JSON fields: engine (\"graft\"), model (the path), arch, threads, kernels,\n"
-    "prompt_tokens, gen_tokens, seq_context_tokens, seq_gen_tokens, reps, weight_bytes,\n"
-    "prefill_tps, decode_tps, aggregate_tps ({\"1\": tok/s, \"2\": .., \"4\": .., \"8\": ..}),\n"
-    "bandwidth_gbs (around the decode, 1e9 bytes/s), kv_bytes_per_token (mean KV bytes a\n"
-    "decoded token reads), decode_roofline_tps (bandwidth_gbs / (weight_bytes +\n"
-    "kv_bytes_per_token)), decode_roofline_weights_tps (bandwidth_gbs / weight_bytes),\n"
-    "bandwidth_during_gbs (during the decode), decode_roofline_during_tps\n"
-    "(bandwidth_during_gbs / (weight_bytes + kv_bytes_per_token)).\n";
+    "JSON fields (bench/README.md says what each means): engine, model, arch, threads,\n"
+    "kernels, prompt_tokens, gen_tokens, seq_context_tokens, seq_gen_tokens, reps,\n"
+    "weight_bytes, prefill_tps, decode_tps, context_prefill_tps, context_decode_tps,\n"
+    "aggregate_tps, bandwidth_gbs, bandwidth_during_gbs, decode_roofline_weights_tps,\n"
+    "kv_bytes_per_token, decode_roofline_tps, decode_roofline_during_tps.\n";
 
 typedef struct speed_options {
     const char *model;
@@ -120,10 +70,11 @@ typedef struct bench_state {
     graft_model *model;
     graft_model_info info;
     graft_context *single; /* one sequence of n_prompt + n_gen positions */
-    graft_engine *engine;  /* MAX_SEQS sessions of SEQ_CONTEXT + SEQ_GEN positions */
+    graft_engine *engine;  /* MAX_SEQS short sessions, or one of n_prompt + n_gen + 1 */
+    int32_t n_prompt;      /* --prompt */
     int32_t *tokens;       /* (n_prompt) */
     float *logits;         /* (n_vocab) */
-    double *samples;       /* (N_FIGURES, reps) */
+    double *samples;       /* (GRAFT_BENCH_N_FIGURES, reps) */
     graft__bench_rng rng;
     graft__probe probe;    /* the bandwidth probe, one thread per compute thread */
 } bench_state;
@@ -141,41 +92,72 @@ static int probe_failed(void)
     return GRAFT_CLI_FAILED;
 }
 
-/* Prefill of n_prompt tokens, then n_gen single-token decodes, on sequence 0. The bandwidth
- * is sampled twice: the larger of a sample just before and one just after (each the best
- * of 3 reads), and the mean of the samples taken between decoded tokens
- * (graft__probe_during; their pauses and reads are not timed as decode). */
+/* Reports a failed graft_context_eval. */
+static int eval_failed(const bench_state *s, int rc)
+{
+    const char *why = graft_context_errmsg(s->single);
+    graft__cli_error(SPEED, "evaluation failed: %s", why ? why : graft_status_str(rc));
+    return GRAFT_CLI_FAILED;
+}
+
+/* A step of the graft_context run (graft__bench_prefill_decode): the prompt on sequence 0,
+ * or the argmax of the last logits. */
+static int context_step(void *user, int32_t i)
+{
+    bench_state *s = user;
+    if (i < 0)
+        return graft_context_eval(s->single, s->tokens, (size_t)s->n_prompt, s->logits);
+    int32_t next = graft__argmax(s->logits, s->info.n_vocab);
+    return graft_context_eval(s->single, &next, 1, s->logits);
+}
+
+/* On the graft_context: prefill of n_prompt tokens, then n_gen single-token decodes, with
+ * the bandwidth samples around and during the decode. */
+static int measure_context(bench_state *s, const speed_options *o, int rep)
+{
+    graft_context_seq_reset(s->single, 0);
+    graft__bench_run r;
+    int rc = graft__bench_prefill_decode(&s->probe, o->n_prompt, o->n_gen, context_step, s, &r);
+    if (rc < 0)
+        return probe_failed();
+    if (rc != 0)
+        return eval_failed(s, r.step_status);
+    figure_samples(s, o, GRAFT_BENCH_FIG_CONTEXT_PREFILL)[rep] = r.prefill_tps;
+    figure_samples(s, o, GRAFT_BENCH_FIG_CONTEXT_DECODE)[rep] = r.decode_tps;
+    figure_samples(s, o, GRAFT_BENCH_FIG_BANDWIDTH)[rep] = r.bandwidth_gbs;
+    figure_samples(s, o, GRAFT_BENCH_FIG_BANDWIDTH_DURING)[rep] = r.bandwidth_during_gbs;
+    return GRAFT_CLI_OK;
+}
+
+/* Through the engine, the path users get: one session given the same n_prompt tokens, then
+ * n_gen + 1 greedy tokens (the first sampled after the prefill, then n_gen decode steps);
+ * the figures are the generation's own metrics (prefill_tokens_per_s,
+ * decode_tokens_per_s). */
+static int measure_engine(bench_state *s, const speed_options *o, int rep)
+{
+    graft_session *session;
+    graft_generation *gen;
+    if (graft__bench_session_open(SPEED, s->engine, &session) != GRAFT_CLI_OK)
+        return GRAFT_CLI_FAILED;
+    int rc = graft__bench_submit(SPEED, session, s->tokens, (size_t)o->n_prompt, o->n_gen + 1,
+                                 &gen);
+    if (rc == GRAFT_CLI_OK) {
+        graft_generation_wait(gen);
+        graft_generation_metrics m;
+        graft_generation_metrics_get(gen, &m);
+        figure_samples(s, o, GRAFT_BENCH_FIG_PREFILL)[rep] = m.prefill_tokens_per_s;
+        figure_samples(s, o, GRAFT_BENCH_FIG_DECODE)[rep] = m.decode_tokens_per_s;
+        rc = graft__bench_finish(SPEED, gen, o->n_gen + 1, NULL);
+    }
+    graft_session_close(session);
+    return rc;
+}
+
 static int measure_prefill_decode(bench_state *s, const speed_options *o, int rep)
 {
-    int32_t n_vocab = s->info.n_vocab;
-    graft_context_seq_reset(s->single, 0);
     graft__bench_random_tokens(&s->rng, s->tokens, (size_t)o->n_prompt);
-    double before, after, during = 0, decode_s = 0;
-    int n_during = 0;
-    if (graft__probe_sample(&s->probe, &before) != 0)
-        return probe_failed();
-    double t0 = graft__bench_now_s();
-    int rc = graft_context_eval(s->single, s->tokens, (size_t)o->n_prompt, s->logits);
-    double t1 = graft__bench_now_s();
-    for (int32_t i = 0; rc == GRAFT_OK && i < o->n_gen; i++) {
-        if (graft__probe_during(&s->probe, i, o->n_gen, &during, &n_during) != 0)
-            return probe_failed();
-        double t = graft__bench_now_s();
-        int32_t next = graft__argmax(s->logits, n_vocab);
-        rc = graft_context_eval(s->single, &next, 1, s->logits);
-        decode_s += graft__bench_now_s() - t;
-    }
-    if (graft__probe_sample(&s->probe, &after) != 0)
-        return probe_failed();
-    figure_samples(s, o, FIG_PREFILL)[rep] = graft__bench_rate(o->n_prompt, t1 - t0);
-    figure_samples(s, o, FIG_DECODE)[rep] = graft__bench_rate(o->n_gen, decode_s);
-    figure_samples(s, o, FIG_BANDWIDTH)[rep] = before > after ? before : after;
-    figure_samples(s, o, FIG_BANDWIDTH_DURING)[rep] = n_during > 0 ? during / n_during : 0;
-    if (rc != GRAFT_OK) {
-        graft__cli_error(SPEED, "evaluation failed: %s", graft_status_str(rc));
-        return GRAFT_CLI_FAILED;
-    }
-    return GRAFT_CLI_OK;
+    int rc = measure_context(s, o, rep);
+    return rc == GRAFT_CLI_OK ? measure_engine(s, o, rep) : rc;
 }
 
 /* Opens n sessions and gives each SEQ_CONTEXT random tokens (untimed); next[i] receives the
@@ -223,11 +205,9 @@ static int warm_up(bench_state *s)
     int32_t warm[WARMUP_TOKENS];
     graft__bench_random_tokens(&s->rng, warm, WARMUP_TOKENS);
     int rc = graft_context_eval(s->single, warm, WARMUP_TOKENS, s->logits);
+    if (rc != GRAFT_OK)
+        return eval_failed(s, rc);
     graft_context_seq_reset(s->single, 0);
-    if (rc != GRAFT_OK) {
-        graft__cli_error(SPEED, "evaluation failed: %s", graft_status_str(rc));
-        return GRAFT_CLI_FAILED;
-    }
     graft_session *session;
     if (graft__bench_session_open(SPEED, s->engine, &session) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
@@ -241,9 +221,9 @@ static int measure_all(bench_state *s, const speed_options *o)
     int rc = warm_up(s);
     for (int rep = 0; rc == GRAFT_CLI_OK && rep < o->reps; rep++) {
         rc = measure_prefill_decode(s, o, rep);
-        for (int i = 0; rc == GRAFT_CLI_OK && i < N_SEQ_COUNTS; i++)
-            rc = measure_aggregate(s, seq_counts[i],
-                                   &figure_samples(s, o, FIG_AGGREGATE + i)[rep]);
+        for (int i = 0; rc == GRAFT_CLI_OK && i < GRAFT_BENCH_N_SEQ_COUNTS; i++)
+            rc = measure_aggregate(s, graft__bench_seq_counts[i],
+                                   &figure_samples(s, o, GRAFT_BENCH_FIG_AGGREGATE + i)[rep]);
     }
     return rc;
 }
@@ -267,7 +247,7 @@ static int parse_speed_options(int argc, char **argv, speed_options *o)
     const graft__cli_command cmd = {SPEED, speed_usage, opts,
                                     sizeof opts / sizeof opts[0], NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc < 0 && o->model == NULL) {
+    if (rc == GRAFT_CLI_RUN && o->model == NULL) {
         graft__cli_error(SPEED, "missing -m MODEL (see 'graft bench speed --help')");
         return GRAFT_CLI_USAGE;
     }
@@ -288,14 +268,25 @@ static int create_context(bench_state *s, const speed_options *o)
     return rc == GRAFT_OK ? GRAFT_CLI_OK : GRAFT_CLI_FAILED;
 }
 
-/* MAX_SEQS sessions of SEQ_CONTEXT + SEQ_GEN positions; the KV budget is the default. */
+/* MAX_SEQS sessions of SEQ_CONTEXT + SEQ_GEN positions, or one of n_prompt + n_gen + 1
+ * prefilled in one forward pass; the KV budget is the default for the larger of the two. */
 static int create_engine(bench_state *s, const speed_options *o)
 {
-    graft_engine_options eo = graft_engine_default_options();
+    graft_engine_options eo = graft_engine_default_options(), one;
     eo.max_sessions = MAX_SEQS;
     eo.max_context = SEQ_CONTEXT + SEQ_GEN;
     eo.n_threads = o->threads;
     eo.kernels = o->kernels;
+    one = eo;
+    one.max_sessions = 1;
+    one.max_context = o->n_prompt + o->n_gen + 1;
+    size_t kv_many = graft_engine_default_kv_mem(s->model, &eo);
+    size_t kv_one = graft_engine_default_kv_mem(s->model, &one);
+    eo.kv_mem = kv_many > kv_one ? kv_many : kv_one;
+    if (one.max_context > eo.max_context)
+        eo.max_context = one.max_context;
+    if (o->n_prompt > 512)
+        eo.max_batch_tokens = o->n_prompt;
     return graft__bench_engine_create(SPEED, s->model, &eo, &s->engine);
 }
 
@@ -304,11 +295,12 @@ static int bench_setup(bench_state *s, const speed_options *o)
     if (graft__bench_load_model(SPEED, o->model, &s->model, &s->info) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
     s->rng = graft__bench_rng_init(s->info.n_vocab);
+    s->n_prompt = o->n_prompt;
     if (create_context(s, o) != GRAFT_CLI_OK || create_engine(s, o) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
     s->tokens = malloc((size_t)o->n_prompt * sizeof *s->tokens);
     s->logits = malloc((size_t)s->info.n_vocab * sizeof *s->logits);
-    s->samples = calloc((size_t)N_FIGURES * (size_t)o->reps, sizeof *s->samples);
+    s->samples = calloc((size_t)GRAFT_BENCH_N_FIGURES * (size_t)o->reps, sizeof *s->samples);
     if (s->tokens == NULL || s->logits == NULL || s->samples == NULL) {
         graft__cli_error(SPEED, "out of memory");
         return GRAFT_CLI_FAILED;
@@ -323,7 +315,7 @@ static int bench_setup(bench_state *s, const speed_options *o)
 
 static void bench_free(bench_state *s)
 {
-    graft_engine_shutdown(s->engine);
+    graft_engine_free(s->engine);
     graft_context_free(s->single);
     graft_model_free(s->model);
     free(s->tokens);
@@ -333,14 +325,6 @@ static void bench_free(bench_state *s)
 }
 
 /* ---- reporting -------------------------------------------------------------------------- */
-
-typedef struct speed_results {
-    double fig[N_FIGURES]; /* medians */
-    double kv_bytes;       /* mean KV bytes read per decoded token */
-    double roofline_tps;   /* bandwidth / (weight bytes + kv_bytes) */
-    double roofline_weights_tps; /* bandwidth / weight bytes */
-    double roofline_during_tps;  /* bandwidth during the decode / (weight bytes + kv_bytes) */
-} speed_results;
 
 /* The KV bytes decode step t (0 <= t < n_gen) reads, averaged over the steps: step t
  * attends over n_prompt + t + 1 positions (a sliding-window layer over at most its
@@ -360,40 +344,22 @@ static double kv_bytes_per_token(const graft_model_info *info, int32_t n_prompt,
     return n_gen > 0 ? sum / n_gen : 0;
 }
 
-static void summarize(bench_state *s, const speed_options *o, speed_results *r)
+static void summarize(const bench_state *s, const speed_options *o, graft__bench_speed *r)
 {
-    for (int f = 0; f < N_FIGURES; f++)
-        r->fig[f] = graft__bench_median(figure_samples(s, o, f), o->reps);
-    r->kv_bytes = kv_bytes_per_token(&s->info, o->n_prompt, o->n_gen);
-    r->roofline_tps = graft__bench_rate(r->fig[FIG_BANDWIDTH] * 1e9,
-                                        (double)s->info.weight_bytes + r->kv_bytes);
-    r->roofline_weights_tps =
-        graft__bench_rate(r->fig[FIG_BANDWIDTH] * 1e9, (double)s->info.weight_bytes);
-    r->roofline_during_tps = graft__bench_rate(r->fig[FIG_BANDWIDTH_DURING] * 1e9,
-                                               (double)s->info.weight_bytes + r->kv_bytes);
-}
-
-static void print_json(const bench_state *s, const speed_options *o, const speed_results *r)
-{
-    printf("{\"engine\": \"graft\", \"model\": ");
-    graft__bench_json_string(o->model);
-    printf(", \"arch\": ");
-    graft__bench_json_string(s->info.arch);
-    printf(", \"threads\": %d, \"kernels\": ", (int)graft_context_threads(s->single));
-    graft__bench_json_string(graft_context_kernels(s->single));
-    printf(", \"prompt_tokens\": %d, \"gen_tokens\": %d, \"seq_context_tokens\": %d, "
-           "\"seq_gen_tokens\": %d, \"reps\": %d, \"weight_bytes\": %llu",
-           (int)o->n_prompt, (int)o->n_gen, SEQ_CONTEXT, SEQ_GEN, (int)o->reps,
-           (unsigned long long)s->info.weight_bytes);
-    printf(", \"prefill_tps\": %.3f, \"decode_tps\": %.3f, \"aggregate_tps\": {",
-           r->fig[FIG_PREFILL], r->fig[FIG_DECODE]);
-    for (int i = 0; i < N_SEQ_COUNTS; i++)
-        printf("%s\"%d\": %.3f", i ? ", " : "", (int)seq_counts[i], r->fig[FIG_AGGREGATE + i]);
-    printf("}, \"bandwidth_gbs\": %.3f, \"kv_bytes_per_token\": %.0f, "
-           "\"decode_roofline_tps\": %.3f, \"decode_roofline_weights_tps\": %.3f, "
-           "\"bandwidth_during_gbs\": %.3f, \"decode_roofline_during_tps\": %.3f}\n",
-           r->fig[FIG_BANDWIDTH], r->kv_bytes, r->roofline_tps, r->roofline_weights_tps,
-           r->fig[FIG_BANDWIDTH_DURING], r->roofline_during_tps);
+    *r = (graft__bench_speed){
+        .engine = "graft",
+        .model = o->model,
+        .arch = s->info.arch,
+        .kernels = graft_context_kernels(s->single),
+        .threads = (int)graft_context_threads(s->single),
+        .prompt_tokens = (int)o->n_prompt,
+        .gen_tokens = (int)o->n_gen,
+        .reps = (int)o->reps,
+        .weight_bytes = s->info.weight_bytes,
+        .kv_bytes_per_token = kv_bytes_per_token(&s->info, o->n_prompt, o->n_gen),
+    };
+    for (int f = 0; f < GRAFT_BENCH_N_FIGURES; f++)
+        r->fig[f] = graft__bench_median(s->samples + (size_t)f * (size_t)o->reps, o->reps);
 }
 
 /* "  decode     128 tokens after 512          1234.56 tok/s" */
@@ -402,56 +368,62 @@ static void print_row(const char *what, const char *detail, double value, const 
     printf("  %-10s %-36s %12.2f %s", what, detail, value, unit);
 }
 
-static void print_table(const bench_state *s, const speed_options *o, const speed_results *r)
+static void print_table(const graft__bench_speed *r)
 {
+    const double *fig = r->fig;
+    graft__bench_rooflines roof = graft__bench_speed_rooflines(r);
     char detail[64];
-    printf("graft bench speed: %s\n", o->model);
-    int32_t threads = graft_context_threads(s->single);
+    printf("graft bench speed: %s\n", r->model);
     printf("  %s, %.2f MiB of weights; %d thread%s, %s kernels; median of %d run%s\n\n",
-           s->info.arch, (double)s->info.weight_bytes / (1024.0 * 1024.0), (int)threads,
-           threads > 1 ? "s" : "", graft_context_kernels(s->single), (int)o->reps,
-           o->reps > 1 ? "s" : "");
-    snprintf(detail, sizeof detail, "%d tokens in one batch", (int)o->n_prompt);
-    print_row("prefill", detail, r->fig[FIG_PREFILL], "tok/s\n");
-    snprintf(detail, sizeof detail, "%d tokens after %d", (int)o->n_gen, (int)o->n_prompt);
-    print_row("decode", detail, r->fig[FIG_DECODE], "tok/s");
+           r->arch, (double)r->weight_bytes / (1024.0 * 1024.0), r->threads,
+           r->threads > 1 ? "s" : "", r->kernels, r->reps, r->reps > 1 ? "s" : "");
+    snprintf(detail, sizeof detail, "%d tokens in one batch, engine", r->prompt_tokens);
+    print_row("prefill", detail, fig[GRAFT_BENCH_FIG_PREFILL], "tok/s\n");
+    snprintf(detail, sizeof detail, "the same, graft_context");
+    print_row("", detail, fig[GRAFT_BENCH_FIG_CONTEXT_PREFILL], "tok/s\n");
+    snprintf(detail, sizeof detail, "%d tokens after %d, engine", r->gen_tokens,
+             r->prompt_tokens);
+    print_row("decode", detail, fig[GRAFT_BENCH_FIG_DECODE], "tok/s");
     printf("  (%.1f%% of the roofline during it; around it %.1f%%, %.1f%% of weights only)\n",
-           100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_during_tps),
-           100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_tps),
-           100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_weights_tps));
-    for (int i = 0; i < N_SEQ_COUNTS; i++) {
-        snprintf(detail, sizeof detail, "%d session%s, %d tokens after %d", (int)seq_counts[i],
-                 seq_counts[i] > 1 ? "s" : "", SEQ_GEN, SEQ_CONTEXT);
-        print_row(i ? "" : "aggregate", detail, r->fig[FIG_AGGREGATE + i], "tok/s\n");
+           100.0 * graft__bench_rate(fig[GRAFT_BENCH_FIG_DECODE], roof.during),
+           100.0 * graft__bench_rate(fig[GRAFT_BENCH_FIG_DECODE], roof.around),
+           100.0 * graft__bench_rate(fig[GRAFT_BENCH_FIG_DECODE], roof.weights));
+    snprintf(detail, sizeof detail, "the same, graft_context");
+    print_row("", detail, fig[GRAFT_BENCH_FIG_CONTEXT_DECODE], "tok/s\n");
+    for (int i = 0; i < GRAFT_BENCH_N_SEQ_COUNTS; i++) {
+        int n = graft__bench_seq_counts[i];
+        snprintf(detail, sizeof detail, "%d session%s, %d tokens after %d", n,
+                 n > 1 ? "s" : "", SEQ_GEN, SEQ_CONTEXT);
+        print_row(i ? "" : "aggregate", detail, fig[GRAFT_BENCH_FIG_AGGREGATE + i], "tok/s\n");
     }
-    snprintf(detail, sizeof detail, "memory read, %d threads, %zu MiB",
-             (int)graft_context_threads(s->single), GRAFT_PROBE_BYTES >> 20);
-    print_row("bandwidth", detail, r->fig[FIG_BANDWIDTH], "GB/s  (around the decode)\n");
+    snprintf(detail, sizeof detail, "memory read, %d threads, %zu MiB", r->threads,
+             GRAFT_PROBE_BYTES >> 20);
+    print_row("bandwidth", detail, fig[GRAFT_BENCH_FIG_BANDWIDTH], "GB/s  (around the decode)\n");
     snprintf(detail, sizeof detail, "mean of samples between decoded tokens");
-    print_row("", detail, r->fig[FIG_BANDWIDTH_DURING], "GB/s  (during the decode)\n");
-    print_row("roofline", "during / (weights + mean KV read)", r->roofline_during_tps, "tok/s");
-    printf("  (KV %.2f MiB a token)\n", r->kv_bytes / (1024.0 * 1024.0));
-    print_row("", "around / (weights + mean KV read)", r->roofline_tps, "tok/s\n");
-    print_row("", "around / weight bytes", r->roofline_weights_tps, "tok/s\n");
+    print_row("", detail, fig[GRAFT_BENCH_FIG_BANDWIDTH_DURING], "GB/s  (during the decode)\n");
+    print_row("roofline", "during / (weights + mean KV read)", roof.during, "tok/s");
+    printf("  (KV %.2f MiB a token)\n", r->kv_bytes_per_token / (1024.0 * 1024.0));
+    print_row("", "around / (weights + mean KV read)", roof.around, "tok/s\n");
+    print_row("", "around / weight bytes", roof.weights, "tok/s\n");
 }
 
 static int bench_speed(int argc, char **argv)
 {
     speed_options o = {0};
     int rc = parse_speed_options(argc, argv, &o);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     bench_state s = {0};
     rc = bench_setup(&s, &o);
     if (rc == GRAFT_CLI_OK)
         rc = measure_all(&s, &o);
     if (rc == GRAFT_CLI_OK) {
-        speed_results r;
+        graft__bench_speed r;
         summarize(&s, &o, &r);
         if (o.json)
-            print_json(&s, &o, &r);
+            graft__bench_speed_json(&r);
         else
-            print_table(&s, &o, &r);
+            print_table(&r);
     }
     bench_free(&s);
     return rc;

@@ -125,7 +125,7 @@ static int parse_clone_options(int argc, char **argv, clone_options *o)
     const graft__cli_command cmd = {CLONE, clone_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc < 0 && o->model == NULL) {
+    if (rc == GRAFT_CLI_RUN && o->model == NULL) {
         graft__cli_error(CLONE, "missing -m MODEL (see 'graft bench clone --help')");
         return GRAFT_CLI_USAGE;
     }
@@ -192,7 +192,7 @@ static void clone_free(clone_state *s)
     for (int i = 0; i < N_CLONES; i++)
         graft_session_close(s->clones[i]);
     graft_session_close(s->source);
-    graft_engine_shutdown(s->engine);
+    graft_engine_free(s->engine);
     graft_model_free(s->model);
     free(s->tokens);
     free(s->samples);
@@ -447,7 +447,7 @@ int graft__cli_bench_clone(int argc, char **argv)
 {
     clone_options o = {0};
     int rc = parse_clone_options(argc, argv, &o);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     clone_state s = {0};
     rc = clone_setup(&s, &o);

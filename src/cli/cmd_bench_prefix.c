@@ -114,7 +114,7 @@ static int parse_prefix_options(int argc, char **argv, prefix_options *o)
     const graft__cli_command cmd = {PREFIX, prefix_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc < 0 && o->model == NULL) {
+    if (rc == GRAFT_CLI_RUN && o->model == NULL) {
         graft__cli_error(PREFIX, "missing -m MODEL (see 'graft bench prefix --help')");
         return GRAFT_CLI_USAGE;
     }
@@ -182,8 +182,8 @@ static int prefix_setup(prefix_state *s, const prefix_options *o)
 
 static void prefix_free(prefix_state *s)
 {
-    graft_prefix_cache_destroy(s->cache);
-    graft_engine_shutdown(s->engine);
+    graft_prefix_cache_free(s->cache);
+    graft_engine_free(s->engine);
     graft_model_free(s->model);
     free(s->tokens);
     free(s->samples);
@@ -457,7 +457,7 @@ int graft__cli_bench_prefix(int argc, char **argv)
 {
     prefix_options o = {0};
     int rc = parse_prefix_options(argc, argv, &o);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     prefix_state s = {0};
     rc = prefix_setup(&s, &o);

@@ -118,7 +118,7 @@ int graft__cli_info(int argc, char **argv)
                                     .n_args = 1};
     const char *path;
     int rc = graft__cli_parse(&cmd, argc, argv, &path);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     graft_model *model = NULL;
     char *err = NULL;

@@ -113,8 +113,8 @@ typedef struct run_state {
 
 static void run_free(run_state *s)
 {
-    graft_prefix_cache_destroy(s->cache);
-    graft_engine_shutdown(s->engine);
+    graft_prefix_cache_free(s->cache);
+    graft_engine_free(s->engine);
     graft_model_free(s->model);
     graft__run_prompts_close(&s->prompts);
     graft__run_stream_free(&s->stream);
@@ -135,7 +135,7 @@ static int check_combinations(const run_options *o)
                          "--prompt-file");
         return GRAFT_CLI_USAGE;
     }
-    return -1;
+    return GRAFT_CLI_RUN;
 }
 
 static int parse_run_options(int argc, char **argv, run_options *o)
@@ -172,7 +172,7 @@ static int parse_run_options(int argc, char **argv, run_options *o)
     const graft__cli_command cmd = {"run", run_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    return rc >= 0 ? rc : check_combinations(o);
+    return rc != GRAFT_CLI_RUN ? rc : check_combinations(o);
 }
 
 static int load_model(const run_options *o, run_state *s)
@@ -344,9 +344,10 @@ static int prompt_logits(const run_options *o, run_state *s)
     if (rc == GRAFT_OK)
         rc = graft_context_eval(ctx, p->tokens, p->n, logits);
     int status = GRAFT_CLI_OK;
+    const char *why = err ? err : graft_context_errmsg(ctx);
     if (rc != GRAFT_OK) {
         graft__cli_error("run", "cannot evaluate the prompt for --logits-out: %s",
-                         err ? err : graft_status_str(rc));
+                         why ? why : graft_status_str(rc));
         status = GRAFT_CLI_FAILED;
     } else {
         status = write_logits(o->logits_out, logits, s->info.n_vocab);
@@ -521,7 +522,7 @@ int graft__cli_run(int argc, char **argv)
 {
     run_options o = {0};
     int rc = parse_run_options(argc, argv, &o);
-    if (rc >= 0) {
+    if (rc != GRAFT_CLI_RUN) {
         free(o.prompts.items);
         return rc;
     }

@@ -127,13 +127,13 @@ static int parse(int argc, char **argv, serve_options *o)
     const graft__cli_command cmd = {"serve", serve_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     if (o->api_key != NULL && o->api_key[0] == '\0') {
         graft__cli_error("serve", "option --api-key: the key is empty");
         return GRAFT_CLI_USAGE;
     }
-    return -1;
+    return GRAFT_CLI_RUN;
 }
 
 /* The file name of a path, without its folder and .gguf. */
@@ -235,8 +235,8 @@ static void stop_engine(serving *sv)
 {
     graft_template_free(sv->chat.tmpl);
     free(sv->chat.text);
-    graft_prefix_cache_destroy(sv->cache);
-    graft_engine_shutdown(sv->engine);
+    graft_prefix_cache_free(sv->cache);
+    graft_engine_free(sv->engine);
     graft_model_free(sv->model);
 }
 
@@ -244,7 +244,7 @@ int graft__cli_serve(int argc, char **argv)
 {
     serve_options o;
     int rc = parse(argc, argv, &o);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     char *path = graft__cli_find_model("serve", o.model);
     if (path == NULL)

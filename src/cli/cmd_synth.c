@@ -52,7 +52,7 @@ int graft__cli_synth(int argc, char **argv)
     const graft__cli_command cmd = {"synth", synth_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     if (so.arch == NULL)
         return missing("--arch");

@@ -69,7 +69,7 @@ int graft__cli_template(int argc, char **argv)
     };
     const graft__cli_command cmd = {"template", template_usage, opts, 4, NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     if ((template_path == NULL) == (model_path == NULL)) {
         graft__cli_error("template", "give one of --template and -m (see 'graft template --help')");

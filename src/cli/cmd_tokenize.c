@@ -54,7 +54,7 @@ int graft__cli_tokenize(int argc, char **argv)
     const graft__cli_command cmd = {"tokenize", tokenize_usage, opts, 2, arg_names, 2};
     const char *args[2];
     int rc = graft__cli_parse(&cmd, argc, argv, args);
-    if (rc >= 0)
+    if (rc != GRAFT_CLI_RUN)
         return rc;
     graft_model *model = NULL;
     char *err = NULL;

@@ -238,7 +238,7 @@ int graft_engine_create(const graft_model *model, const graft_engine_options *op
     return GRAFT_OK;
 }
 
-int graft_engine_shutdown(graft_engine *e)
+int graft_engine_free(graft_engine *e)
 {
     if (e == NULL)
         return GRAFT_OK;

@@ -13,20 +13,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-
-static uint32_t bits_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+#include "util/util.h"
 
 /* Binary16: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits. */
 float graft__f16_to_f32(uint16_t h)
@@ -36,18 +23,18 @@ float graft__f16_to_f32(uint16_t h)
     uint32_t mant = h & 0x3ff;
 
     if (exp == 0x1f) /* infinity or NaN: keep the payload */
-        return float_of(sign | 0x7f800000 | (mant << 13));
+        return graft__f32_of_bits(sign | 0x7f800000 | (mant << 13));
     if (exp != 0) /* normal */
-        return float_of(sign | ((exp + 127 - 15) << 23) | (mant << 13));
+        return graft__f32_of_bits(sign | ((exp + 127 - 15) << 23) | (mant << 13));
     if (mant == 0)
-        return float_of(sign);
+        return graft__f32_of_bits(sign);
     /* Subnormal: mant * 2^-24. Shift the leading one up to the implicit-bit position. */
     uint32_t e = 127 - 15 + 1;
     while ((mant & 0x400) == 0) {
         mant <<= 1;
         e--;
     }
-    return float_of(sign | (e << 23) | ((mant & 0x3ff) << 13));
+    return graft__f32_of_bits(sign | (e << 23) | ((mant & 0x3ff) << 13));
 }
 
 /* Rounds `value >> shift` to nearest, ties to even (shift >= 1). */
@@ -63,7 +50,7 @@ static uint32_t shift_round_even(uint32_t value, uint32_t shift)
 
 uint16_t graft__f32_to_f16(float f)
 {
-    uint32_t u = bits_of(f);
+    uint32_t u = graft__f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
     uint32_t mag = u & 0x7fffffff;
 
@@ -89,12 +76,12 @@ uint16_t graft__f32_to_f16(float f)
 
 float graft__bf16_to_f32(uint16_t b)
 {
-    return float_of((uint32_t)b << 16);
+    return graft__f32_of_bits((uint32_t)b << 16);
 }
 
 uint16_t graft__f32_to_bf16(float f)
 {
-    uint32_t u = bits_of(f);
+    uint32_t u = graft__f32_bits(f);
     if ((u & 0x7fffffff) > 0x7f800000) /* NaN: quiet it */
         return (uint16_t)((u >> 16) | 0x40);
     return (uint16_t)(shift_round_even(u, 16));

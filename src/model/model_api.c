@@ -21,6 +21,7 @@ struct graft_context {
     int32_t *pos;              /* n_seq: tokens held per sequence */
     graft__batch_entry *batch; /* n_ctx entries for graft_context_eval */
     graft__scratch *scratch;   /* forward buffers of batches up to SCRATCH_TOKENS, or NULL */
+    char *errmsg;              /* why the last eval failed (graft_context_errmsg), or NULL */
 };
 
 /* Batches of up to this many tokens (decode steps, small chunks) run in buffers the
@@ -201,40 +202,59 @@ void graft_context_free(graft_context *ctx)
     graft__pool_free(ctx->pool);
     graft__free(ctx->pos);
     graft__free(ctx->batch);
+    graft__free(ctx->errmsg);
     graft__free(ctx);
 }
 
 static int run_forward(graft_context *ctx, const graft__batch_entry *entries, int32_t n,
-                       float *logits)
+                       float *logits, char **errmsg)
 {
     graft__exec ex = {.pool = ctx->pool, .path = ctx->path};
     graft__kv kv = graft__kv_simple_iface(ctx->kv);
     if (n > SCRATCH_TOKENS)
-        return graft__forward(ctx->model, &ex, &kv, entries, n, logits, NULL);
+        return graft__forward(ctx->model, &ex, &kv, entries, n, logits, errmsg);
     if (ctx->scratch == NULL) {
         int rc = graft__scratch_create(ctx->model, &ex, SCRATCH_TOKENS, ctx->n_ctx - 1,
                                        &ctx->scratch);
         if (rc != GRAFT_OK)
-            return rc;
+            return graft__errmsg(errmsg, rc, "cannot allocate the forward pass's buffers");
     }
-    return graft__forward_in(ctx->model, ctx->scratch, &kv, entries, n, logits, NULL);
+    return graft__forward_in(ctx->model, ctx->scratch, &kv, entries, n, logits, errmsg);
+}
+
+/* Keeps msg (NULL after a success) as the message graft_context_errmsg gives; returns rc. */
+static int eval_status(graft_context *ctx, int rc, char *msg)
+{
+    graft__free(ctx->errmsg);
+    ctx->errmsg = msg;
+    return rc;
 }
 
 int graft_context_eval(graft_context *ctx, const int32_t *tokens, size_t n, float *logits)
 {
-    if (ctx == NULL || (tokens == NULL && n > 0))
+    if (ctx == NULL)
         return GRAFT_EINVAL;
-    if (n == 0)
-        return GRAFT_OK;
-    if (n > (size_t)(ctx->n_ctx - ctx->pos[0]))
-        return GRAFT_ECAPACITY;
+    char *msg = NULL;
+    int rc = GRAFT_OK;
+    if (tokens == NULL && n > 0)
+        rc = graft__errmsg(&msg, GRAFT_EINVAL, "no tokens (NULL)");
+    else if (n > (size_t)(ctx->n_ctx - ctx->pos[0]))
+        rc = graft__errmsg(&msg, GRAFT_ECAPACITY, "%zu tokens after %d do not fit in n_ctx %d",
+                           n, (int)ctx->pos[0], (int)ctx->n_ctx);
+    if (rc != GRAFT_OK || n == 0)
+        return eval_status(ctx, rc, msg);
     for (size_t i = 0; i < n; i++)
         ctx->batch[i] = (graft__batch_entry){0, ctx->pos[0] + (int32_t)i, tokens[i],
                                              logits != NULL && i + 1 == n};
-    int rc = run_forward(ctx, ctx->batch, (int32_t)n, logits);
+    rc = run_forward(ctx, ctx->batch, (int32_t)n, logits, &msg);
     if (rc == GRAFT_OK)
         ctx->pos[0] += (int32_t)n;
-    return rc;
+    return eval_status(ctx, rc, msg);
+}
+
+const char *graft_context_errmsg(const graft_context *ctx)
+{
+    return ctx == NULL ? NULL : ctx->errmsg;
 }
 
 /* Fills entries from the batch, giving each token its sequence's next position; the
@@ -264,21 +284,30 @@ static int plan_batch(graft_context *ctx, const graft_batch_token *batch, size_t
 int graft_context_eval_batch(graft_context *ctx, const graft_batch_token *batch, size_t n,
                              float *logits)
 {
-    if (ctx == NULL || (batch == NULL && n > 0) || n > INT32_MAX)
+    if (ctx == NULL)
         return GRAFT_EINVAL;
+    char *msg = NULL;
+    if ((batch == NULL && n > 0) || n > INT32_MAX) {
+        int rc = graft__errmsg(&msg, GRAFT_EINVAL, "no batch, or one too large");
+        return eval_status(ctx, rc, msg);
+    }
     if (n == 0)
-        return GRAFT_OK;
+        return eval_status(ctx, GRAFT_OK, NULL);
     graft__batch_entry *entries = graft__malloc(n * sizeof *entries);
     if (entries == NULL)
-        return GRAFT_ENOMEM;
+        return eval_status(ctx, GRAFT_ENOMEM, NULL);
     int rc = plan_batch(ctx, batch, n, entries);
+    if (rc == GRAFT_EINVAL)
+        graft__errmsg(&msg, rc, "a token's sequence is outside [0, %d)", (int)ctx->n_seq);
+    else if (rc != GRAFT_OK)
+        graft__errmsg(&msg, rc, "a sequence would hold more than n_ctx %d", (int)ctx->n_ctx);
     if (rc == GRAFT_OK)
-        rc = run_forward(ctx, entries, (int32_t)n, logits);
+        rc = run_forward(ctx, entries, (int32_t)n, logits, &msg);
     if (rc == GRAFT_OK)
         for (size_t i = 0; i < n; i++)
             ctx->pos[batch[i].seq]++;
     graft__free(entries);
-    return rc;
+    return eval_status(ctx, rc, msg);
 }
 
 int32_t graft_context_position(const graft_context *ctx)

@@ -349,7 +349,7 @@ void graft_prefix_cache_clear(graft_prefix_cache *cache)
     pthread_mutex_unlock(&cache->mu);
 }
 
-void graft_prefix_cache_destroy(graft_prefix_cache *cache)
+void graft_prefix_cache_free(graft_prefix_cache *cache)
 {
     if (cache == NULL)
         return;

@@ -182,20 +182,6 @@ tval graft__tpl_slice(graft__tpl_render *r, tval v, const tval *start, const tva
 
 /* ---- arithmetic ------------------------------------------------------------------------ */
 
-static bool is_num(tval v)
-{
-    return v.kind == TV_INT || v.kind == TV_FLOAT || v.kind == TV_BOOL;
-}
-
-static double num_f(tval v)
-{
-    return v.kind == TV_FLOAT ? v.u.f : v.kind == TV_INT ? (double)v.u.i : (double)v.u.b;
-}
-
-static int64_t num_i(tval v)
-{
-    return v.kind == TV_INT ? v.u.i : (int64_t)v.u.b;
-}
 
 static const char *const op_text[] = {"+", "-", "*", "/", "//", "%", "**"};
 
@@ -294,11 +280,11 @@ tval graft__tpl_binop(graft__tpl_render *r, int op, tval a, tval b, const graft_
         return concat_seq(r, a, b);
     if (op == OP_MUL && (a.kind == TV_STR || (a.kind == TV_LIST && !(a.flags & TVF_GEN))) &&
         (b.kind == TV_INT || b.kind == TV_BOOL))
-        return repeat(r, at, a, num_i(b));
+        return repeat(r, at, a, graft__tpl_as_int(b));
     if (op == OP_MUL && (b.kind == TV_STR || (b.kind == TV_LIST && !(b.flags & TVF_GEN))) &&
         (a.kind == TV_INT || a.kind == TV_BOOL))
-        return repeat(r, at, b, num_i(a));
-    if (!is_num(a) || !is_num(b)) {
+        return repeat(r, at, b, graft__tpl_as_int(a));
+    if (!graft__tpl_is_number(a) || !graft__tpl_is_number(b)) {
         if (a.kind == TV_STR && op == OP_ADD)
             graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
                             "TypeError: can only concatenate str (not \"%s\") to str",
@@ -309,14 +295,14 @@ tval graft__tpl_binop(graft__tpl_render *r, int op, tval a, tval b, const graft_
         bad_operands(r, at, op, a, b);
     }
     bool floats = a.kind == TV_FLOAT || b.kind == TV_FLOAT;
-    if (op == OP_DIV || ((op == OP_FLOORDIV || op == OP_MOD) && num_f(b) == 0.0)) {
-        if (num_f(b) == 0.0)
+    if (op == OP_DIV || ((op == OP_FLOORDIV || op == OP_MOD) && graft__tpl_as_double(b) == 0.0)) {
+        if (graft__tpl_as_double(b) == 0.0)
             graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
                             "ZeroDivisionError: division by zero");
-        return graft__tpl_float(num_f(a) / num_f(b));
+        return graft__tpl_float(graft__tpl_as_double(a) / graft__tpl_as_double(b));
     }
     if (floats) {
-        double x = num_f(a), y = num_f(b);
+        double x = graft__tpl_as_double(a), y = graft__tpl_as_double(b);
         switch (op) {
         case OP_ADD: return graft__tpl_float(x + y);
         case OP_SUB: return graft__tpl_float(x - y);
@@ -331,7 +317,7 @@ tval graft__tpl_binop(graft__tpl_render *r, int op, tval a, tval b, const graft_
         default: return graft__tpl_float(pow(x, y));
         }
     }
-    int64_t x = num_i(a), y = num_i(b), z;
+    int64_t x = graft__tpl_as_int(a), y = graft__tpl_as_int(b), z;
     switch (op) {
     case OP_ADD:
         if (__builtin_add_overflow(x, y, &z))
@@ -551,7 +537,7 @@ static tval eval_unary(graft__tpl_render *r, graft__tpl_scope *s, const graft__t
     if (v.kind == TV_FLOAT)
         return graft__tpl_float(n->kind == N_NEG ? -v.u.f : v.u.f);
     if (v.kind == TV_INT || v.kind == TV_BOOL) {
-        int64_t i = num_i(v);
+        int64_t i = graft__tpl_as_int(v);
         if (n->kind == N_NEG && i == INT64_MIN)
             overflow(r, n);
         return graft__tpl_int(n->kind == N_NEG ? -i : i);

@@ -256,6 +256,18 @@ static tval apply_chain(graft__tpl_render *r, graft__tpl_scope *s, const graft__
     return graft__tpl_eval_filter(r, s, f, apply_chain(r, s, f->a, v));
 }
 
+/* The macro a {% macro %} defines, or the caller of a {% call %} block: node n, closing
+ * over scope s. */
+static tval macro_of(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_node *n)
+{
+    graft__tpl_macro *m = graft__tpl_alloc(r->c, sizeof *m);
+    m->node = n;
+    m->closure = s;
+    tval v = {.kind = TV_MACRO};
+    v.u.macro = m;
+    return v;
+}
+
 static int exec_stmt(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl_node *n)
 {
     switch (n->kind) {
@@ -279,21 +291,11 @@ static int exec_stmt(graft__tpl_render *r, graft__tpl_scope *s, const graft__tpl
     case N_SET_BLOCK: /* its body has a scope of its own, as a filter block's has */
         exec_set(r, s, n->a, apply_chain(r, s, n->c, capture(r, new_scope(r, s), &n->args)));
         return FLOW_NORMAL;
-    case N_MACRO: {
-        graft__tpl_macro *m = graft__tpl_alloc(r->c, sizeof *m);
-        m->node = n;
-        m->closure = s;
-        tval v = {.kind = TV_MACRO};
-        v.u.macro = m;
-        bind(r, s, n->name, n->name_n, v);
+    case N_MACRO:
+        bind(r, s, n->name, n->name_n, macro_of(r, s, n));
         return FLOW_NORMAL;
-    }
     case N_CALL_BLOCK: {
-        graft__tpl_macro *m = graft__tpl_alloc(r->c, sizeof *m);
-        m->node = n;
-        m->closure = s;
-        tval caller = {.kind = TV_MACRO};
-        caller.u.macro = m;
+        tval caller = macro_of(r, s, n);
         tval v = graft__tpl_eval_call(r, s, n->a, &caller);
         graft__tpl_to_str(r->c, r->out, v);
         return FLOW_NORMAL;

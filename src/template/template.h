@@ -156,6 +156,11 @@ tval *graft__tpl_dict_find(const graft__tpl_dict *d, tval key);
 tval *graft__tpl_dict_find_str(const graft__tpl_dict *d, const char *s, size_t n);
 
 bool graft__tpl_truthy(tval v);
+/* Numbers as Python sees them: bool, int and float; a number's value as a double, and an
+ * int's or a bool's as an int64_t. */
+bool graft__tpl_is_number(tval v);
+double graft__tpl_as_double(tval v);
+int64_t graft__tpl_as_int(tval v);
 /* Python ==. */
 bool graft__tpl_equal(tval a, tval b);
 /* Python <: -1, 0, 1; fails (TypeError) for kinds that do not order. */

@@ -224,27 +224,27 @@ bool graft__tpl_truthy(tval v)
     }
 }
 
-static bool is_number(tval v)
+bool graft__tpl_is_number(tval v)
 {
     return v.kind == TV_BOOL || v.kind == TV_INT || v.kind == TV_FLOAT;
 }
 
-static double as_double(tval v)
+double graft__tpl_as_double(tval v)
 {
     return v.kind == TV_FLOAT ? v.u.f : v.kind == TV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-static int64_t as_int(tval v)
+int64_t graft__tpl_as_int(tval v)
 {
     return v.kind == TV_INT ? v.u.i : (int64_t)v.u.b;
 }
 
 bool graft__tpl_equal(tval a, tval b)
 {
-    if (is_number(a) && is_number(b)) {
+    if (graft__tpl_is_number(a) && graft__tpl_is_number(b)) {
         if (a.kind == TV_FLOAT || b.kind == TV_FLOAT)
-            return as_double(a) == as_double(b);
-        return as_int(a) == as_int(b);
+            return graft__tpl_as_double(a) == graft__tpl_as_double(b);
+        return graft__tpl_as_int(a) == graft__tpl_as_int(b);
     }
     if (a.kind != b.kind)
         return false;
@@ -312,12 +312,12 @@ const char *graft__tpl_type_name(tval v)
 
 int graft__tpl_compare(graft__tpl_ctx *c, tval a, tval b, uint32_t line, uint32_t col)
 {
-    if (is_number(a) && is_number(b)) {
+    if (graft__tpl_is_number(a) && graft__tpl_is_number(b)) {
         if (a.kind == TV_FLOAT || b.kind == TV_FLOAT) {
-            double x = as_double(a), y = as_double(b);
+            double x = graft__tpl_as_double(a), y = graft__tpl_as_double(b);
             return x < y ? -1 : x > y ? 1 : 0;
         }
-        int64_t x = as_int(a), y = as_int(b);
+        int64_t x = graft__tpl_as_int(a), y = graft__tpl_as_int(b);
         return x < y ? -1 : x > y ? 1 : 0;
     }
     if (a.kind == TV_STR && b.kind == TV_STR) {

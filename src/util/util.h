@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "graft.h"
 
@@ -50,6 +51,20 @@ void *graft__malloc_aligned(size_t size, size_t align);
  * still freed with graft__free. */
 void graft__advise_huge_pages(void *p, size_t size);
 
+/* The bit pattern of an IEEE binary32 float, and the float of a bit pattern. */
+static inline uint32_t graft__f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float graft__f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* Overflow-checked size arithmetic: false when the result does not fit. */
 bool graft__mul_size(size_t a, size_t b, size_t *out);
 bool graft__add_size(size_t a, size_t b, size_t *out);
@@ -79,6 +94,12 @@ _Noreturn void graft__assert_fail(const char *expr, const char *file, int line);
 #endif
 
 uint64_t graft__now_ns(void);
+
+/* The whole of the file at `path`, NUL-terminated, its length in *len (when len is not
+ * NULL); NULL when it cannot be opened or read, or on no memory. malloc'd, not through
+ * graft__malloc: free it with free(). For tests and benchmarks (the CLI reads with
+ * graft__cli_read_file, which also takes stdin and reports). */
+char *graft__read_file(const char *path, size_t *len);
 
 /* xoshiro256** (rng.c). graft__rng_seed expands a 64-bit seed with splitmix64;
  * graft__rng_unit is uniform in [0, 1) with 53 random bits. */

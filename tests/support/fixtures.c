@@ -71,3 +71,20 @@ uint64_t graft_test_xorshift64(uint64_t *state)
     *state ^= *state << 17;
     return *state;
 }
+
+int32_t graft_test_argmax(const float *x, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+const char *graft_test_env(const char *name)
+{
+    const char *value = getenv(name);
+    if (value == NULL || value[0] == '\0')
+        fail_msg("$%s must be set (ctest sets it)", name);
+    return value;
+}

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* $name, which ctest sets (CMakeLists.txt); fails the test when it is unset or empty. */
+const char *graft_test_env(const char *name);
 /* $GRAFT_MODELS_DIR, or ../shared/models when it is unset or empty. */
 const char *graft_test_models_dir(void);
 /* $GRAFT_TEST_TMP, or /tmp when it is unset or empty. */
@@ -49,5 +51,10 @@ float graft_test_rng_float(void);
 
 /* One xorshift64 step of *state (13, 7, 17); returns the new state. */
 uint64_t graft_test_xorshift64(uint64_t *state);
+
+/* The index of the largest of x[0, n) by the plain loop (the first of equal ones; a NaN is
+ * never moved to): the reference graft__argmax is checked against, and the tests' own
+ * greedy pick. */
+int32_t graft_test_argmax(const float *x, int32_t n);
 
 #endif /* GRAFT_TEST_FIXTURES_H */

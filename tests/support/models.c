@@ -1,9 +1,17 @@
 /*
  * models.c: the models tests run on and their cold references (models.h).
  */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include <stdio.h>
+#include <string.h>
 
 #include "fixtures.h"
+#include "gguf/gguf.h"
 #include "models.h"
 
 graft_model *graft_test_load_model(const char *rel)
@@ -41,6 +49,68 @@ graft_context *graft_test_cold_context(const graft_model *m, int32_t n_ctx)
     return graft_context_create_ex(m, &o, &ctx, NULL) == GRAFT_OK ? ctx : NULL;
 }
 
+int graft_test_load_models(graft_model **stories, graft_context **stories_cold,
+                           int32_t stories_ctx, graft_model **gemma, graft_context **gemma_cold,
+                           int32_t gemma_ctx, uint64_t gemma_seed, const char *gemma_file)
+{
+    *stories = graft_test_load_model(GRAFT_TEST_STORIES);
+    *gemma = graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_F32, gemma_seed, gemma_file);
+    *stories_cold = *stories ? graft_test_cold_context(*stories, stories_ctx) : NULL;
+    *gemma_cold = *gemma ? graft_test_cold_context(*gemma, gemma_ctx) : NULL;
+    return *stories_cold && *gemma_cold ? 0 : -1;
+}
+
+void graft_test_free_models(graft_model *stories, graft_context *stories_cold,
+                            graft_model *gemma, graft_context *gemma_cold)
+{
+    graft_context_free(stories_cold);
+    graft_context_free(gemma_cold);
+    graft_model_free(stories);
+    graft_model_free(gemma);
+}
+
+graft_engine_options graft_test_engine_options(int32_t max_sessions, int32_t max_context)
+{
+    graft_engine_options o = graft_engine_default_options();
+    o.max_sessions = max_sessions;
+    o.max_context = max_context;
+    o.max_batch_tokens = 64;
+    o.n_threads = 1;
+    return o;
+}
+
+graft_engine *graft_test_engine(const graft_model *m, const graft_engine_options *o)
+{
+    graft_engine *e = NULL;
+    char *err = NULL;
+    if (graft_engine_create(m, o, &e, &err) != GRAFT_OK)
+        fail_msg("engine_create: %s", err ? err : "?");
+    return e;
+}
+
+graft_engine_metrics graft_test_metrics(graft_engine *e)
+{
+    graft_engine_metrics m;
+    assert_int_equal(graft_engine_metrics_get(e, &m), GRAFT_OK);
+    return m;
+}
+
+graft_session *graft_test_open_session(graft_engine *e)
+{
+    graft_session *s = NULL;
+    assert_int_equal(graft_session_open(e, &s, NULL), GRAFT_OK);
+    assert_non_null(s);
+    return s;
+}
+
+void graft_test_engine_end(graft_engine *e)
+{
+    graft_engine_metrics m = graft_test_metrics(e);
+    assert_int_equal(m.sessions_open, 0);
+    assert_int_equal(m.kv_blocks_used, 0);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
+}
+
 graft_generate_config graft_test_greedy(int32_t max_new)
 {
     graft_generate_config c = graft_generate_default();
@@ -60,4 +130,40 @@ int graft_test_run(graft_session *s, const int32_t *tokens, int32_t n, int32_t m
     rc = graft_generation_wait(gen);
     graft_generation_free(gen);
     return rc;
+}
+
+static void check_loaded(const char *label, graft_model *m, graft_test_model_check check)
+{
+    if (m == NULL)
+        fail_msg("%s: cannot be written or loaded", label);
+    check(label, m);
+    graft_model_free(m);
+}
+
+void graft_test_each_parity_model(const char *prefix, graft_test_model_check check)
+{
+    static const char *const files[] = {GRAFT_TEST_STORIES_ALL};
+    char label[64], file[128];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        const char *type = strchr(files[i], '-'); /* derived/stories260K-<type>.gguf */
+        if (type == NULL)
+            snprintf(label, sizeof label, "stories260K F32");
+        else
+            snprintf(label, sizeof label, "stories260K %.*s", (int)strcspn(type + 1, "."),
+                     type + 1);
+        check_loaded(label, graft_test_load_model(files[i]), check);
+    }
+    static const char *const archs[] = {"qwen3", "gemma3"};
+    static const struct {
+        int type;
+        const char *name;
+    } types[] = {{GRAFT_TYPE_F32, "F32"}, {GRAFT_TYPE_Q8_0, "Q8_0"}};
+    for (size_t a = 0; a < 2; a++) {
+        for (size_t t = 0; t < 2; t++) {
+            snprintf(file, sizeof file, "%s-%s-%s.gguf", prefix, archs[a], types[t].name);
+            snprintf(label, sizeof label, "synth %s tiny %s", archs[a], types[t].name);
+            check_loaded(label, graft_test_synth_model(archs[a], "tiny", types[t].type, 5, file),
+                         check);
+        }
+    }
 }

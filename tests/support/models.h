@@ -21,10 +21,39 @@ graft_model *graft_test_synth_model(const char *arch, const char *preset, int ty
                                     uint64_t seed, const char *file);
 graft_context *graft_test_cold_context(const graft_model *m, int32_t n_ctx);
 
+/* The stories260K model and a tiny synthetic gemma3 (F32, `gemma_seed`, written as
+ * `gemma_file` in the scratch folder), each with a cold one-thread context of its own
+ * length. 0, or -1 (after printing why) when one cannot be made; free with
+ * graft_test_free_models, also after a failure. */
+int graft_test_load_models(graft_model **stories, graft_context **stories_cold,
+                           int32_t stories_ctx, graft_model **gemma, graft_context **gemma_cold,
+                           int32_t gemma_ctx, uint64_t gemma_seed, const char *gemma_file);
+void graft_test_free_models(graft_model *stories, graft_context *stories_cold,
+                            graft_model *gemma, graft_context *gemma_cold);
+
+/* Engine options for tests: max_sessions sessions of max_context positions, batches of 64
+ * tokens, one thread (the pool's workers spin; CI machines are small). */
+graft_engine_options graft_test_engine_options(int32_t max_sessions, int32_t max_context);
+/* An engine on m, or the test fails with the engine's message. */
+graft_engine *graft_test_engine(const graft_model *m, const graft_engine_options *o);
+/* The engine's metrics, asserted taken. */
+graft_engine_metrics graft_test_metrics(graft_engine *e);
+/* A new session, asserted opened. */
+graft_session *graft_test_open_session(graft_engine *e);
+/* Frees e after asserting that no session is open and no KV block used. */
+void graft_test_engine_end(graft_engine *e);
+
 /* Greedy sampling of at most max_new tokens, end of generation ignored. */
 graft_generate_config graft_test_greedy(int32_t max_new);
 /* Runs tokens[0, n) on s greedily (graft_test_greedy) with no callbacks to its end; returns
  * its status. */
 int graft_test_run(graft_session *s, const int32_t *tokens, int32_t n, int32_t max_new);
+
+/* The models the parity tables run on: every stories260K file (GRAFT_TEST_STORIES_ALL) and
+ * tiny synthetic qwen3 and gemma3 models in F32 and Q8_0 (written as <prefix>-<arch>-<type>
+ * .gguf in the scratch folder). Loads each, calls check(label, model), frees it; fails
+ * the test when one cannot be written or loaded. */
+typedef void (*graft_test_model_check)(const char *label, graft_model *m);
+void graft_test_each_parity_model(const char *prefix, graft_test_model_check check);
 
 #endif /* GRAFT_TEST_MODELS_H */

@@ -1,22 +1,10 @@
 /*
- * bandwidth_probe.h: the memory-read bandwidth probe of `graft bench speed`, shared with
- * bench/llama_speed.c so that both engines' rooflines come from the same measurement. It
- * depends on nothing of graft (plain C11, POSIX threads), so the llama.cpp harness compiles
- * bandwidth_probe.c as it is.
- *
- * Every thread streams over its slice of a GRAFT_PROBE_BYTES buffer. The buffer is filled
- * and read once at create (the first read after a fill runs well below the rate of the
- * next ones), then kept for the samples. A sample is
- * the best of a few timed reads, as a read can start while a thread that just finished
- * computing still holds a core (a pool worker spins a while before it sleeps) and run at
- * half the rate.
- *
- * A sample taken during a decode is one read after a pause of GRAFT_PROBE_SETTLE_US, which
- * outlasts the spin of graft's pool workers (SPIN_ROUNDS, threadpool.c): the benchmarks
- * take a few of them between the decoded tokens (graft__probe_during), not timed as
- * decode, and their mean is the bandwidth of the memory system during the decode. On a
- * machine whose bandwidth changes from second to second with where its virtual cores run,
- * the samples around a decode can find a state the decode never ran in.
+ * bandwidth_probe.h: the memory-read bandwidth probe of the benchmark library
+ * (bench_lib.h), so that both engines' rooflines come from one measurement: every thread
+ * streams over its slice of a GRAFT_PROBE_BYTES buffer, filled and read once at create; a
+ * sample is the best of a few timed reads, and a sample during a decode is one read after a
+ * pause of GRAFT_PROBE_SETTLE_US (longer than graft's pool workers spin, threadpool.c).
+ * How the harnesses use it, and why: bench/README.md.
  */
 #ifndef GRAFT_BANDWIDTH_PROBE_H
 #define GRAFT_BANDWIDTH_PROBE_H

@@ -176,16 +176,8 @@ static void test_penalised_sampling_is_deterministic(void **state)
 
 static graft_engine *new_engine(void)
 {
-    graft_engine_options o = graft_engine_default_options();
-    o.max_sessions = 8;
-    o.max_context = CONTEXT;
-    o.max_batch_tokens = 64;
-    o.n_threads = 1;
-    graft_engine *e = NULL;
-    char *err = NULL;
-    if (graft_engine_create(stories, &o, &e, &err) != GRAFT_OK)
-        fail_msg("engine_create: %s", err ? err : "?");
-    return e;
+    graft_engine_options o = graft_test_engine_options(8, CONTEXT);
+    return graft_test_engine(stories, &o);
 }
 
 typedef struct run {

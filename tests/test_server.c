@@ -41,18 +41,15 @@ static server main_server;
 static int setup(void **state)
 {
     (void)state;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     const char *args[] = {"--ctx", "256", "--max-body", "4K", NULL};
-    main_server = graft_test_start_server(args);
+    main_server = graft_test_serve_begin(args);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int rc = graft_test_stop_server(&main_server);
-    curl_global_cleanup();
-    return rc == 0 ? 0 : -1;
+    return graft_test_serve_end(&main_server);
 }
 
 static void test_health_and_models(void **state)

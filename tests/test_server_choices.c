@@ -30,22 +30,19 @@ static server srv;
 static int setup(void **state)
 {
     (void)state;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     char tmpl[1024];
     const char *dir = getenv("GRAFT_TEMPLATES_DIR");
     snprintf(tmpl, sizeof tmpl, "%s/Qwen-Qwen2.5-7B-Instruct.jinja",
              dir ? dir : "../shared/templates");
     const char *args[] = {"--ctx", "1024", "--chat-template", tmpl, NULL};
-    srv = graft_test_start_server(args);
+    srv = graft_test_serve_begin(args);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int rc = graft_test_stop_server(&srv);
-    curl_global_cleanup();
-    return rc == 0 ? 0 : -1;
+    return graft_test_serve_end(&srv);
 }
 
 /* POSTs body (consumed) and returns the JSON answer, which must have `status`. */

@@ -64,14 +64,9 @@ typedef struct rig {
 
 static void rig_up(rig *r, graft_model *m, int32_t wait_ms)
 {
-    graft_engine_options o = graft_engine_default_options();
-    o.max_sessions = 32;
-    o.max_context = CONTEXT;
-    o.max_batch_tokens = 16;
-    o.n_threads = 1;
-    char *err = NULL;
-    if (graft_engine_create(m, &o, &r->engine, &err) != GRAFT_OK)
-        fail_msg("engine_create: %s", err ? err : "?");
+    graft_engine_options o = graft_test_engine_options(32, CONTEXT);
+    o.max_batch_tokens = 16; /* prompts take several steps */
+    r->engine = graft_test_engine(m, &o);
     assert_int_equal(graft_prefix_cache_create(r->engine, 8, 0, &r->cache, NULL), GRAFT_OK);
     assert_int_equal(graft__donors_init(&r->donors, MIN_TOKENS, wait_ms), GRAFT_OK);
 }
@@ -80,10 +75,7 @@ static void rig_down(rig *r)
 {
     graft__donors_free(&r->donors);
     graft_prefix_cache_free(r->cache);
-    graft_engine_metrics m;
-    assert_int_equal(graft_engine_metrics_get(r->engine, &m), GRAFT_OK);
-    assert_int_equal(m.sessions_open, 0);
-    assert_int_equal(graft_engine_free(r->engine), GRAFT_OK);
+    graft_test_engine_end(r->engine);
 }
 
 static void make_prompt(int32_t *out, int32_t n, uint32_t seed)
@@ -427,7 +419,9 @@ static double computed(const server *s)
 }
 
 /* Sent together, the same 400-token prompt is computed once (then its last token again);
- * a choice of n = 2 beside a donor is its seed's answer alone. */
+ * a choice of n = 2 beside a donor is its seed's answer alone. Whether the second request
+ * took the first's prompt as a donor or, arriving after it ended, from the cache, depends on
+ * timing; the tokens computed are the same either way, and that is what is checked. */
 static void test_together_over_http(void **state)
 {
     (void)state;
@@ -446,7 +440,10 @@ static void test_together_over_http(void **state)
         pthread_join(t[i], NULL);
     char *a = graft_test_completion_text(&jobs[0].reply), *b = graft_test_completion_text(&jobs[1].reply);
     assert_string_equal(a, b);
-    assert_true(computed(&srv) - before == 400 + 1);
+    double delta = computed(&srv) - before;
+    if (delta != 400 + 1)
+        fail_msg("computed %g prompt tokens, expected %d: %s / %s", delta, 400 + 1,
+                 jobs[0].reply.body, jobs[1].reply.body);
     free(a);
     free(b);
     for (int i = 0; i < 2; i++) {
@@ -467,7 +464,7 @@ static void test_together_over_http(void **state)
         pthread_create(&t[i], NULL, post_main, &jobs[i]);
     for (int i = 0; i < 2; i++)
         pthread_join(t[i], NULL);
-    double delta = computed(&srv) - before;
+    delta = computed(&srv) - before;
     if (delta != 429 + 29 + 1)
         fail_msg("computed %g prompt tokens, expected %d: %s / %s", delta, 429 + 29 + 1,
                  jobs[0].reply.body, jobs[1].reply.body);
@@ -490,7 +487,6 @@ static void test_together_over_http(void **state)
         graft_test_response_free(&jobs[i].reply);
         free(jobs[i].body);
     }
-    assert_true(graft_test_metric(&srv, "graft_donor_successes_total") >= 2);
     assert_int_equal(graft_test_stop_server(&http_srv), 0);
     http_srv.pid = 0;
 }

@@ -34,20 +34,17 @@ static server srv;
 static int setup(void **state)
 {
     (void)state;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     char timeout[16];
     snprintf(timeout, sizeof timeout, "%d", TIMEOUT_S);
     const char *args[] = {"--ctx", "256", "--timeout", timeout, NULL};
-    srv = graft_test_start_server(args);
+    srv = graft_test_serve_begin(args);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int rc = graft_test_stop_server(&srv);
-    curl_global_cleanup();
-    return rc == 0 ? 0 : -1;
+    return graft_test_serve_end(&srv);
 }
 
 static int connect_raw(void)

@@ -42,13 +42,6 @@ enum { SLICE_MS = 50, TAKE = 64 };
 
 static atomic_ullong next_id;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static bool append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
 {
     if (*len + n + 1 > *cap) {
@@ -235,15 +228,6 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
     return 0;
 }
 
-/* Tokens a and b have in common at their start. */
-static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
-{
-    size_t i = 0;
-    while (i < na && i < nb && a[i] == b[i])
-        i++;
-    return i;
-}
-
 /* The named session's conversation as the new prompt can use it: the session itself when
  * the prompt extends its history, else a clone at their common prefix. 0, or -1 when the
  * conversation gave nothing (held is closed then). */
@@ -256,7 +240,7 @@ static int continue_named(completion *c, graft_session *held)
         graft_session_close(held);
         return -1;
     }
-    size_t lcp = common_prefix(history, n_history, c->prompt, c->n_prompt);
+    size_t lcp = graft__common_prefix(history, n_history, c->prompt, c->n_prompt);
     graft_free(history);
     if (lcp == n_history && lcp < c->n_prompt) {
         ch->session = held;
@@ -290,7 +274,7 @@ static int join_donors(completion *c, bool take, uint64_t t0, graft__reply *repl
         c->source_index = c->donor_result.waited ? GRAFT__FROM_DONOR_WAIT : GRAFT__FROM_DONOR;
         c->source = c->donor_result.waited ? "donor_wait" : "donor";
     }
-    c->lookup_ns = now_ns() - t0;
+    c->lookup_ns = graft__server_now_ns() - t0;
     return 0;
 }
 
@@ -299,7 +283,7 @@ static int join_donors(completion *c, bool take, uint64_t t0, graft__reply *repl
 static int find_session(completion *c, const char *owner, graft__reply *reply)
 {
     choice *ch = &c->choices[0];
-    uint64_t t0 = now_ns();
+    uint64_t t0 = graft__server_now_ns();
     c->source = "cold";
     if (c->req.session_id != NULL) {
         graft_session *held = NULL;

@@ -9,8 +9,8 @@
  * token. The donor is used only when it saves at least min_tokens more than the cache (the
  * cache wins ties). A donor still prefilling a prefix the recipient shares, at least as far
  * along as the cache's offer, is waited for (bounded by wait_ms) until it has committed the
- * shared part, when that gives at least min_tokens more than the best offer now: two
- * requests arriving together with a long common prefix compute it once.
+ * shared part, when that gives more than the best offer now: two requests arriving
+ * together with a long common prefix compute it once.
  * The one clone of the donor picks its boundary on the engine thread when it runs
  * (graft_session_clone_range), so the donor's progress can never make it wrong; a refusal
  * (retention, the donor gone, capacity) falls back to the cache's offer, counted by reason.
@@ -39,13 +39,6 @@ struct graft__donor {
     graft_session *session;
 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int graft__donors_init(graft__donors *d, int32_t min_tokens, int32_t wait_ms)
 {
     memset(d, 0, sizeof *d);
@@ -57,14 +50,6 @@ int graft__donors_init(graft__donors *d, int32_t min_tokens, int32_t wait_ms)
 void graft__donors_free(graft__donors *d)
 {
     pthread_mutex_destroy(&d->mu);
-}
-
-static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
-{
-    size_t i = 0;
-    while (i < na && i < nb && a[i] == b[i])
-        i++;
-    return i;
 }
 
 typedef struct offer {
@@ -81,7 +66,7 @@ static void best_offers(const graft__donors *d, const int32_t *prompt, size_t n,
 {
     *now = *later = (offer){0};
     for (const graft__donor *x = d->head; x != NULL; x = x->next) {
-        size_t lcp = common_prefix(prompt, n, x->prompt, x->n_prompt);
+        size_t lcp = graft__common_prefix(prompt, n, x->prompt, x->n_prompt);
         int32_t target = (int32_t)(lcp < n - 1 ? lcp : n - 1);
         int32_t position = graft_session_position(x->session);
         int32_t offered = position < target ? position : target;
@@ -160,7 +145,7 @@ static bool wait_for(graft__donors *d, uint64_t id, int32_t target, uint64_t dea
             return false;
         if (position >= target)
             return true;
-        if (now_ns() >= deadline)
+        if (graft__server_now_ns() >= deadline)
             return false;
         struct timespec pause = {0, POLL_NS};
         nanosleep(&pause, NULL);
@@ -196,17 +181,17 @@ int graft__donors_join(graft__donors *d, const int32_t *prompt, size_t n, bool t
     me->prompt = prompt;
     me->n_prompt = n;
     const int32_t cached = *reused, least = cached + d->min_tokens;
-    uint64_t deadline = now_ns() + d->wait_ns;
+    uint64_t deadline = graft__server_now_ns() + d->wait_ns;
     for (int round = 0; round < 2 && take && d->min_tokens > 0 && n > 1; round++) {
         pthread_mutex_lock(&d->mu);
         offer now, later;
         best_offers(d, prompt, n, &now, &later);
-        /* a donor still prefilling what it shares is waited for when that gives at least
-         * min_tokens more than taking the best offer now (taking part of it now would
-         * compute the rest twice) */
+        /* a donor still prefilling what it shares is waited for when it will give more than
+         * the best offer now: taking part of it now would compute the rest twice, and
+         * computing it alongside takes no less time than the donor needs to finish it */
         bool wait = d->wait_ns > 0 && later.donor != NULL && later.target >= least &&
                     later.position >= cached && later.position < later.target &&
-                    later.target - (now.now > cached ? now.now : cached) >= d->min_tokens;
+                    later.target > now.now;
         bool take_now = !wait && now.donor != NULL && now.now >= least;
         if (!take_now && !wait) { /* nothing to take: this request is a donor from now on */
             me->session = *session;
@@ -218,11 +203,11 @@ int graft__donors_join(graft__donors *d, const int32_t *prompt, size_t n, bool t
         const offer chosen = take_now ? now : later;
         uint64_t id = chosen.donor->id;
         pthread_mutex_unlock(&d->mu);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = graft__server_now_ns();
         if (wait) {
             atomic_fetch_add(&d->waits, 1);
             bool there = wait_for(d, id, chosen.target, deadline);
-            result->wait_ns = now_ns() - t0;
+            result->wait_ns = graft__server_now_ns() - t0;
             atomic_fetch_add(&d->wait_ns_total, result->wait_ns);
             if (!there) {
                 pthread_mutex_lock(&d->mu);

@@ -56,13 +56,6 @@ typedef struct request {
 
 enum { EP_COMPLETIONS, EP_CHAT, EP_OTHER, EP_UNKNOWN };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- replies ---------------------------------------------------------------------------------- */
 
 void graft__reply_json(graft__reply *reply, int status, json_t *j)
@@ -98,7 +91,7 @@ static void log_request(graft__server *s, int endpoint, uint64_t t_start, const 
                         const char *url, int status, const graft__request_log *log)
 {
     atomic_fetch_add(&s->metrics.requests[endpoint][status_class(status)], 1);
-    double total_ms = (now_ns() - t_start) / 1e6;
+    double total_ms = (graft__server_now_ns() - t_start) / 1e6;
     if (log != NULL && log->generated)
         fprintf(stderr, "graft: %s %s %d reused %d computed %d ttft %.1f ms total %.1f ms\n",
                 method, url, status, (int)log->reused, (int)log->computed, log->ttft_ms,
@@ -535,7 +528,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (rq == NULL)
             return MHD_NO;
         rq->server = s;
-        rq->t_start = now_ns();
+        rq->t_start = graft__server_now_ns();
         *con_cls = rq;
         const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                           "Content-Length");
@@ -666,7 +659,7 @@ void graft__server_stop(graft__server *s)
     MHD_socket listen = MHD_quiesce_daemon(s->daemon);
     if (listen != MHD_INVALID_SOCKET)
         close(listen);
-    uint64_t until = now_ns() + (uint64_t)s->config.grace_ms * 1000000u;
+    uint64_t until = graft__server_now_ns() + (uint64_t)s->config.grace_ms * 1000000u;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
@@ -677,7 +670,7 @@ void graft__server_stop(graft__server *s)
         pthread_mutex_unlock(&s->mu);
         if (running == 0)
             break;
-        if (now_ns() > until)
+        if (graft__server_now_ns() > until)
             atomic_store(&s->ctx.cancel_all, true);
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);

@@ -30,10 +30,30 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <jansson.h>
 
 #include "graft.h"
+
+/* ---- small helpers ---------------------------------------------------------------------------- */
+
+/* The monotonic clock in nanoseconds. */
+static inline uint64_t graft__server_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Tokens a and b have in common at their start. */
+static inline size_t graft__common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i])
+        i++;
+    return i;
+}
 
 /* ---- configuration (the `graft serve` options) ------------------------------------------- */
 

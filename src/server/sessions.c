@@ -39,13 +39,6 @@ struct graft__named {
     graft__named *next;
 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int graft__sessions_store_init(graft__session_store *st, int32_t max, int32_t ttl_s)
 {
     memset(st, 0, sizeof *st);
@@ -93,7 +86,7 @@ static void unlink_entry(graft__session_store *st, graft__named *e)
  * the store is full. */
 static void sweep(graft__session_store *st)
 {
-    uint64_t now = now_ns();
+    uint64_t now = graft__server_now_ns();
     for (graft__named *e = st->head, *next; e != NULL; e = next) {
         next = e->next;
         if (!e->busy && e->next_ticket == e->serving && now - e->last_used_ns > st->ttl_ns) {
@@ -170,7 +163,7 @@ void graft__sessions_release(graft__session_store *st, graft__named *e, graft_se
     e->session = session;
     e->busy = false;
     e->serving++;
-    e->last_used_ns = now_ns();
+    e->last_used_ns = graft__server_now_ns();
     bool gone = e->id == NULL && e->next_ticket == e->serving; /* deleted, none waits */
     if (gone)
         unlink_entry(st, e);
@@ -184,7 +177,7 @@ void graft__sessions_reclaim(graft_engine *engine, int64_t bytes_short, void *us
 {
     graft__session_store *st = user;
     pthread_mutex_lock(&st->mu);
-    uint64_t now = now_ns();
+    uint64_t now = graft__server_now_ns();
     /* the first call of a shortage only marks it: the prefix cache gives back first */
     bool again = st->reclaim_seen_ns != 0 && now - st->reclaim_seen_ns < 1000000000u;
     st->reclaim_seen_ns = now;
@@ -232,7 +225,7 @@ json_t *graft__sessions_list(graft__session_store *st, const char *owner)
     json_t *list = json_array();
     pthread_mutex_lock(&st->mu);
     sweep(st);
-    uint64_t now = now_ns();
+    uint64_t now = graft__server_now_ns();
     for (graft__named *e = st->head; e != NULL; e = e->next) {
         if (e->id == NULL || (e->owner == NULL) != (owner == NULL) ||
             (owner != NULL && strcmp(e->owner, owner) != 0))

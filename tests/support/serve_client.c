@@ -192,3 +192,16 @@ double graft_test_metric(const server *s, const char *name)
     graft_test_response_free(&r);
     return v;
 }
+
+server graft_test_serve_begin(const char *const *extra)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    return graft_test_start_server(extra);
+}
+
+int graft_test_serve_end(server *s)
+{
+    int rc = graft_test_stop_server(s);
+    curl_global_cleanup();
+    return rc == 0 ? 0 : -1;
+}

@@ -31,6 +31,12 @@ typedef struct response {
  * "listening on" line there. */
 server graft_test_start_server(const char *const *extra);
 
+/* A test group's server: libcurl's global init, then graft_test_start_server. */
+server graft_test_serve_begin(const char *const *extra);
+/* Its end: graft_test_stop_server and libcurl's cleanup; 0 when the server exited 0, else
+ * -1 (a cmocka teardown's result). */
+int graft_test_serve_end(server *s);
+
 /* SIGTERM, then the exit status (0 expected). */
 int graft_test_stop_server(server *s);
 

@@ -6,7 +6,8 @@
  * `graft bench speed` measures through the public API only, as bench/llama_speed.c measures
  * llama.cpp through its C API (same figures, same token counts, same JSON field names), so
  * bench/compare.sh can put the two in one table:
- *   - prefill: a prompt of random valid token ids evaluated in one batch (tokens/s);
+ *   - prefill: a prompt of random valid token ids evaluated in one batch (tokens/s), for
+ *     each prompt length of --prompt (a list, e.g. 512,4096);
  *   - decode: tokens evaluated one at a time after that prompt, each the argmax of the
  *     previous logits (tokens/s);
  *   - aggregate decode, through the engine: 1, 2, 4 and 8 sessions, each first given a
@@ -30,7 +31,8 @@
  * Prefill and decode run on a graft_context (the kernels and forward pass alone, as
  * llama_decode is measured); the aggregate runs on an engine of MAX_SEQS sessions. Before
  * the timed runs, a short untimed evaluation on the context and a generation on the engine
- * map the weights in. Each figure is the median of --reps runs. A timing never fails
+ * map the weights in. Each figure is the median of --reps runs. The report names the kernel
+ * set and the processor's SIMD features (graft_cpu_features). A timing never fails
  * anything (DESIGN.md §5).
  */
 #include <stdio.h>
@@ -46,6 +48,7 @@
 #define MAX_SEQS 8                     /* the largest session count measured */
 #define SPEED "bench speed"            /* the command, in messages */
 #define WARMUP_TOKENS 8                /* untimed tokens that map the weights in */
+#define MAX_PROMPTS 16                 /* prompt lengths in one --prompt list */
 
 static const int32_t seq_counts[] = {1, 2, 4, 8};
 #define N_SEQ_COUNTS ((int)(sizeof seq_counts / sizeof seq_counts[0]))
@@ -67,11 +70,12 @@ static const char bench_usage[] =
     "'graft bench SUBCOMMAND --help' describes a subcommand's options.\n";
 
 static const char speed_usage[] =
-    "usage: graft bench speed -m MODEL [--threads N] [--kernels K] [--prompt N] [--gen N]\n"
-    "                         [--reps N] [--json]\n"
+    "usage: graft bench speed -m MODEL [--threads N] [--kernels K] [--prompt N[,N...]]\n"
+    "                         [--gen N] [--reps N] [--json]\n"
     "\n"
     "Measures, on random valid token ids:\n"
-    "  prefill    a prompt of --prompt tokens evaluated in one batch\n"
+    "  prefill    a prompt of --prompt tokens evaluated in one batch (each length of\n"
+    "             the list in turn, every rep)\n"
     "  decode     --gen tokens evaluated one at a time after that prompt, each the argmax\n"
     "             of the previous logits\n"
     "  aggregate  through the engine: 1, 2, 4 and 8 sessions, each given a 64-token\n"
@@ -88,21 +92,25 @@ static const char speed_usage[] =
     "             decoded tokens, from the bandwidth during the decode and from the one\n"
     "             around it; the weights-only roofline (bandwidth around / weight bytes)\n"
     "             is printed too\n"
-    "Each figure is the median of --reps runs, after an untimed warm-up.\n"
+    "Each figure is the median of --reps runs, after an untimed warm-up. The kernel set\n"
+    "and the processor's SIMD features are printed with them.\n"
     "\n"
     "options:\n"
     "  -m, --model FILE   GGUF model\n"
     "  --threads N        compute threads (default 0: one per online CPU)\n"
     "  --kernels K        scalar, avx2 or avx512 (default: $GRAFT_KERNELS, else the best)\n"
-    "  --prompt N         prefill tokens (default 512)\n"
+    "  --prompt N[,N...]  prefill tokens, or a list of lengths (default 512); the\n"
+    "                     context holds the longest plus --gen\n"
     "  --gen N            decode tokens (default 128)\n"
     "  --reps N           runs per figure, the median is reported (default 3)\n"
-    "  --json             print one JSON object instead of the table\n"
+    "  --json             print one JSON object (a line per prompt length) instead of\n"
+    "                     the table\n"
     "  -h, --help         show this help\n"
     "\n"
     "JSON fields: engine (\"graft\"), model (the path), arch, threads, kernels,\n"
-    "prompt_tokens, gen_tokens, seq_context_tokens, seq_gen_tokens, reps, weight_bytes,\n"
-    "prefill_tps, decode_tps, aggregate_tps ({\"1\": tok/s, \"2\": .., \"4\": .., \"8\": ..}),\n"
+    "cpu_features, prompt_tokens, gen_tokens, seq_context_tokens, seq_gen_tokens, reps,\n"
+    "weight_bytes, prefill_tps, decode_tps,\n"
+    "aggregate_tps ({\"1\": tok/s, \"2\": .., \"4\": .., \"8\": ..}),\n"
     "bandwidth_gbs (around the decode, 1e9 bytes/s), kv_bytes_per_token (mean KV bytes a\n"
     "decoded token reads), decode_roofline_tps (bandwidth_gbs / (weight_bytes +\n"
     "kv_bytes_per_token)), decode_roofline_weights_tps (bandwidth_gbs / weight_bytes),\n"
@@ -112,7 +120,10 @@ static const char speed_usage[] =
 typedef struct speed_options {
     const char *model;
     const char *kernels;
-    int32_t threads, n_prompt, n_gen, reps;
+    const char *prompt_list;      /* --prompt as given */
+    int32_t prompts[MAX_PROMPTS]; /* its lengths */
+    int32_t n_prompts;
+    int32_t threads, n_prompt, n_gen, reps; /* n_prompt: the longest of prompts */
     int json;
 } speed_options;
 
@@ -123,14 +134,15 @@ typedef struct bench_state {
     graft_engine *engine;  /* MAX_SEQS sessions of SEQ_CONTEXT + SEQ_GEN positions */
     int32_t *tokens;       /* (n_prompt) */
     float *logits;         /* (n_vocab) */
-    double *samples;       /* (N_FIGURES, reps) */
+    double *samples;       /* (n_prompts, N_FIGURES, reps); aggregates in the first only */
     graft__bench_rng rng;
     graft__probe probe;    /* the bandwidth probe, one thread per compute thread */
 } bench_state;
 
-static double *figure_samples(bench_state *s, const speed_options *o, int figure)
+/* The samples of a figure for prompt length li (the aggregates: li 0). */
+static double *figure_samples(bench_state *s, const speed_options *o, int32_t li, int figure)
 {
-    return s->samples + (size_t)figure * (size_t)o->reps;
+    return s->samples + ((size_t)li * N_FIGURES + (size_t)figure) * (size_t)o->reps;
 }
 
 /* ---- the model measurements ------------------------------------------------------------- */
@@ -141,21 +153,21 @@ static int probe_failed(void)
     return GRAFT_CLI_FAILED;
 }
 
-/* Prefill of n_prompt tokens, then n_gen single-token decodes, on sequence 0. The bandwidth
+/* Prefill of prompts[li] tokens, then n_gen single-token decodes, on sequence 0. The bandwidth
  * is sampled twice: the larger of a sample just before and one just after (each the best
  * of 3 reads), and the mean of the samples taken between decoded tokens
  * (graft__probe_during; their pauses and reads are not timed as decode). */
-static int measure_prefill_decode(bench_state *s, const speed_options *o, int rep)
+static int measure_prefill_decode(bench_state *s, const speed_options *o, int32_t li, int rep)
 {
-    int32_t n_vocab = s->info.n_vocab;
+    int32_t n_vocab = s->info.n_vocab, n_prompt = o->prompts[li];
     graft_context_seq_reset(s->single, 0);
-    graft__bench_random_tokens(&s->rng, s->tokens, (size_t)o->n_prompt);
+    graft__bench_random_tokens(&s->rng, s->tokens, (size_t)n_prompt);
     double before, after, during = 0, decode_s = 0;
     int n_during = 0;
     if (graft__probe_sample(&s->probe, &before) != 0)
         return probe_failed();
     double t0 = graft__bench_now_s();
-    int rc = graft_context_eval(s->single, s->tokens, (size_t)o->n_prompt, s->logits);
+    int rc = graft_context_eval(s->single, s->tokens, (size_t)n_prompt, s->logits);
     double t1 = graft__bench_now_s();
     for (int32_t i = 0; rc == GRAFT_OK && i < o->n_gen; i++) {
         if (graft__probe_during(&s->probe, i, o->n_gen, &during, &n_during) != 0)
@@ -167,10 +179,10 @@ static int measure_prefill_decode(bench_state *s, const speed_options *o, int re
     }
     if (graft__probe_sample(&s->probe, &after) != 0)
         return probe_failed();
-    figure_samples(s, o, FIG_PREFILL)[rep] = graft__bench_rate(o->n_prompt, t1 - t0);
-    figure_samples(s, o, FIG_DECODE)[rep] = graft__bench_rate(o->n_gen, decode_s);
-    figure_samples(s, o, FIG_BANDWIDTH)[rep] = before > after ? before : after;
-    figure_samples(s, o, FIG_BANDWIDTH_DURING)[rep] = n_during > 0 ? during / n_during : 0;
+    figure_samples(s, o, li, FIG_PREFILL)[rep] = graft__bench_rate(n_prompt, t1 - t0);
+    figure_samples(s, o, li, FIG_DECODE)[rep] = graft__bench_rate(o->n_gen, decode_s);
+    figure_samples(s, o, li, FIG_BANDWIDTH)[rep] = before > after ? before : after;
+    figure_samples(s, o, li, FIG_BANDWIDTH_DURING)[rep] = n_during > 0 ? during / n_during : 0;
     if (rc != GRAFT_OK) {
         graft__cli_error(SPEED, "evaluation failed: %s", graft_status_str(rc));
         return GRAFT_CLI_FAILED;
@@ -240,26 +252,51 @@ static int measure_all(bench_state *s, const speed_options *o)
 {
     int rc = warm_up(s);
     for (int rep = 0; rc == GRAFT_CLI_OK && rep < o->reps; rep++) {
-        rc = measure_prefill_decode(s, o, rep);
+        for (int32_t li = 0; rc == GRAFT_CLI_OK && li < o->n_prompts; li++)
+            rc = measure_prefill_decode(s, o, li, rep);
         for (int i = 0; rc == GRAFT_CLI_OK && i < N_SEQ_COUNTS; i++)
             rc = measure_aggregate(s, seq_counts[i],
-                                   &figure_samples(s, o, FIG_AGGREGATE + i)[rep]);
+                                   &figure_samples(s, o, 0, FIG_AGGREGATE + i)[rep]);
     }
     return rc;
 }
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 
+/* o->prompts = the lengths of the comma-separated list o->prompt_list (each 1 .. 2^20), and
+ * o->n_prompt their largest; a usage error names a bad one. */
+static int parse_prompt_list(speed_options *o)
+{
+    const char *p = o->prompt_list;
+    o->n_prompts = 0;
+    o->n_prompt = 0;
+    for (;;) {
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || (*end != ',' && *end != '\0') || n < 1 || n > (1L << 20) ||
+            o->n_prompts == MAX_PROMPTS) {
+            graft__cli_error(SPEED, "--prompt: '%s' is not a list of up to %d lengths, each 1 "
+                             "to %ld", o->prompt_list, MAX_PROMPTS, 1L << 20);
+            return GRAFT_CLI_USAGE;
+        }
+        o->prompts[o->n_prompts++] = (int32_t)n;
+        o->n_prompt = (int32_t)n > o->n_prompt ? (int32_t)n : o->n_prompt;
+        if (*end == '\0')
+            return -1;
+        p = end + 1;
+    }
+}
+
 static int parse_speed_options(int argc, char **argv, speed_options *o)
 {
-    o->n_prompt = 512;
+    o->prompt_list = "512";
     o->n_gen = 128;
     o->reps = 3;
     const graft__cli_opt opts[] = {
         {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
         {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
-        {"--prompt", NULL, GRAFT_CLI_INT, &o->n_prompt, 1, 1 << 20, 0},
+        {"--prompt", NULL, GRAFT_CLI_STRING, &o->prompt_list, 0, 0, 0},
         {"--gen", NULL, GRAFT_CLI_INT, &o->n_gen, 1, 1 << 20, 0},
         {"--reps", NULL, GRAFT_CLI_INT, &o->reps, 1, 1000, 0},
         {"--json", NULL, GRAFT_CLI_FLAG, &o->json, 0, 0, 1},
@@ -271,7 +308,7 @@ static int parse_speed_options(int argc, char **argv, speed_options *o)
         graft__cli_error(SPEED, "missing -m MODEL (see 'graft bench speed --help')");
         return GRAFT_CLI_USAGE;
     }
-    return rc;
+    return rc < 0 ? parse_prompt_list(o) : rc;
 }
 
 static int create_context(bench_state *s, const speed_options *o)
@@ -308,7 +345,7 @@ static int bench_setup(bench_state *s, const speed_options *o)
         return GRAFT_CLI_FAILED;
     s->tokens = malloc((size_t)o->n_prompt * sizeof *s->tokens);
     s->logits = malloc((size_t)s->info.n_vocab * sizeof *s->logits);
-    s->samples = calloc((size_t)N_FIGURES * (size_t)o->reps, sizeof *s->samples);
+    s->samples = calloc((size_t)o->n_prompts * N_FIGURES * (size_t)o->reps, sizeof *s->samples);
     if (s->tokens == NULL || s->logits == NULL || s->samples == NULL) {
         graft__cli_error(SPEED, "out of memory");
         return GRAFT_CLI_FAILED;
@@ -360,11 +397,14 @@ static double kv_bytes_per_token(const graft_model_info *info, int32_t n_prompt,
     return n_gen > 0 ? sum / n_gen : 0;
 }
 
-static void summarize(bench_state *s, const speed_options *o, speed_results *r)
+/* The results for prompt length li (with the aggregates, which are measured once). */
+static void summarize(bench_state *s, const speed_options *o, int32_t li, speed_results *r)
 {
-    for (int f = 0; f < N_FIGURES; f++)
-        r->fig[f] = graft__bench_median(figure_samples(s, o, f), o->reps);
-    r->kv_bytes = kv_bytes_per_token(&s->info, o->n_prompt, o->n_gen);
+    for (int f = 0; f < N_FIGURES; f++) {
+        const bool shared = f >= FIG_AGGREGATE && f < FIG_AGGREGATE + N_SEQ_COUNTS;
+        r->fig[f] = graft__bench_median(figure_samples(s, o, shared ? 0 : li, f), o->reps);
+    }
+    r->kv_bytes = kv_bytes_per_token(&s->info, o->prompts[li], o->n_gen);
     r->roofline_tps = graft__bench_rate(r->fig[FIG_BANDWIDTH] * 1e9,
                                         (double)s->info.weight_bytes + r->kv_bytes);
     r->roofline_weights_tps =
@@ -373,7 +413,9 @@ static void summarize(bench_state *s, const speed_options *o, speed_results *r)
                                                (double)s->info.weight_bytes + r->kv_bytes);
 }
 
-static void print_json(const bench_state *s, const speed_options *o, const speed_results *r)
+/* One JSON object (a line) for prompt length li. */
+static void print_json(const bench_state *s, const speed_options *o, int32_t li,
+                       const speed_results *r)
 {
     printf("{\"engine\": \"graft\", \"model\": ");
     graft__bench_json_string(o->model);
@@ -381,9 +423,11 @@ static void print_json(const bench_state *s, const speed_options *o, const speed
     graft__bench_json_string(s->info.arch);
     printf(", \"threads\": %d, \"kernels\": ", (int)graft_context_threads(s->single));
     graft__bench_json_string(graft_context_kernels(s->single));
+    printf(", \"cpu_features\": ");
+    graft__bench_json_string(graft_cpu_features());
     printf(", \"prompt_tokens\": %d, \"gen_tokens\": %d, \"seq_context_tokens\": %d, "
            "\"seq_gen_tokens\": %d, \"reps\": %d, \"weight_bytes\": %llu",
-           (int)o->n_prompt, (int)o->n_gen, SEQ_CONTEXT, SEQ_GEN, (int)o->reps,
+           (int)o->prompts[li], (int)o->n_gen, SEQ_CONTEXT, SEQ_GEN, (int)o->reps,
            (unsigned long long)s->info.weight_bytes);
     printf(", \"prefill_tps\": %.3f, \"decode_tps\": %.3f, \"aggregate_tps\": {",
            r->fig[FIG_PREFILL], r->fig[FIG_DECODE]);
@@ -402,24 +446,32 @@ static void print_row(const char *what, const char *detail, double value, const 
     printf("  %-10s %-36s %12.2f %s", what, detail, value, unit);
 }
 
-static void print_table(const bench_state *s, const speed_options *o, const speed_results *r)
+static void print_header(const bench_state *s, const speed_options *o)
 {
-    char detail[64];
     printf("graft bench speed: %s\n", o->model);
     int32_t threads = graft_context_threads(s->single);
-    printf("  %s, %.2f MiB of weights; %d thread%s, %s kernels; median of %d run%s\n\n",
+    printf("  %s, %.2f MiB of weights; %d thread%s, %s kernels; median of %d run%s\n",
            s->info.arch, (double)s->info.weight_bytes / (1024.0 * 1024.0), (int)threads,
            threads > 1 ? "s" : "", graft_context_kernels(s->single), (int)o->reps,
            o->reps > 1 ? "s" : "");
-    snprintf(detail, sizeof detail, "%d tokens in one batch", (int)o->n_prompt);
+    printf("  cpu features: %s\n", graft_cpu_features());
+}
+
+/* The rows of prompt length li; the aggregates with the first only. */
+static void print_table(const bench_state *s, const speed_options *o, int32_t li,
+                        const speed_results *r)
+{
+    char detail[64];
+    printf("\n");
+    snprintf(detail, sizeof detail, "%d tokens in one batch", (int)o->prompts[li]);
     print_row("prefill", detail, r->fig[FIG_PREFILL], "tok/s\n");
-    snprintf(detail, sizeof detail, "%d tokens after %d", (int)o->n_gen, (int)o->n_prompt);
+    snprintf(detail, sizeof detail, "%d tokens after %d", (int)o->n_gen, (int)o->prompts[li]);
     print_row("decode", detail, r->fig[FIG_DECODE], "tok/s");
     printf("  (%.1f%% of the roofline during it; around it %.1f%%, %.1f%% of weights only)\n",
            100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_during_tps),
            100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_tps),
            100.0 * graft__bench_rate(r->fig[FIG_DECODE], r->roofline_weights_tps));
-    for (int i = 0; i < N_SEQ_COUNTS; i++) {
+    for (int i = 0; li == 0 && i < N_SEQ_COUNTS; i++) {
         snprintf(detail, sizeof detail, "%d session%s, %d tokens after %d", (int)seq_counts[i],
                  seq_counts[i] > 1 ? "s" : "", SEQ_GEN, SEQ_CONTEXT);
         print_row(i ? "" : "aggregate", detail, r->fig[FIG_AGGREGATE + i], "tok/s\n");
@@ -445,13 +497,15 @@ static int bench_speed(int argc, char **argv)
     rc = bench_setup(&s, &o);
     if (rc == GRAFT_CLI_OK)
         rc = measure_all(&s, &o);
-    if (rc == GRAFT_CLI_OK) {
+    if (rc == GRAFT_CLI_OK && !o.json)
+        print_header(&s, &o);
+    for (int32_t li = 0; rc == GRAFT_CLI_OK && li < o.n_prompts; li++) {
         speed_results r;
-        summarize(&s, &o, &r);
+        summarize(&s, &o, li, &r);
         if (o.json)
-            print_json(&s, &o, &r);
+            print_json(&s, &o, li, &r);
         else
-            print_table(&s, &o, &r);
+            print_table(&s, &o, li, &r);
     }
     bench_free(&s);
     return rc;

@@ -23,6 +23,11 @@
  *           in the chunk form, stored as they are for graft__attend_merge_avx512 to merge
  *           by the same functions.
  *
+ * In the one-call form, a tile of WIDEN_HEADS or more heads (prefill: the GQA group of up to
+ * 16 tokens) over F16 rows first widens the chunk's K rows, then its V rows, into an f32
+ * buffer (widen_rows) that the same code then reads as F32 rows, so each vector is widened
+ * once rather than once per pair of heads; widening is exact, so the bits are the same.
+ *
  * Which keys share a group of 16 and a chunk depends only on their index from the first
  * key, so a head's result depends only on its query and the keys (DESIGN.md invariant 1),
  * not on n_q or the batch. The head sizes 64, 128 and 256 get instances whose loops the

@@ -223,6 +223,10 @@ int graft_context_seq_reset(graft_context *ctx, int32_t seq);
 /* The kernel set in use ("scalar", "avx2", "avx512") and the thread count. */
 const char *graft_context_kernels(const graft_context *ctx);
 int32_t graft_context_threads(const graft_context *ctx);
+/* The SIMD features of this processor that graft's kernel sets look at, space-separated
+ * (e.g. "avx2 fma f16c avx-vnni avx512f/bw/vl/dq/vnni"): a static string, safe from any
+ * thread. */
+const char *graft_cpu_features(void);
 
 /* ---------------------------------------------------------------------------------------
  * Sampling.

@@ -141,8 +141,6 @@ static void check_kernel(graft__attend_fn attend)
     }
 }
 
-/* Up to GRAFT_ATTN_MAX_HEADS heads of 2-head groups, token i of the run having key count
- * counts[i] (ragged, in and out of order, across chunk and 16-key boundaries). */
 /* Head h of n writes dim floats at got + h * dim and reads one of the problem's queries. */
 static void aim_heads(float **outs, const float **qs, int32_t n, float *got, const problem *p,
                       int32_t dim)
@@ -153,6 +151,10 @@ static void aim_heads(float **outs, const float **qs, int32_t n, float *got, con
     }
 }
 
+/* Up to GRAFT_ATTN_MAX_HEADS heads, each run of 1 or of 2 heads (the GQA group of one
+ * token) having the next key count of counts (ragged, in and out of order, across chunk
+ * and 16-key boundaries), so that heads side by side in a tile have the same or different
+ * key counts. */
 static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
 {
     static const int64_t counts[] = {300, 1, 64, 65, 17, 130, 0, 16, 63, 299, 2, 128, 129, 15,
@@ -170,14 +172,17 @@ static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
             const float *qs[GRAFT_ATTN_MAX_HEADS];
             int64_t n_keys[GRAFT_ATTN_MAX_HEADS];
             aim_heads(outs, qs, GRAFT_ATTN_MAX_HEADS, got, p, dim);
-            for (int32_t h = 0; h < GRAFT_ATTN_MAX_HEADS; h++)
-                n_keys[h] = counts[(h / 2) % (sizeof counts / sizeof *counts)];
-            for (int32_t n_heads = 1; n_heads <= GRAFT_ATTN_MAX_HEADS; n_heads += 7) {
-                heads(outs, qs, n_keys, n_heads, p->keys, p->values, kv_types[ti], dim, 0.1f);
-                for (int32_t h = 0; h < n_heads; h++) {
-                    attend(alone, qs[h], 1, p->keys, p->values, kv_types[ti], n_keys[h], dim,
-                           0.1f);
-                    assert_memory_equal(alone, outs[h], (size_t)dim * sizeof(float));
+            for (int32_t run = 1; run <= 2; run++) { /* heads per key count */
+                for (int32_t h = 0; h < GRAFT_ATTN_MAX_HEADS; h++)
+                    n_keys[h] = counts[(h / run) % (sizeof counts / sizeof *counts)];
+                for (int32_t n_heads = 1; n_heads <= GRAFT_ATTN_MAX_HEADS; n_heads += 7) {
+                    heads(outs, qs, n_keys, n_heads, p->keys, p->values, kv_types[ti], dim,
+                          0.1f);
+                    for (int32_t h = 0; h < n_heads; h++) {
+                        attend(alone, qs[h], 1, p->keys, p->values, kv_types[ti], n_keys[h],
+                               dim, 0.1f);
+                        assert_memory_equal(alone, outs[h], (size_t)dim * sizeof(float));
+                    }
                 }
             }
             free(p->store);

@@ -257,6 +257,8 @@ static void test_usage_errors(void **state)
                 "--max-context", "10");
     USAGE_ERROR("option --reps: 'x'", "bench", "clone", "-m", "x.gguf", "--reps", "x");
     USAGE_ERROR("missing -m MODEL", "bench", "speed", "--json");
+    USAGE_ERROR("--prompt: '512,x' is not a list", "bench", "speed", "-m", "x.gguf", "--prompt",
+                "512,x");
     USAGE_ERROR("missing -m MODEL", "bench", "prefix", "--reps", "1");
     USAGE_ERROR("option --max-prefix: 8 is out of range (must be at least 16)", "bench",
                 "prefix", "-m", "x.gguf", "--max-prefix", "8");
@@ -862,10 +864,10 @@ static void test_bench_speed(void **state)
 {
     (void)state;
     static const char *const fields[] = {
-        "engine", "model", "arch", "threads", "kernels", "prompt_tokens", "gen_tokens",
-        "seq_context_tokens", "seq_gen_tokens", "reps", "weight_bytes", "prefill_tps",
-        "decode_tps", "context_prefill_tps", "context_decode_tps", "aggregate_tps",
-        "bandwidth_gbs", "decode_roofline_tps", "decode_roofline_weights_tps",
+        "engine", "model", "arch", "threads", "kernels", "cpu_features", "prompt_tokens",
+        "gen_tokens", "seq_context_tokens", "seq_gen_tokens", "reps", "weight_bytes",
+        "prefill_tps", "decode_tps", "context_prefill_tps", "context_decode_tps",
+        "aggregate_tps", "bandwidth_gbs", "decode_roofline_tps", "decode_roofline_weights_tps",
         "kv_bytes_per_token", "bandwidth_during_gbs", "decode_roofline_during_tps", NULL};
     char path[512];
     synth_tiny(path, sizeof path);
@@ -888,6 +890,21 @@ static void test_bench_speed(void **state)
     static const char *const counts[] = {"1", "2", "4", "8"};
     for (int i = 0; i < 4; i++)
         assert_true(json_number(agg, counts[i]) > 0);
+    result_free(&r);
+    /* a list of prompt lengths: one JSON line each, in the order given */
+    r = GRAFT("bench", "speed", "-m", path, "--prompt", "24,8", "--gen", "2", "--reps", "1",
+              "--threads", "1", "--json");
+    expect_status(&r, 0);
+    assert_int_equal((int)json_number(r.out, "prompt_tokens"), 24);
+    const char *second = strchr(r.out, '\n');
+    assert_non_null(second);
+    assert_int_equal((int)json_number(second, "prompt_tokens"), 8);
+    result_free(&r);
+    r = GRAFT("bench", "speed", "-m", path, "--prompt", "8,16", "--gen", "2", "--reps", "1",
+              "--threads", "1");
+    expect_status(&r, 0);
+    expect_contains(r.out, "cpu features: ");
+    expect_contains(r.out, "16 tokens in one batch");
     result_free(&r);
     result_free(&help);
     unlink(path);

@@ -125,6 +125,10 @@ void graft__bench_speed_json(const graft__bench_speed *s)
     graft__bench_json_string(s->arch);
     printf(", \"threads\": %d, \"kernels\": ", s->threads);
     graft__bench_json_string(s->kernels);
+    if (s->cpu_features != NULL) {
+        printf(", \"cpu_features\": ");
+        graft__bench_json_string(s->cpu_features);
+    }
     printf(", \"prompt_tokens\": %d, \"gen_tokens\": %d, \"seq_context_tokens\": %d, "
            "\"seq_gen_tokens\": %d, \"reps\": %d, \"weight_bytes\": %llu",
            s->prompt_tokens, s->gen_tokens, GRAFT_BENCH_SEQ_CONTEXT, GRAFT_BENCH_SEQ_GEN,

@@ -80,6 +80,7 @@ void graft__bench_json_string(const char *text);
  * graft_context figures < 0 where the harness has none) and what they were measured on. */
 typedef struct graft__bench_speed {
     const char *engine, *model, *arch, *kernels;
+    const char *cpu_features; /* the processor's SIMD features, or NULL where not known */
     int threads, prompt_tokens, gen_tokens, reps;
     uint64_t weight_bytes;
     double kv_bytes_per_token; /* mean KV bytes a decoded token reads; 0 where not known */

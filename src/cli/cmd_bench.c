@@ -5,7 +5,9 @@
  *
  * `graft bench speed` measures through the public API only, as bench/llama_speed.c measures
  * llama.cpp through its C API; the two link one benchmark library (src/bench/bench_lib.h)
- * and print the same JSON, so bench/compare.sh can put them in one table. What is measured
+ * and print the same JSON, so bench/compare.sh can put them in one table. --prompt takes a
+ * list of lengths, each measured in turn every rep (one JSON line each); the report names
+ * the kernel set and the processor's SIMD features (graft_cpu_features). What is measured
  * and how: bench/README.md. A timing never fails anything (DESIGN.md §5).
  */
 #include <stdio.h>
@@ -21,6 +23,7 @@
 #define SEQ_GEN GRAFT_BENCH_SEQ_GEN
 #define MAX_SEQS GRAFT_BENCH_MAX_SEQS
 #define WARMUP_TOKENS GRAFT_BENCH_WARMUP_TOKENS
+#define MAX_PROMPTS 16 /* prompt lengths in one --prompt list */
 
 static const char bench_usage[] =
     "usage: graft bench SUBCOMMAND [OPTIONS]\n"
@@ -35,26 +38,29 @@ static const char bench_usage[] =
     "'graft bench SUBCOMMAND --help' describes a subcommand's options.\n";
 
 static const char speed_usage[] =
-    "usage: graft bench speed -m MODEL [--threads N] [--kernels K] [--prompt N] [--gen N]\n"
-    "                         [--reps N] [--json]\n"
+    "usage: graft bench speed -m MODEL [--threads N] [--kernels K] [--prompt N[,N...]]\n"
+    "                         [--gen N] [--reps N] [--json]\n"
     "\n"
     "Measures, on random valid token ids: prefill and decode through the engine (and on a\n"
     "graft_context, beside them), aggregate decode of 1, 2, 4 and 8 sessions, the memory\n"
     "read bandwidth and the decode rooflines it implies; each figure the median of --reps\n"
-    "runs. bench/README.md describes the method and the JSON fields.\n"
+    "runs; with the kernel set and the processor's SIMD features. bench/README.md\n"
+    "describes the method and the JSON fields.\n"
     "\n"
     "options:\n"
     "  -m, --model FILE   GGUF model\n"
     "  --threads N        compute threads (default 0: one per online CPU)\n"
     "  --kernels K        scalar, avx2 or avx512 (default: $GRAFT_KERNELS, else the best)\n"
-    "  --prompt N         prefill tokens (default 512)\n"
+    "  --prompt N[,N...]  prefill tokens, or a list of lengths (default 512); the\n"
+    "                     context holds the longest plus --gen\n"
     "  --gen N            decode tokens (default 128)\n"
     "  --reps N           runs per figure, the median is reported (default 3)\n"
-    "  --json             print one JSON object instead of the table\n"
+    "  --json             print one JSON object (a line per prompt length) instead of\n"
+    "                     the table\n"
     "  -h, --help         show this help\n"
     "\n"
     "JSON fields (bench/README.md says what each means): engine, model, arch, threads,\n"
-    "kernels, prompt_tokens, gen_tokens, seq_context_tokens, seq_gen_tokens, reps,\n"
+    "kernels, cpu_features, prompt_tokens, gen_tokens, seq_context_tokens, seq_gen_tokens, reps,\n"
     "weight_bytes, prefill_tps, decode_tps, context_prefill_tps, context_decode_tps,\n"
     "aggregate_tps, bandwidth_gbs, bandwidth_during_gbs, decode_roofline_weights_tps,\n"
     "kv_bytes_per_token, decode_roofline_tps, decode_roofline_during_tps.\n";
@@ -62,7 +68,10 @@ static const char speed_usage[] =
 typedef struct speed_options {
     const char *model;
     const char *kernels;
-    int32_t threads, n_prompt, n_gen, reps;
+    const char *prompt_list;      /* --prompt as given */
+    int32_t prompts[MAX_PROMPTS]; /* its lengths */
+    int32_t n_prompts;
+    int32_t threads, n_prompt, n_gen, reps; /* n_prompt: the longest of prompts */
     int json;
 } speed_options;
 
@@ -71,17 +80,19 @@ typedef struct bench_state {
     graft_model_info info;
     graft_context *single; /* one sequence of n_prompt + n_gen positions */
     graft_engine *engine;  /* MAX_SEQS short sessions, or one of n_prompt + n_gen + 1 */
-    int32_t n_prompt;      /* --prompt */
-    int32_t *tokens;       /* (n_prompt) */
+    int32_t n_prompt;      /* the prompt length being measured */
+    int32_t *tokens;       /* (longest prompt) */
     float *logits;         /* (n_vocab) */
-    double *samples;       /* (GRAFT_BENCH_N_FIGURES, reps) */
+    double *samples;       /* (n_prompts, GRAFT_BENCH_N_FIGURES, reps); the aggregates in
+                              the first only */
     graft__bench_rng rng;
     graft__probe probe;    /* the bandwidth probe, one thread per compute thread */
 } bench_state;
 
-static double *figure_samples(bench_state *s, const speed_options *o, int figure)
+/* The samples of a figure for prompt length li. */
+static double *figure_samples(bench_state *s, const speed_options *o, int32_t li, int figure)
 {
-    return s->samples + (size_t)figure * (size_t)o->reps;
+    return s->samples + ((size_t)li * GRAFT_BENCH_N_FIGURES + (size_t)figure) * (size_t)o->reps;
 }
 
 /* ---- the model measurements ------------------------------------------------------------- */
@@ -111,53 +122,55 @@ static int context_step(void *user, int32_t i)
     return graft_context_eval(s->single, &next, 1, s->logits);
 }
 
-/* On the graft_context: prefill of n_prompt tokens, then n_gen single-token decodes, with
- * the bandwidth samples around and during the decode. */
-static int measure_context(bench_state *s, const speed_options *o, int rep)
+/* On the graft_context: prefill of s->n_prompt tokens, then n_gen single-token decodes,
+ * with the bandwidth samples around and during the decode. */
+static int measure_context(bench_state *s, const speed_options *o, int32_t li, int rep)
 {
     graft_context_seq_reset(s->single, 0);
     graft__bench_run r;
-    int rc = graft__bench_prefill_decode(&s->probe, o->n_prompt, o->n_gen, context_step, s, &r);
+    int rc = graft__bench_prefill_decode(&s->probe, s->n_prompt, o->n_gen, context_step, s, &r);
     if (rc < 0)
         return probe_failed();
     if (rc != 0)
         return eval_failed(s, r.step_status);
-    figure_samples(s, o, GRAFT_BENCH_FIG_CONTEXT_PREFILL)[rep] = r.prefill_tps;
-    figure_samples(s, o, GRAFT_BENCH_FIG_CONTEXT_DECODE)[rep] = r.decode_tps;
-    figure_samples(s, o, GRAFT_BENCH_FIG_BANDWIDTH)[rep] = r.bandwidth_gbs;
-    figure_samples(s, o, GRAFT_BENCH_FIG_BANDWIDTH_DURING)[rep] = r.bandwidth_during_gbs;
+    figure_samples(s, o, li, GRAFT_BENCH_FIG_CONTEXT_PREFILL)[rep] = r.prefill_tps;
+    figure_samples(s, o, li, GRAFT_BENCH_FIG_CONTEXT_DECODE)[rep] = r.decode_tps;
+    figure_samples(s, o, li, GRAFT_BENCH_FIG_BANDWIDTH)[rep] = r.bandwidth_gbs;
+    figure_samples(s, o, li, GRAFT_BENCH_FIG_BANDWIDTH_DURING)[rep] = r.bandwidth_during_gbs;
     return GRAFT_CLI_OK;
 }
 
-/* Through the engine, the path users get: one session given the same n_prompt tokens, then
+/* Through the engine, the path users get: one session given the same s->n_prompt tokens, then
  * n_gen + 1 greedy tokens (the first sampled after the prefill, then n_gen decode steps);
  * the figures are the generation's own metrics (prefill_tokens_per_s,
  * decode_tokens_per_s). */
-static int measure_engine(bench_state *s, const speed_options *o, int rep)
+static int measure_engine(bench_state *s, const speed_options *o, int32_t li, int rep)
 {
     graft_session *session;
     graft_generation *gen;
     if (graft__bench_session_open(SPEED, s->engine, &session) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
-    int rc = graft__bench_submit(SPEED, session, s->tokens, (size_t)o->n_prompt, o->n_gen + 1,
+    int rc = graft__bench_submit(SPEED, session, s->tokens, (size_t)s->n_prompt, o->n_gen + 1,
                                  &gen);
     if (rc == GRAFT_CLI_OK) {
         graft_generation_wait(gen);
         graft_generation_metrics m;
         graft_generation_metrics_get(gen, &m);
-        figure_samples(s, o, GRAFT_BENCH_FIG_PREFILL)[rep] = m.prefill_tokens_per_s;
-        figure_samples(s, o, GRAFT_BENCH_FIG_DECODE)[rep] = m.decode_tokens_per_s;
+        figure_samples(s, o, li, GRAFT_BENCH_FIG_PREFILL)[rep] = m.prefill_tokens_per_s;
+        figure_samples(s, o, li, GRAFT_BENCH_FIG_DECODE)[rep] = m.decode_tokens_per_s;
         rc = graft__bench_finish(SPEED, gen, o->n_gen + 1, NULL);
     }
     graft_session_close(session);
     return rc;
 }
 
-static int measure_prefill_decode(bench_state *s, const speed_options *o, int rep)
+/* Prompt length li: on the graft_context, then through the engine. */
+static int measure_prefill_decode(bench_state *s, const speed_options *o, int32_t li, int rep)
 {
-    graft__bench_random_tokens(&s->rng, s->tokens, (size_t)o->n_prompt);
-    int rc = measure_context(s, o, rep);
-    return rc == GRAFT_CLI_OK ? measure_engine(s, o, rep) : rc;
+    s->n_prompt = o->prompts[li];
+    graft__bench_random_tokens(&s->rng, s->tokens, (size_t)s->n_prompt);
+    int rc = measure_context(s, o, li, rep);
+    return rc == GRAFT_CLI_OK ? measure_engine(s, o, li, rep) : rc;
 }
 
 /* Opens n sessions and gives each SEQ_CONTEXT random tokens (untimed); next[i] receives the
@@ -220,26 +233,51 @@ static int measure_all(bench_state *s, const speed_options *o)
 {
     int rc = warm_up(s);
     for (int rep = 0; rc == GRAFT_CLI_OK && rep < o->reps; rep++) {
-        rc = measure_prefill_decode(s, o, rep);
+        for (int32_t li = 0; rc == GRAFT_CLI_OK && li < o->n_prompts; li++)
+            rc = measure_prefill_decode(s, o, li, rep);
         for (int i = 0; rc == GRAFT_CLI_OK && i < GRAFT_BENCH_N_SEQ_COUNTS; i++)
             rc = measure_aggregate(s, graft__bench_seq_counts[i],
-                                   &figure_samples(s, o, GRAFT_BENCH_FIG_AGGREGATE + i)[rep]);
+                                   &figure_samples(s, o, 0, GRAFT_BENCH_FIG_AGGREGATE + i)[rep]);
     }
     return rc;
 }
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 
+/* o->prompts = the lengths of the comma-separated list o->prompt_list (each 1 .. 2^20), and
+ * o->n_prompt their largest; a usage error names a bad one. */
+static int parse_prompt_list(speed_options *o)
+{
+    const char *p = o->prompt_list;
+    o->n_prompts = 0;
+    o->n_prompt = 0;
+    for (;;) {
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || (*end != ',' && *end != '\0') || n < 1 || n > (1L << 20) ||
+            o->n_prompts == MAX_PROMPTS) {
+            graft__cli_error(SPEED, "--prompt: '%s' is not a list of up to %d lengths, each 1 "
+                             "to %ld", o->prompt_list, MAX_PROMPTS, 1L << 20);
+            return GRAFT_CLI_USAGE;
+        }
+        o->prompts[o->n_prompts++] = (int32_t)n;
+        o->n_prompt = (int32_t)n > o->n_prompt ? (int32_t)n : o->n_prompt;
+        if (*end == '\0')
+            return GRAFT_CLI_RUN;
+        p = end + 1;
+    }
+}
+
 static int parse_speed_options(int argc, char **argv, speed_options *o)
 {
-    o->n_prompt = 512;
+    o->prompt_list = "512";
     o->n_gen = 128;
     o->reps = 3;
     const graft__cli_opt opts[] = {
         {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
         {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
-        {"--prompt", NULL, GRAFT_CLI_INT, &o->n_prompt, 1, 1 << 20, 0},
+        {"--prompt", NULL, GRAFT_CLI_STRING, &o->prompt_list, 0, 0, 0},
         {"--gen", NULL, GRAFT_CLI_INT, &o->n_gen, 1, 1 << 20, 0},
         {"--reps", NULL, GRAFT_CLI_INT, &o->reps, 1, 1000, 0},
         {"--json", NULL, GRAFT_CLI_FLAG, &o->json, 0, 0, 1},
@@ -251,7 +289,7 @@ static int parse_speed_options(int argc, char **argv, speed_options *o)
         graft__cli_error(SPEED, "missing -m MODEL (see 'graft bench speed --help')");
         return GRAFT_CLI_USAGE;
     }
-    return rc;
+    return rc == GRAFT_CLI_RUN ? parse_prompt_list(o) : rc;
 }
 
 static int create_context(bench_state *s, const speed_options *o)
@@ -295,12 +333,12 @@ static int bench_setup(bench_state *s, const speed_options *o)
     if (graft__bench_load_model(SPEED, o->model, &s->model, &s->info) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
     s->rng = graft__bench_rng_init(s->info.n_vocab);
-    s->n_prompt = o->n_prompt;
     if (create_context(s, o) != GRAFT_CLI_OK || create_engine(s, o) != GRAFT_CLI_OK)
         return GRAFT_CLI_FAILED;
     s->tokens = malloc((size_t)o->n_prompt * sizeof *s->tokens);
     s->logits = malloc((size_t)s->info.n_vocab * sizeof *s->logits);
-    s->samples = calloc((size_t)GRAFT_BENCH_N_FIGURES * (size_t)o->reps, sizeof *s->samples);
+    s->samples = calloc((size_t)o->n_prompts * GRAFT_BENCH_N_FIGURES * (size_t)o->reps,
+                        sizeof *s->samples);
     if (s->tokens == NULL || s->logits == NULL || s->samples == NULL) {
         graft__cli_error(SPEED, "out of memory");
         return GRAFT_CLI_FAILED;
@@ -344,22 +382,27 @@ static double kv_bytes_per_token(const graft_model_info *info, int32_t n_prompt,
     return n_gen > 0 ? sum / n_gen : 0;
 }
 
-static void summarize(const bench_state *s, const speed_options *o, graft__bench_speed *r)
+/* The results of prompt length li (with the aggregates, measured once). */
+static void summarize(bench_state *s, const speed_options *o, int32_t li, graft__bench_speed *r)
 {
     *r = (graft__bench_speed){
         .engine = "graft",
         .model = o->model,
         .arch = s->info.arch,
         .kernels = graft_context_kernels(s->single),
+        .cpu_features = graft_cpu_features(),
         .threads = (int)graft_context_threads(s->single),
-        .prompt_tokens = (int)o->n_prompt,
+        .prompt_tokens = (int)o->prompts[li],
         .gen_tokens = (int)o->n_gen,
         .reps = (int)o->reps,
         .weight_bytes = s->info.weight_bytes,
-        .kv_bytes_per_token = kv_bytes_per_token(&s->info, o->n_prompt, o->n_gen),
+        .kv_bytes_per_token = kv_bytes_per_token(&s->info, o->prompts[li], o->n_gen),
     };
-    for (int f = 0; f < GRAFT_BENCH_N_FIGURES; f++)
-        r->fig[f] = graft__bench_median(s->samples + (size_t)f * (size_t)o->reps, o->reps);
+    for (int f = 0; f < GRAFT_BENCH_N_FIGURES; f++) {
+        bool aggregate = f >= GRAFT_BENCH_FIG_AGGREGATE &&
+                         f < GRAFT_BENCH_FIG_AGGREGATE + GRAFT_BENCH_N_SEQ_COUNTS;
+        r->fig[f] = graft__bench_median(figure_samples(s, o, aggregate ? 0 : li, f), o->reps);
+    }
 }
 
 /* "  decode     128 tokens after 512          1234.56 tok/s" */
@@ -368,15 +411,20 @@ static void print_row(const char *what, const char *detail, double value, const 
     printf("  %-10s %-36s %12.2f %s", what, detail, value, unit);
 }
 
-static void print_table(const graft__bench_speed *r)
+/* The table of one prompt length; the header and the aggregates with the first only. */
+static void print_table(const graft__bench_speed *r, bool first)
 {
     const double *fig = r->fig;
     graft__bench_rooflines roof = graft__bench_speed_rooflines(r);
     char detail[64];
-    printf("graft bench speed: %s\n", r->model);
-    printf("  %s, %.2f MiB of weights; %d thread%s, %s kernels; median of %d run%s\n\n",
-           r->arch, (double)r->weight_bytes / (1024.0 * 1024.0), r->threads,
-           r->threads > 1 ? "s" : "", r->kernels, r->reps, r->reps > 1 ? "s" : "");
+    if (first) {
+        printf("graft bench speed: %s\n", r->model);
+        printf("  %s, %.2f MiB of weights; %d thread%s, %s kernels; median of %d run%s\n",
+               r->arch, (double)r->weight_bytes / (1024.0 * 1024.0), r->threads,
+               r->threads > 1 ? "s" : "", r->kernels, r->reps, r->reps > 1 ? "s" : "");
+        printf("  cpu features: %s\n", r->cpu_features);
+    }
+    printf("\n");
     snprintf(detail, sizeof detail, "%d tokens in one batch, engine", r->prompt_tokens);
     print_row("prefill", detail, fig[GRAFT_BENCH_FIG_PREFILL], "tok/s\n");
     snprintf(detail, sizeof detail, "the same, graft_context");
@@ -390,7 +438,7 @@ static void print_table(const graft__bench_speed *r)
            100.0 * graft__bench_rate(fig[GRAFT_BENCH_FIG_DECODE], roof.weights));
     snprintf(detail, sizeof detail, "the same, graft_context");
     print_row("", detail, fig[GRAFT_BENCH_FIG_CONTEXT_DECODE], "tok/s\n");
-    for (int i = 0; i < GRAFT_BENCH_N_SEQ_COUNTS; i++) {
+    for (int i = 0; first && i < GRAFT_BENCH_N_SEQ_COUNTS; i++) {
         int n = graft__bench_seq_counts[i];
         snprintf(detail, sizeof detail, "%d session%s, %d tokens after %d", n,
                  n > 1 ? "s" : "", SEQ_GEN, SEQ_CONTEXT);
@@ -417,13 +465,13 @@ static int bench_speed(int argc, char **argv)
     rc = bench_setup(&s, &o);
     if (rc == GRAFT_CLI_OK)
         rc = measure_all(&s, &o);
-    if (rc == GRAFT_CLI_OK) {
+    for (int32_t li = 0; rc == GRAFT_CLI_OK && li < o.n_prompts; li++) {
         graft__bench_speed r;
-        summarize(&s, &o, &r);
+        summarize(&s, &o, li, &r);
         if (o.json)
             graft__bench_speed_json(&r);
         else
-            print_table(&r);
+            print_table(&r, li == 0);
     }
     bench_free(&s);
     return rc;

@@ -23,6 +23,11 @@
  *           in the chunk form, stored as they are for graft__attend_merge_avx512 to merge
  *           by the same functions.
  *
+ * In the one-call form, a tile of WIDEN_HEADS or more heads (prefill: the GQA group of up to
+ * 16 tokens) over F16 rows first widens the chunk's K rows, then its V rows, into an f32
+ * buffer (widen_rows) that the same code then reads as F32 rows, so each vector is widened
+ * once rather than once per pair of heads; widening is exact, so the bits are the same.
+ *
  * Which keys share a group of 16 and a chunk depends only on their index from the first
  * key, so a head's result depends only on its query and the keys (DESIGN.md invariant 1),
  * not on n_q or the batch. The head sizes 64, 128 and 256 get instances whose loops the
@@ -61,7 +66,9 @@ enum {
     ROW_AHEAD = 4,       /* rows ahead that the chunk form's scores ask for */
     ROW_HEADS = 4,       /* heads of one slice whose dot products row_scores takes at once */
     SCORE_HEADS = 8,     /* heads whose partial sums chunk_scores keeps at once */
-    SCORE_KEYS = 8       /* keys whose dot products dot_block computes at once */
+    SCORE_KEYS = 8,      /* keys whose dot products dot_block computes at once */
+    WIDEN_HEADS = 4,     /* heads of a one-call tile from which F16 rows are widened first */
+    WIDEN_MAX_DIM = 256  /* largest head size whose chunk of rows is widened */
 };
 
 /* The next_off of chunk_values when there is no next slice. */
@@ -416,6 +423,22 @@ chunk_values_all(float *const *out, float (*p)[GRAFT_ATTN_CHUNK], const int *n,
     }
 }
 
+/* wide (n, nvec * 16) = the F16 rows src[0 .. n) widened to f32, rows[j] = row j of wide;
+ * asks for the rows of the next chunk (of the n_left rows from src on) as it goes. */
+static inline __attribute__((always_inline)) void
+widen_rows(float *wide, const void **rows, const void *const *src, int n, int64_t n_left,
+           int32_t nvec)
+{
+    for (int j = 0; j < n; j++) {
+        if (GRAFT_ATTN_CHUNK + j < n_left)
+            prefetch_span(src[GRAFT_ATTN_CHUNK + j], 0, (size_t)slice_bytes(GRAFT_TYPE_F16, nvec));
+        float *dst = wide + (size_t)j * (size_t)nvec * LANES;
+        for (int32_t v = 0; v < nvec; v++)
+            _mm512_storeu_ps(dst + v * LANES, load_vec(src[j], v, GRAFT_TYPE_F16));
+        rows[j] = dst;
+    }
+}
+
 /* The one-call form for one (kv_type, nvec), constants in the instances below: head h
  * attends with query q[h] over keys [0, n_keys[h]) as listed, into out[h], each chunk's
  * weighted values merged into out[h] as soon as they are computed. */
@@ -430,6 +453,11 @@ heads_body(float *const *out, const float *const *q, const int64_t *n_keys, int3
     float max[GRAFT_ATTN_MAX_HEADS], sum[GRAFT_ATTN_MAX_HEADS]; // of each head's chunk
     float a[GRAFT_ATTN_MAX_HEADS], b[GRAFT_ATTN_MAX_HEADS]; // merge factors of a chunk
     int n[GRAFT_ATTN_MAX_HEADS]; // keys of each head in the current chunk
+    /* F16 rows widened once per chunk for a tile of many heads (exact, so the same bits) */
+    const bool widen = kv_type == GRAFT_TYPE_F16 && n_heads >= WIDEN_HEADS &&
+                       nvec * LANES <= WIDEN_MAX_DIM;
+    float wide[GRAFT_ATTN_CHUNK * WIDEN_MAX_DIM]; // (chunk keys, head_dim) widened rows
+    const void *rows[GRAFT_ATTN_CHUNK];          // the rows of wide
     int64_t most = 0;
     for (int32_t h = 0; h < n_heads; h++) {
         memset(out[h], 0, (size_t)nvec * LANES * sizeof(float));
@@ -444,13 +472,24 @@ heads_body(float *const *out, const float *const *q, const int64_t *n_keys, int3
             n[h] = left <= 0 ? 0 : left < GRAFT_ATTN_CHUNK ? (int)left : GRAFT_ATTN_CHUNK;
             n_max = n[h] > n_max ? n[h] : n_max;
         }
-        chunk_scores(scores, q, n, n_max, n_heads, keys, c0, kv_type, nvec, scale);
+        if (widen) {
+            widen_rows(wide, rows, keys + c0, n_max, most - c0, nvec);
+            chunk_scores(scores, q, n, n_max, n_heads, rows, 0, GRAFT_TYPE_F32, nvec, scale);
+        } else {
+            chunk_scores(scores, q, n, n_max, n_heads, keys, c0, kv_type, nvec, scale);
+        }
         for (int32_t h = 0; h < n_heads; h++)
             if (n[h] > 0)
                 max[h] = chunk_softmax(scores[h], n[h], &sum[h]);
         merge_factors(max, sum, n, n_heads, running_max, running_sum, a, b);
-        chunk_values_all(out, scores, n, n_heads, values, off, c0, most, kv_type, nvec, false,
-                         a, b);
+        if (widen) {
+            widen_rows(wide, rows, values + c0, n_max, most - c0, nvec);
+            chunk_values_all(out, scores, n, n_heads, rows, off, 0, n_max, GRAFT_TYPE_F32,
+                             nvec, false, a, b);
+        } else {
+            chunk_values_all(out, scores, n, n_heads, values, off, c0, most, kv_type, nvec,
+                             false, a, b);
+        }
     }
     for (int32_t h = 0; h < n_heads; h++)
         if (running_sum[h] > 0.0f)

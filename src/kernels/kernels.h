@@ -203,6 +203,12 @@ typedef struct graft__matmul_path graft__matmul_path;
  * (AVX-512 F, BW, VL, DQ and VNNI) (cpu_features.c). */
 bool graft__cpu_has_avx2(void);
 bool graft__cpu_has_avx512(void);
+/* Whether it has AVX-VNNI (256-bit vpdpbusd, VEX-encoded: Alder Lake, Zen 5); no kernel
+ * path uses it yet. */
+bool graft__cpu_has_avx_vnni(void);
+/* The SIMD features the kernel paths care about that this processor has, as a static
+ * string such as "avx2 fma f16c avx-vnni avx512f/bw/vl/dq/vnni". */
+const char *graft__cpu_features_string(void);
 
 /* Picks the path: `name` ("scalar", "avx2", "avx512"), else the environment variable
  * GRAFT_KERNELS, else the best the processor supports. GRAFT_EINVAL for an unknown name,

@@ -333,6 +333,11 @@ const char *graft_context_kernels(const graft_context *ctx)
     return ctx->path->name;
 }
 
+const char *graft_cpu_features(void)
+{
+    return graft__cpu_features_string();
+}
+
 int32_t graft_context_threads(const graft_context *ctx)
 {
     return graft__pool_size(ctx->pool);

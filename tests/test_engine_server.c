@@ -346,17 +346,31 @@ static void refused_settled(graft_generation *gen, void *user)
     ch->status_first = graft_session_clone(ch->watched, 0, second_clone_done, ch);
 }
 
+/* The watched generation runs all along: restarted (on a new session) whenever it ended,
+ * as on a loaded machine it may finish within a few of the test's rounds. */
+static void keep_generating(graft_engine *e, graft_session **s, graft_generation **gen)
+{
+    if (*gen != NULL && !graft_generation_done(*gen))
+        return;
+    graft_generation_free(*gen);
+    graft_session_close(*s);
+    *s = graft_test_open_session(e);
+    int32_t bos = BOS;
+    graft_generate_config c = graft_test_greedy(500);
+    assert_int_equal(graft_session_generate(*s, &bos, 1, &c, NULL, NULL, NULL, gen), GRAFT_OK);
+}
+
 static void test_callback_commands_before_step(void **state)
 {
     (void)state;
     graft_engine_options o = options(stories, 8);
+    o.max_context = 512;
     graft_engine *e = graft_test_engine(stories, &o);
-    graft_session *s = graft_test_open_session(e);
-    int32_t bos = BOS;
-    graft_generate_config c = graft_test_greedy(200);
+    graft_session *s = NULL;
     graft_generation *gen = NULL;
-    assert_int_equal(graft_session_generate(s, &bos, 1, &c, NULL, NULL, NULL, &gen), GRAFT_OK);
+    int32_t bos = BOS;
     for (int i = 0; i < 20; i++) {
+        keep_generating(e, &s, &gen);
         /* a clone's on_done queues another clone */
         chain ch = {.watched = s};
         assert_int_equal(graft_session_clone(s, 0, first_clone_done, &ch), GRAFT_OK);
@@ -367,25 +381,27 @@ static void test_callback_commands_before_step(void **state)
         assert_int_equal(ch.status_second, GRAFT_OK);
         assert_int_equal(ch.position_second, ch.position_first);
         /* a refused admission's on_settled queues a clone */
+        keep_generating(e, &s, &gen);
         chain rf = {.watched = s};
         graft_generation *refused = NULL;
         graft_generate_config one = graft_test_greedy(1);
         assert_int_equal(graft_session_generate(s, &bos, 1, &one, NULL, refused_settled, &rf,
                                                 &refused),
                          GRAFT_OK);
-        assert_int_equal(graft_generation_wait(refused), GRAFT_EINVAL); /* s is busy */
+        int status = graft_generation_wait(refused);
+        /* refused while s is busy; admitted only if the watched one ended just before */
+        assert_true(status == GRAFT_EINVAL || (status == GRAFT_OK && graft_generation_done(gen)));
         graft_generation_free(refused);
         (void)graft_test_metrics(e);
         assert_int_equal(rf.done, 1);
         assert_int_equal(rf.status_first, GRAFT_OK);
         assert_int_equal(rf.position_second, rf.position_first);
     }
-    assert_false(graft_generation_done(gen)); /* it ran all along */
     graft_generation_cancel(gen);
     graft_generation_wait(gen);
     graft_generation_free(gen);
     graft_session_close(s);
-    engine_end(e);
+    graft_test_engine_end(e);
 }
 
 /* ---------------------------------------------------------------------------------------

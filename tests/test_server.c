@@ -104,6 +104,9 @@ static void test_cold_and_cached_answers_agree(void **state)
     free(tb);
     graft_test_response_free(&a);
     graft_test_response_free(&b);
+    /* two answers of 40 tokens: at least 39 gaps each in the inter-token histogram */
+    assert_true(graft_test_metric(&main_server, "graft_inter_token_seconds_count") >= 78);
+    assert_true(graft_test_metric(&main_server, "graft_ttft_seconds_count") >= 2);
 }
 
 static void test_seeded_sampling_repeats(void **state)

@@ -52,6 +52,10 @@ void graft__channel_on_update(graft_generation *gen, const int32_t *tokens, size
 {
     graft__channel_port *port = user;
     graft__channel *ch = port->channel;
+    uint64_t now = graft__server_now_ns();
+    if (port->last_ns != 0 && port->metrics != NULL)
+        graft__metrics_itl(port->metrics, now - port->last_ns);
+    port->last_ns = now;
     pthread_mutex_lock(&ch->mu);
     for (size_t i = 0; i < n; i++, port->delivered++) {
         if (ch->n == ch->cap) { /* sized for every token it may sample: never, but safe */

@@ -340,7 +340,7 @@ static int start_choice(completion *c, choice *ch)
     if (ch->token_start == NULL || ch->token_ids == NULL || (c->width > 0 && ch->logprobs == NULL) ||
         (r->tools && ch->calls == NULL) || graft_detok_create(c->ctx->model, &ch->detok) != GRAFT_OK)
         return GRAFT_ENOMEM;
-    ch->port = (graft__channel_port){&c->channel, ch->index, 0};
+    ch->port = (graft__channel_port){&c->channel, ch->index, 0, 0, c->ctx->metrics};
     graft_update_cb up = graft__channel_on_update;
     graft_settled_cb st = graft__channel_on_settled;
     void *user = &ch->port;

@@ -4,7 +4,7 @@
  *
  * Counters are atomics bumped by the HTTP threads; the engine's and the prefix cache's own
  * figures are read through their public getters when the text is made. The time to first
- * token is a histogram with fixed bucket bounds.
+ * token and the inter-token latency are histograms with fixed bucket bounds.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,18 +12,28 @@
 
 #include "server/server.h"
 
-static const double ttft_bounds_ms[12] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};
+static const double bounds_ms[12] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};
 static const char *const endpoints[4] = {"completions", "chat_completions", "other", "unknown"};
 static const char *const classes[6] = {"2xx", "3xx", "4xx", "5xx", "429", "401"};
 
-void graft__metrics_ttft(graft__server_metrics *m, uint64_t ns)
+static void observe(graft__histogram *h, uint64_t ns)
 {
     double ms = ns / 1e6;
     for (int i = 0; i < 12; i++)
-        if (ms <= ttft_bounds_ms[i])
-            atomic_fetch_add(&m->ttft_bucket[i], 1);
-    atomic_fetch_add(&m->ttft_count, 1);
-    atomic_fetch_add(&m->ttft_sum_us, (unsigned long long)(ns / 1000));
+        if (ms <= bounds_ms[i])
+            atomic_fetch_add(&h->bucket[i], 1);
+    atomic_fetch_add(&h->count, 1);
+    atomic_fetch_add(&h->sum_us, (unsigned long long)(ns / 1000));
+}
+
+void graft__metrics_ttft(graft__server_metrics *m, uint64_t ns)
+{
+    observe(&m->ttft, ns);
+}
+
+void graft__metrics_itl(graft__server_metrics *m, uint64_t ns)
+{
+    observe(&m->itl, ns);
 }
 
 typedef struct text {
@@ -67,6 +77,17 @@ static void gauge(text *t, const char *name, const char *help, long long v)
 {
     put(t, "# HELP graft_%s %s\n# TYPE graft_%s gauge\ngraft_%s %lld\n", name, help, name, name,
         v);
+}
+
+static void histogram(text *t, const char *name, const char *help, graft__histogram *h)
+{
+    put(t, "# HELP graft_%s %s\n# TYPE graft_%s histogram\n", name, help, name);
+    for (int i = 0; i < 12; i++)
+        put(t, "graft_%s_bucket{le=\"%g\"} %llu\n", name, bounds_ms[i] / 1e3,
+            (unsigned long long)atomic_load(&h->bucket[i]));
+    unsigned long long count = atomic_load(&h->count);
+    put(t, "graft_%s_bucket{le=\"+Inf\"} %llu\ngraft_%s_sum %.6f\ngraft_%s_count %llu\n", name,
+        count, name, atomic_load(&h->sum_us) / 1e6, name, count);
 }
 
 static void donor_metrics(text *t, graft__donors *d)
@@ -124,14 +145,8 @@ char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
             atomic_load(&m->disconnects));
     gauge(&t, "requests_running", "requests generating now", atomic_load(&m->running));
     gauge(&t, "requests_queued", "requests waiting for a slot", atomic_load(&m->queued));
-    put(&t, "# HELP graft_ttft_seconds time to first token\n# TYPE graft_ttft_seconds histogram\n");
-    for (int i = 0; i < 12; i++)
-        put(&t, "graft_ttft_seconds_bucket{le=\"%g\"} %llu\n", ttft_bounds_ms[i] / 1e3,
-            (unsigned long long)atomic_load(&m->ttft_bucket[i]));
-    put(&t, "graft_ttft_seconds_bucket{le=\"+Inf\"} %llu\ngraft_ttft_seconds_sum %.6f\n"
-            "graft_ttft_seconds_count %llu\n",
-        (unsigned long long)atomic_load(&m->ttft_count), atomic_load(&m->ttft_sum_us) / 1e6,
-        (unsigned long long)atomic_load(&m->ttft_count));
+    histogram(&t, "ttft_seconds", "time to first token", &m->ttft);
+    histogram(&t, "inter_token_seconds", "gaps between a generation's tokens", &m->itl);
     graft_engine_metrics em;
     if (graft_engine_metrics_get(engine, &em) == GRAFT_OK) {
         gauge(&t, "kv_blocks_total", "KV blocks of the pool", em.kv_blocks_total);

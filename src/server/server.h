@@ -130,10 +130,14 @@ typedef struct graft__channel {
 } graft__channel;
 
 /* One choice's generation's way into the channel: the `user` of the callbacks below. */
+typedef struct graft__server_metrics graft__server_metrics;
+
 typedef struct graft__channel_port {
     graft__channel *channel;
     int32_t choice;
-    size_t delivered; /* tokens reported so far (engine thread) */
+    size_t delivered;      /* tokens reported so far (engine thread) */
+    uint64_t last_ns;      /* when the last one was (engine thread) */
+    graft__server_metrics *metrics; /* where the gaps between tokens are counted */
 } graft__channel_port;
 
 int graft__channel_init(graft__channel *ch, size_t cap, int32_t logprob_width);
@@ -283,7 +287,13 @@ void graft__donors_leave(graft__donors *d, graft__donor *self);
 enum { GRAFT__FROM_CACHE, GRAFT__FROM_SESSION, GRAFT__FROM_DONOR, GRAFT__FROM_DONOR_WAIT,
        GRAFT__SOURCES };
 
-typedef struct graft__server_metrics {
+/* A latency histogram with fixed bucket bounds (metrics.c), cumulative as Prometheus'. */
+typedef struct graft__histogram {
+    atomic_ullong bucket[12];
+    atomic_ullong count, sum_us;
+} graft__histogram;
+
+struct graft__server_metrics {
     atomic_ullong requests[4][6]; /* endpoint (completions, chat, other, error) x status
                                      class (2xx .. 5xx as 0..3, 4: 429, 5: 401) */
     atomic_ullong prompt_tokens_reused, prompt_tokens_computed, generated_tokens;
@@ -291,12 +301,14 @@ typedef struct graft__server_metrics {
     atomic_ullong cache_hits, cache_misses;
     atomic_ullong disconnects;
     atomic_int running, queued;
-    atomic_ullong ttft_bucket[12]; /* time to first token, cumulative buckets (metrics.c) */
-    atomic_ullong ttft_count, ttft_sum_us;
-} graft__server_metrics;
+    graft__histogram ttft; /* time to first token */
+    graft__histogram itl;  /* inter-token latency: the gaps between a generation's tokens */
+};
 
-/* Records a time to first token. */
+/* Records a time to first token, or the gap between two tokens of a generation (any
+ * thread, the engine's included: atomics only). */
 void graft__metrics_ttft(graft__server_metrics *m, uint64_t ns);
+void graft__metrics_itl(graft__server_metrics *m, uint64_t ns);
 /* The Prometheus text (to free), engine and cache figures included. */
 char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
                           graft_prefix_cache *cache, graft__donors *donors,

@@ -93,11 +93,12 @@ size_t graft__choice_release(choice *ch)
             keep_from = ch->content_end;
         if (ch->tools_parsed < ch->content_end)
             ch->tools_parsed = ch->content_end;
-        char prefix[64];
-        snprintf(prefix, sizeof prefix, "call_%s_%d", ch->c->id, (int)ch->index);
+        if (ch->call_prefix[0] == '\0') /* once, at the first text */
+            snprintf(ch->call_prefix, sizeof ch->call_prefix, "call_%s_%d", ch->c->id,
+                     (int)ch->index);
         if (!ch->calls_bad && ch->content_end < ch->len)
-            graft__tool_calls_parse(ch->text, ch->len, &ch->tools_parsed, prefix, ch->calls,
-                                    &ch->calls_bad);
+            graft__tool_calls_parse(ch->text, ch->len, &ch->tools_parsed, ch->call_prefix,
+                                    ch->calls, &ch->calls_bad);
     }
     return keep_from < ch->sent ? ch->sent : keep_from;
 }
@@ -418,12 +419,9 @@ static void cancel_all(completion *c)
 static bool pump(completion *c, int timeout_ms)
 {
     graft__channel_entry entries[TAKE];
-    graft_token_logprob *lp = c->width > 0 ? malloc((size_t)TAKE * (size_t)c->width * sizeof *lp)
-                                           : NULL;
+    graft_token_logprob *lp = c->take_logprobs;
     uint32_t settled = 0;
-    size_t k = (c->width > 0 && lp == NULL)
-                   ? 0
-                   : graft__channel_take(&c->channel, entries, lp, TAKE, timeout_ms, &settled);
+    size_t k = graft__channel_take(&c->channel, entries, lp, TAKE, timeout_ms, &settled);
     for (size_t i = 0; i < k; i++) {
         choice *ch = &c->choices[entries[i].choice];
         if (ch->stopped || ch->n_tokens == ch->cap_tokens)
@@ -440,7 +438,6 @@ static bool pump(completion *c, int timeout_ms)
             append(&ch->text, &ch->len, &ch->cap, piece, n);
         graft__choice_release(ch);
     }
-    free(lp);
     if (c->n_choices > 1)
         start_forked(c, c->cancelled);
     bool all_done = true;
@@ -534,6 +531,7 @@ static void finish_request(completion *c, graft__request_log *log)
     graft__request_free(&c->req);
     free(c->prompt);
     free(c->out);
+    free(c->take_logprobs);
     free(c);
 }
 
@@ -648,6 +646,13 @@ static int begin(completion *c, const json_t *body, graft__api api, const char *
         return -1;
     }
     c->channel_ready = true;
+    if (c->width > 0) {
+        c->take_logprobs = malloc((size_t)TAKE * (size_t)c->width * sizeof *c->take_logprobs);
+        if (c->take_logprobs == NULL) {
+            graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+            return -1;
+        }
+    }
     rc = start_choice(c, &c->choices[0]);
     if (rc != GRAFT_OK) {
         graft_generation_free(c->choices[0].gen);

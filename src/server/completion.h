@@ -43,6 +43,7 @@ typedef struct choice {
     size_t content_end;      /* text before it is content, after it tool calls */
     size_t tools_parsed;     /* text up to it parsed into calls */
     json_t *calls;           /* the calls parsed (OpenAI's shape) */
+    char call_prefix[64];    /* their ids: call_<request id>_<choice>_<k> */
     size_t calls_sent;
     bool calls_bad;          /* text after content_end is not tool calls: it is content */
 } choice;
@@ -75,6 +76,7 @@ struct completion {
     bool channel_ready;
     uint64_t lookup_ns;
     int32_t width;         /* log-probability entries per token: 1 + top, or 0 */
+    graft_token_logprob *take_logprobs; /* (TAKE x width) what pump takes from the channel */
     int32_t max_new;
     choice choices[GRAFT__MAX_CHOICES];
     int32_t n_choices;

@@ -72,28 +72,29 @@ int graft_test_stop_server(server *s)
 /* ---- HTTP ------------------------------------------------------------------------------------ */
 
 
+/* Appends bytes to a NUL-terminated buffer. */
+static void append_bytes(char **buf, size_t *len, const char *data, size_t bytes)
+{
+    *buf = realloc(*buf, *len + bytes + 1);
+    memcpy(*buf + *len, data, bytes);
+    *len += bytes;
+    (*buf)[*len] = '\0';
+}
+
 static size_t on_body(char *data, size_t size, size_t n, void *user)
 {
     response *r = user;
-    size_t bytes = size * n;
-    r->body = realloc(r->body, r->len + bytes + 1);
-    memcpy(r->body + r->len, data, bytes);
-    r->len += bytes;
-    r->body[r->len] = '\0';
+    append_bytes(&r->body, &r->len, data, size * n);
     if (r->abort_after > 0 && ++r->writes >= r->abort_after)
         return 0;
-    return bytes;
+    return size * n;
 }
 
 static size_t on_header(char *data, size_t size, size_t n, void *user)
 {
     response *r = user;
-    size_t bytes = size * n;
-    r->headers = realloc(r->headers, r->headers_len + bytes + 1);
-    memcpy(r->headers + r->headers_len, data, bytes);
-    r->headers_len += bytes;
-    r->headers[r->headers_len] = '\0';
-    return bytes;
+    append_bytes(&r->headers, &r->headers_len, data, size * n);
+    return size * n;
 }
 
 response graft_test_request_full(const server *s, const char *method, const char *path,

@@ -3,21 +3,28 @@
  * runs on, side by side in one run.
  *
  *   build/release/bench_serve -m MODEL [--threads N] [--streams 1,8,32] [--gen N]
- *                             [--cached N] [--reps N]
+ *                             [--cached N] [--reps N] [--samples N]
  *
  * Aggregate decode: --streams requests at once, each a distinct 16-token prompt given as
  * token ids and --gen greedy tokens (end of generation ignored), once through the engine in
  * this process (N sessions generating together) and once through `graft serve` (started on
- * a free port of 127.0.0.1, N streaming /v1/completions requests from N threads); the
- * figure is generated tokens over the wall time from the first request to the last token.
- * Time to first token of a cached prompt: a prompt of --cached token ids, computed once and
- * captured, then asked for again (the cache gives all but its last token): the engine's own
- * time to first token (the cache lookup and the generation's TTFT) against the time from
- * sending the HTTP request to receiving its first event; and that request's own time to
- * first token as the server reports it (graft.ttft_ms), whose difference from the client's
- * is what HTTP costs it (on a connection kept alive, as SDKs keep theirs). Each figure is measured --reps
- * times, engine and HTTP alternated (the engine first in odd rounds, the server first in
- * even ones); the medians, their ratio and the spread are printed. Never fails on a timing.
+ * a free port of 127.0.0.1, N streaming /v1/completions requests from N threads). Two
+ * figures: generated tokens over the wall time from the first request to the last token
+ * (prompts and arrivals included), and decode alone, the tokens that arrived while every
+ * stream was decoding over that window (each token's arrival taken where its user sees it:
+ * the engine's update callback, the client's event carrying its id). Each is measured
+ * --reps times, engine and HTTP alternated (the engine first in even rounds); the medians,
+ * the median of the rounds' ratios and their spread are printed.
+ *
+ * Time to first token of a cached prompt: an engine with a prefix cache in this process
+ * and a server, both running at once, each given a prompt of --cached token ids once cold
+ * (computed and captured), then asked for it --samples times, the two alternated request by
+ * request (the cache gives all but its last token). Per pair: the time from sending the
+ * HTTP request to its first event minus the engine's own time to first token (the cache
+ * lookup and the generation's TTFT); and minus that request's time to first token as the
+ * server reports it (graft.ttft_ms), which is what HTTP costs it (on a connection kept
+ * alive, as SDKs keep theirs). Pairs, not separate medians, because one token's compute
+ * varies from request to request by more than HTTP costs. Never fails on a timing.
  */
 #include <curl/curl.h>
 #include <pthread.h>
@@ -31,7 +38,7 @@
 #include "bench/bench_lib.h"
 #include "graft.h"
 
-enum { PROMPT = 16, MAX_STREAMS = 64, MAX_REPS = 15 };
+enum { PROMPT = 16, MAX_STREAMS = 64, MAX_REPS = 15, MAX_SAMPLES = 200, MAX_GEN = 1024 };
 
 /* The median of v[0..n), v left as it is. */
 static double median(const double *v, int n)
@@ -43,7 +50,7 @@ static double median(const double *v, int n)
 
 typedef struct opts {
     const char *model, *bin;
-    int threads, gen, cached, reps;
+    int threads, gen, cached, reps, samples;
     int streams[8], n_streams;
 } opts;
 
@@ -59,17 +66,65 @@ static void prompt_of(int stream, int round, int32_t *out, int n)
     }
 }
 
+/* When each token of one stream arrived. */
+typedef struct stream_times {
+    double at[MAX_GEN];
+    int n;
+} stream_times;
+
+static void note_tokens(stream_times *st, size_t n)
+{
+    double now = graft__bench_now_s();
+    for (size_t i = 0; i < n && st->n < MAX_GEN; i++)
+        st->at[st->n++] = now;
+}
+
+/* One round's two figures: generated tokens over the wall time from the first request to
+ * the last token (prompts and arrivals included), and decode alone: the tokens that arrived
+ * while every stream was decoding (after the last stream's first token, up to the first
+ * stream's last) over that window. */
+typedef struct aggregate {
+    double wall, decode;
+} aggregate;
+
+static aggregate aggregate_of(const stream_times *st, int n, double t0)
+{
+    double from = 0, to = 0, end = t0;
+    long total = 0;
+    for (int i = 0; i < n; i++) {
+        if (st[i].n == 0)
+            return (aggregate){0, 0};
+        double first = st[i].at[0], last = st[i].at[st[i].n - 1];
+        from = i == 0 || first > from ? first : from;
+        to = i == 0 || last < to ? last : to;
+        end = last > end ? last : end;
+        total += st[i].n;
+    }
+    long inside = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < st[i].n; k++)
+            inside += st[i].at[k] > from && st[i].at[k] <= to;
+    return (aggregate){total / (end - t0), to > from ? inside / (to - from) : 0};
+}
+
 /* ---- the engine side ------------------------------------------------------------------------ */
 
-static double engine_aggregate(graft_model *m, const opts *o, int n, int round)
+static void on_engine_tokens(graft_generation *gen, const int32_t *tokens, size_t n, void *user)
 {
+    (void)gen, (void)tokens;
+    note_tokens(user, n);
+}
+
+static aggregate engine_aggregate(graft_model *m, const opts *o, int n, int round)
+{
+    static stream_times times[MAX_STREAMS];
     graft_engine_options eo = graft_engine_default_options();
     eo.max_sessions = n;
     eo.max_context = PROMPT + o->gen + 8;
     eo.n_threads = o->threads;
     graft_engine *e = NULL;
     if (graft_engine_create(m, &eo, &e, NULL) != GRAFT_OK)
-        return 0;
+        return (aggregate){0, 0};
     graft_session *s[MAX_STREAMS];
     graft_generation *g[MAX_STREAMS];
     for (int i = 0; i < n; i++)
@@ -82,68 +137,76 @@ static double engine_aggregate(graft_model *m, const opts *o, int n, int round)
     for (int i = 0; i < n; i++) {
         int32_t p[PROMPT];
         prompt_of(i, round, p, PROMPT);
-        graft_session_generate(s[i], p, PROMPT, &c, NULL, NULL, NULL, &g[i]);
+        times[i].n = 0;
+        graft_session_generate(s[i], p, PROMPT, &c, on_engine_tokens, NULL, &times[i], &g[i]);
     }
     for (int i = 0; i < n; i++)
         graft_generation_wait(g[i]);
-    double wall = graft__bench_now_s() - t0;
     for (int i = 0; i < n; i++) {
         graft_generation_free(g[i]);
         graft_session_close(s[i]);
     }
     graft_engine_free(e);
-    return n * o->gen / wall;
+    return aggregate_of(times, n, t0);
 }
 
-/* The engine's own time to first token of a prompt the cache holds (lookup included). */
-static double engine_cached_ttft(graft_model *m, const opts *o, int round)
+/* An engine with a prefix cache in this process, for the cached-prompt figure. */
+typedef struct cached_engine {
+    graft_engine *engine;
+    graft_prefix_cache *cache;
+} cached_engine;
+
+static int cached_engine_create(graft_model *m, const opts *o, cached_engine *ce)
 {
     graft_engine_options eo = graft_engine_default_options();
     eo.max_sessions = 4;
     eo.max_context = o->cached + 8;
     eo.n_threads = o->threads;
-    graft_engine *e = NULL;
-    graft_prefix_cache *cache = NULL;
-    if (graft_engine_create(m, &eo, &e, NULL) != GRAFT_OK ||
-        graft_prefix_cache_create(e, 2, 0, &cache, NULL) != GRAFT_OK)
-        return 0;
-    int32_t *p = malloc((size_t)o->cached * sizeof *p);
-    prompt_of(999, round, p, o->cached);
-    double ttft = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        double t0 = graft__bench_now_s();
-        graft_session *s = NULL;
-        int32_t matched = 0;
-        if (graft_prefix_cache_lookup(cache, p, (size_t)o->cached, &s, &matched) != GRAFT_OK) {
-            graft_session_open(e, &s, NULL);
-            matched = 0;
-        }
-        double lookup = graft__bench_now_s() - t0;
-        graft_prompt_capture *cap = NULL;
-        graft_prompt_capture_create(cache, s, p, (size_t)o->cached, &cap);
-        graft_update_cb up = NULL;
-        graft_settled_cb st = NULL;
-        void *user = NULL;
-        graft_prompt_capture_wrap(cap, &up, &st, &user);
-        graft_generate_config c = graft_generate_default();
-        c.max_new_tokens = 1;
-        c.sampling.temperature = 0;
-        graft_generation *g = NULL;
-        graft_session_generate(s, p + matched, (size_t)(o->cached - matched), &c, up, st, user,
-                               &g);
-        graft_generation_wait(g);
-        graft_generation_metrics gm;
-        graft_generation_metrics_get(g, &gm);
-        ttft = lookup + gm.time_to_first_token_ns / 1e9;
-        graft_generation_free(g);
-        graft_prompt_capture_collect(cap);
-        graft_prompt_capture_free(cap);
-        graft_session_close(s);
+    ce->engine = NULL;
+    ce->cache = NULL;
+    if (graft_engine_create(m, &eo, &ce->engine, NULL) != GRAFT_OK)
+        return -1;
+    return graft_prefix_cache_create(ce->engine, 2, 0, &ce->cache, NULL) == GRAFT_OK ? 0 : -1;
+}
+
+static void cached_engine_free(cached_engine *ce)
+{
+    graft_prefix_cache_free(ce->cache);
+    graft_engine_free(ce->engine);
+}
+
+/* One request for prompt p through the engine as the server makes it (a cache lookup, the
+ * prompt captured at the first output, one token); returns the lookup plus the
+ * generation's time to first token. */
+static double engine_ttft(cached_engine *ce, const int32_t *p, int n)
+{
+    double t0 = graft__bench_now_s();
+    graft_session *s = NULL;
+    int32_t matched = 0;
+    if (graft_prefix_cache_lookup(ce->cache, p, (size_t)n, &s, &matched) != GRAFT_OK) {
+        graft_session_open(ce->engine, &s, NULL);
+        matched = 0;
     }
-    free(p);
-    graft_prefix_cache_free(cache);
-    graft_engine_free(e);
-    return ttft;
+    double lookup = graft__bench_now_s() - t0;
+    graft_prompt_capture *cap = NULL;
+    graft_prompt_capture_create(ce->cache, s, p, (size_t)n, &cap);
+    graft_update_cb up = NULL;
+    graft_settled_cb st = NULL;
+    void *user = NULL;
+    graft_prompt_capture_wrap(cap, &up, &st, &user);
+    graft_generate_config c = graft_generate_default();
+    c.max_new_tokens = 1;
+    c.sampling.temperature = 0;
+    graft_generation *g = NULL;
+    graft_session_generate(s, p + matched, (size_t)(n - matched), &c, up, st, user, &g);
+    graft_generation_wait(g);
+    graft_generation_metrics gm;
+    graft_generation_metrics_get(g, &gm);
+    graft_generation_free(g);
+    graft_prompt_capture_collect(cap);
+    graft_prompt_capture_free(cap);
+    graft_session_close(s);
+    return lookup + gm.time_to_first_token_ns / 1e9;
 }
 
 /* ---- the HTTP side -------------------------------------------------------------------------- */
@@ -200,7 +263,40 @@ typedef struct call {
     double t_send, t_first, t_end;
     char tail[4096]; /* the end of the event stream: the usage chunk's graft object */
     size_t tail_len;
+    char event[8192]; /* the event being received, up to its blank line */
+    size_t event_len;
+    stream_times times; /* each token's arrival, counted from the events' "tokens" */
 } call;
+
+/* The number of ids in the event's "tokens" array (return_tokens), 0 without one. */
+static size_t tokens_in(const char *event)
+{
+    const char *at = strstr(event, "\"tokens\":[");
+    if (at == NULL)
+        return 0;
+    at += strlen("\"tokens\":[");
+    if (*at == ']')
+        return 0;
+    size_t n = 1;
+    for (; *at && *at != ']'; at++)
+        n += *at == ',';
+    return n;
+}
+
+/* Adds received bytes to the event being read; a complete event notes its tokens. */
+static void read_events(call *c, const char *data, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i++) {
+        if (c->event_len + 1 < sizeof c->event)
+            c->event[c->event_len++] = data[i];
+        if (c->event_len >= 2 && c->event[c->event_len - 1] == '\n' &&
+            c->event[c->event_len - 2] == '\n') {
+            c->event[c->event_len] = '\0';
+            note_tokens(&c->times, tokens_in(c->event));
+            c->event_len = 0;
+        }
+    }
+}
 
 static size_t on_data(char *data, size_t size, size_t n, void *user)
 {
@@ -208,6 +304,7 @@ static size_t on_data(char *data, size_t size, size_t n, void *user)
     size_t bytes = size * n;
     if (c->t_first == 0)
         c->t_first = graft__bench_now_s();
+    read_events(c, data, bytes);
     size_t keep = bytes < sizeof c->tail - 1 ? bytes : sizeof c->tail - 1;
     if (c->tail_len + keep >= sizeof c->tail)
         c->tail_len = 0;
@@ -229,6 +326,8 @@ static void *post(void *arg)
     curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
     c->t_first = 0;
     c->tail_len = 0;
+    c->event_len = 0;
+    c->times.n = 0;
     c->t_send = graft__bench_now_s();
     curl_easy_perform(h);
     c->t_end = graft__bench_now_s();
@@ -243,11 +342,12 @@ static void body_of(char *out, size_t cap, const int32_t *p, int n, int max_toke
     for (int i = 0; i < n && len + 16 < cap; i++)
         len += (size_t)snprintf(out + len, cap - len, "%s%d", i ? "," : "", (int)p[i]);
     snprintf(out + len, cap - len, "], \"max_tokens\": %d, \"temperature\": 0, \"ignore_eos\": "
-             "true, \"stream\": true, \"stream_options\": {\"include_usage\": true}}",
+             "true, \"stream\": true, \"return_tokens\": true, \"stream_options\": "
+             "{\"include_usage\": true}}",
              max_tokens);
 }
 
-static double http_aggregate(const opts *o, int n, int round)
+static aggregate http_aggregate(const opts *o, int n, int round)
 {
     server s = start_server(o, n, PROMPT + o->gen + 8);
     static call calls[MAX_STREAMS];
@@ -261,14 +361,16 @@ static double http_aggregate(const opts *o, int n, int round)
     double t0 = graft__bench_now_s();
     for (int i = 0; i < n; i++)
         pthread_create(&t[i], NULL, post, &calls[i]);
-    double end = t0;
+    static stream_times times[MAX_STREAMS];
     for (int i = 0; i < n; i++) {
         pthread_join(t[i], NULL);
-        if (calls[i].t_end > end)
-            end = calls[i].t_end;
+        times[i] = calls[i].times;
+        if (times[i].n != o->gen)
+            fprintf(stderr, "bench_serve: stream %d counted %d tokens of %d\n", i, times[i].n,
+                    o->gen);
     }
     stop_server(&s);
-    return n * o->gen / (end - t0);
+    return aggregate_of(times, n, t0);
 }
 
 /* The server's own time to first token of the last request (its graft.ttft_ms: the cache
@@ -279,23 +381,59 @@ static double server_ttft(const call *c)
     return at ? atof(at + strlen("\"ttft_ms\":")) / 1e3 : 0;
 }
 
-static double http_cached_ttft(const opts *o, int round, double *inside)
+/* The cached-prompt figure: one engine and one server, each given the prompt once cold
+ * (computed and captured), then --samples requests for it on each, alternated (the engine
+ * first in even samples); per sample, the HTTP time to first event minus the engine's
+ * (diff) and minus the server's own graft.ttft_ms (cost). */
+static int cached_pairs(graft_model *m, const opts *o, double *diff, double *cost)
 {
+    cached_engine ce;
+    if (cached_engine_create(m, o, &ce) != 0) {
+        cached_engine_free(&ce);
+        return -1;
+    }
     server s = start_server(o, 1, o->cached + 8);
     int32_t *p = malloc((size_t)o->cached * sizeof *p);
-    prompt_of(999, round, p, o->cached);
     static call c;
     c.s = &s;
     c.keep = curl_easy_init(); /* as SDKs do: one connection, kept alive */
+    prompt_of(999, 0, p, o->cached);
     body_of(c.body, sizeof c.body, p, o->cached, 1);
-    post(&c); /* cold: computed and captured */
-    post(&c); /* cached */
-    *inside = server_ttft(&c);
+    engine_ttft(&ce, p, o->cached);
+    post(&c);
+    for (int i = 0; i < o->samples; i++) {
+        double engine = 0;
+        if (i % 2 == 0)
+            engine = engine_ttft(&ce, p, o->cached);
+        post(&c);
+        if (i % 2 == 1)
+            engine = engine_ttft(&ce, p, o->cached);
+        double web = c.t_first - c.t_send;
+        diff[i] = (web - engine) * 1e3;
+        cost[i] = (web - server_ttft(&c)) * 1e3;
+    }
     curl_easy_cleanup(c.keep);
     c.keep = NULL;
     free(p);
     stop_server(&s);
-    return c.t_first - c.t_send;
+    cached_engine_free(&ce);
+    return 0;
+}
+
+/* Prints "median (min-max)" of the rounds' ratios. */
+static void print_ratio(const double *ratio, int n)
+{
+    double lo = ratio[0], hi = ratio[0];
+    for (int r = 1; r < n; r++)
+        lo = ratio[r] < lo ? ratio[r] : lo, hi = ratio[r] > hi ? ratio[r] : hi;
+    printf("%.3f (%.3f-%.3f)", median(ratio, n), lo, hi);
+}
+
+/* Prints "median (p10 to p90)" of v[0..n), sorting v. */
+static void print_spread(double *v, int n)
+{
+    double mid = graft__bench_median(v, n);
+    printf("%.2f ms (median; p10 %.2f, p90 %.2f)", mid, v[n / 10], v[n - 1 - n / 10]);
 }
 
 static void parse_list(const char *s, opts *o)
@@ -310,7 +448,7 @@ static void parse_list(const char *s, opts *o)
 
 int main(int argc, char **argv)
 {
-    opts o = {NULL, getenv("GRAFT_BIN"), 2, 32, 2048, 3, {1, 8, 32}, 3};
+    opts o = {NULL, getenv("GRAFT_BIN"), 2, 32, 2048, 3, 31, {1, 8, 32}, 3};
     if (o.bin == NULL)
         o.bin = "build/release/graft";
     for (int i = 1; i < argc; i++) {
@@ -325,18 +463,20 @@ int main(int argc, char **argv)
             o.cached = atoi(v), i++;
         else if (strcmp(argv[i], "--reps") == 0)
             o.reps = atoi(v), i++;
+        else if (strcmp(argv[i], "--samples") == 0)
+            o.samples = atoi(v), i++;
         else if (strcmp(argv[i], "--streams") == 0)
             parse_list(v, &o), i++;
         else {
             fprintf(stderr, "usage: bench_serve -m MODEL [--threads N] [--streams 1,8,32] "
-                            "[--gen N] [--cached N] [--reps N]\n");
+                            "[--gen N] [--cached N] [--reps N] [--samples N]\n");
             return 2;
         }
     }
-    if (o.model == NULL || o.reps < 1 || o.reps > MAX_REPS || o.gen < 1 || o.cached < 2 ||
-        o.cached > 4000) {
-        fprintf(stderr, "bench_serve: -m MODEL is required; --reps 1..15, --gen >= 1, "
-                        "--cached 2..4000\n");
+    if (o.model == NULL || o.reps < 1 || o.reps > MAX_REPS || o.gen < 1 || o.gen > MAX_GEN || o.cached < 2 ||
+        o.cached > 4000 || o.samples < 1 || o.samples > MAX_SAMPLES) {
+        fprintf(stderr, "bench_serve: -m MODEL is required; --reps 1..15, --gen 1..1024, "
+                        "--cached 2..4000, --samples 1..200\n");
         return 2;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -351,51 +491,46 @@ int main(int argc, char **argv)
     n_vocab = info.n_vocab;
     printf("model %s, %d threads, %d reps (engine and HTTP alternated)\n\n", o.model, o.threads,
            o.reps);
-    printf("| streams | engine tok/s | HTTP tok/s | HTTP / engine (median, min-max) |\n"
-           "|---|---|---|---|\n");
+    printf("| streams | engine tok/s | HTTP tok/s | HTTP / engine (median, min-max) | engine "
+           "decode tok/s | HTTP decode tok/s | HTTP / engine, decode |\n"
+           "|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < o.n_streams; k++) {
         int n = o.streams[k];
         double eng[MAX_REPS], web[MAX_REPS], ratio[MAX_REPS];
+        double eng_dec[MAX_REPS], web_dec[MAX_REPS], ratio_dec[MAX_REPS];
         for (int r = 0; r < o.reps; r++) {
+            aggregate ea, ha;
             if (r % 2 == 0) {
-                eng[r] = engine_aggregate(m, &o, n, r);
-                web[r] = http_aggregate(&o, n, r);
+                ea = engine_aggregate(m, &o, n, r);
+                ha = http_aggregate(&o, n, r);
             } else {
-                web[r] = http_aggregate(&o, n, r);
-                eng[r] = engine_aggregate(m, &o, n, r);
+                ha = http_aggregate(&o, n, r);
+                ea = engine_aggregate(m, &o, n, r);
             }
-            ratio[r] = web[r] / eng[r];
+            eng[r] = ea.wall, web[r] = ha.wall, ratio[r] = ea.wall > 0 ? ha.wall / ea.wall : 0;
+            eng_dec[r] = ea.decode, web_dec[r] = ha.decode;
+            ratio_dec[r] = ea.decode > 0 ? ha.decode / ea.decode : 0;
         }
-        double lo = ratio[0], hi = ratio[0];
-        for (int r = 1; r < o.reps; r++)
-            lo = ratio[r] < lo ? ratio[r] : lo, hi = ratio[r] > hi ? ratio[r] : hi;
-        printf("| %d | %.1f | %.1f | %.3f (%.3f-%.3f) |\n", n, median(eng, o.reps),
-               median(web, o.reps), median(ratio, o.reps), lo, hi);
+        printf("| %d | %.1f | %.1f | ", n, median(eng, o.reps), median(web, o.reps));
+        print_ratio(ratio, o.reps);
+        printf(" | %.1f | %.1f | ", median(eng_dec, o.reps), median(web_dec, o.reps));
+        print_ratio(ratio_dec, o.reps);
+        printf(" |\n");
         fflush(stdout);
     }
-    double eng[MAX_REPS], web[MAX_REPS], diff[MAX_REPS], inside[MAX_REPS], cost[MAX_REPS];
-    for (int r = 0; r < o.reps; r++) {
-        if (r % 2 == 0) {
-            eng[r] = engine_cached_ttft(m, &o, r);
-            web[r] = http_cached_ttft(&o, r, &inside[r]);
-        } else {
-            web[r] = http_cached_ttft(&o, r, &inside[r]);
-            eng[r] = engine_cached_ttft(m, &o, r);
-        }
-        diff[r] = (web[r] - eng[r]) * 1e3;
-        cost[r] = (web[r] - inside[r]) * 1e3;
+    double diff[MAX_SAMPLES], cost[MAX_SAMPLES];
+    if (cached_pairs(m, &o, diff, cost) != 0) {
+        fprintf(stderr, "bench_serve: cannot create the engine for the cached prompt\n");
+        graft_model_free(m);
+        return 1;
     }
-    double lo = diff[0], hi = diff[0];
-    for (int r = 1; r < o.reps; r++)
-        lo = diff[r] < lo ? diff[r] : lo, hi = diff[r] > hi ? diff[r] : hi;
-    printf("\ncached prompt of %d tokens: TTFT engine %.2f ms, HTTP %.2f ms, HTTP - engine "
-           "%.2f ms (median; %.2f to %.2f)\n", o.cached, median(eng, o.reps) * 1e3,
-           median(web, o.reps) * 1e3, median(diff, o.reps), lo, hi);
-    lo = hi = cost[0];
-    for (int r = 1; r < o.reps; r++)
-        lo = cost[r] < lo ? cost[r] : lo, hi = cost[r] > hi ? cost[r] : hi;
-    printf("the same request seen from inside the server (its graft.ttft_ms) and from the "
-           "client: HTTP costs %.2f ms (median; %.2f to %.2f)\n", median(cost, o.reps), lo, hi);
+    printf("\ncached prompt of %d tokens, %d requests on each side alternated: HTTP - engine ",
+           o.cached, o.samples);
+    print_spread(diff, o.samples);
+    printf("\nthe same requests seen from inside the server (graft.ttft_ms) and from the client: "
+           "HTTP costs ");
+    print_spread(cost, o.samples);
+    printf("\n");
     graft_model_free(m);
     curl_global_cleanup();
     return 0;

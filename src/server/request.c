@@ -113,10 +113,12 @@ static int parse_prompt(const json_t *body, graft__completion_request *r, char *
         return GRAFT_ENOMEM;
     for (size_t i = 0; i < r->n_prompt_tokens; i++) {
         const json_t *t = json_array_get(p, i);
-        char path[48];
-        snprintf(path, sizeof path, "prompt[%zu]", i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+            json_integer_value(t) > INT32_MAX) {
+            char path[48];
+            snprintf(path, sizeof path, "prompt[%zu]", i);
             return bad(param, message, path, "'%s' must be a token id", path);
+        }
         r->prompt_tokens[i] = (int32_t)json_integer_value(t);
     }
     return GRAFT_OK;

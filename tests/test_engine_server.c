@@ -3,7 +3,8 @@
  * them: sessions closed while clones and captures of them are in flight, commands queued
  * from callbacks, steps that fail under a cancel, a KV pool too small for every request at
  * once, sliding-window retention at every boundary, and the API a server needs (clones that
- * pick their boundary, committed tokens, resolved limits, reclaim hooks).
+ * pick their boundary, committed tokens, resolved limits, reclaim hooks), and a generation
+ * queued right after its session opened taking the very next step.
  *
  * Callbacks run on the engine thread and only record what they see; every assert is made
  * on the test's thread after a wait. Logits are compared by memcmp with a cold computation
@@ -1169,6 +1170,84 @@ static void test_vocab_only_model(void **state)
     graft_model_free(v);
 }
 
+/* ---------------------------------------------------------------------------------------
+ * A request's round trips cost no step: a generation queued right after its session was
+ * opened, while another generation keeps the engine stepping, is in the very next step.
+ */
+
+enum { SLOW_STEP_MS = 20, FOLLOW_UP_ATTEMPTS = 5 };
+
+typedef struct next_step_hook {
+    atomic_int steps; /* steps counted: each only once its hook has slept */
+    _Atomic(graft_session *) watched;
+    atomic_int watched_step; /* the first step with the watched session's generation, or 0 */
+} next_step_hook;
+
+/* Step hook: notes the first step holding the watched session's generation, then holds
+ * the step SLOW_STEP_MS before counting it, so that a step which started as soon as a
+ * blocking call was answered is not counted yet when its caller reads the count. */
+static int slow_steps(graft_engine *e, graft_generation *const *gens, int32_t n, void *user)
+{
+    (void)e;
+    next_step_hook *h = user;
+    int step = atomic_load(&h->steps) + 1;
+    graft_session *watched = atomic_load(&h->watched);
+    for (int32_t i = 0; i < n; i++)
+        if (watched != NULL && gens[i]->session == watched &&
+            atomic_load(&h->watched_step) == 0)
+            atomic_store(&h->watched_step, step);
+    struct timespec pause = {0, SLOW_STEP_MS * 1000000L};
+    nanosleep(&pause, NULL);
+    atomic_store(&h->steps, step);
+    return GRAFT_OK;
+}
+
+static void test_generation_after_open_takes_next_step(void **state)
+{
+    (void)state;
+    graft_engine_options o = options(stories, 4);
+    graft_engine *e = graft_test_engine(stories, &o);
+    next_step_hook h = {0};
+    graft__engine_set_step_hook(e, slow_steps, &h);
+    graft_session *busy = graft_test_open_session(e);
+    int32_t bos = BOS;
+    graft_generate_config long_run = graft_test_greedy(CONTEXT - 8);
+    long_run.ignore_eog = 1;
+    graft_generation *running = NULL;
+    assert_int_equal(graft_session_generate(busy, &bos, 1, &long_run, NULL, NULL, NULL, &running),
+                     GRAFT_OK);
+    struct timespec tick = {0, 1000000L};
+    while (atomic_load(&h.steps) < 2)
+        nanosleep(&tick, NULL);
+    /* Without the engine awaiting the opener's next command, the step after the open starts
+     * at once and the generation waits for the one after it, every time. With it, only a
+     * caller slower than the engine's bound misses the next step: a few attempts allow it. */
+    bool in_next_step = false;
+    for (int attempt = 0; attempt < FOLLOW_UP_ATTEMPTS && !in_next_step; attempt++) {
+        graft_session *s = NULL;
+        assert_int_equal(graft_session_open(e, &s, NULL), GRAFT_OK);
+        int answered_after = atomic_load(&h.steps);
+        atomic_store(&h.watched_step, 0);
+        atomic_store(&h.watched, s);
+        graft_generate_config one = graft_test_greedy(1);
+        graft_generation *g = NULL;
+        assert_int_equal(graft_session_generate(s, &bos, 1, &one, NULL, NULL, NULL, &g), GRAFT_OK);
+        assert_int_equal(graft_generation_wait(g), GRAFT_OK);
+        in_next_step = atomic_load(&h.watched_step) == answered_after + 1;
+        atomic_store(&h.watched, NULL);
+        graft_generation_free(g);
+        graft_session_close(s);
+    }
+    assert_true(in_next_step);
+    assert_false(graft_generation_done(running));
+    graft_generation_cancel(running);
+    graft_generation_wait(running);
+    graft_generation_free(running);
+    graft_session_close(busy);
+    graft__engine_set_step_hook(e, NULL, NULL);
+    engine_end(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1191,6 +1270,7 @@ int main(void)
         cmocka_unit_test(test_engine_config),
         cmocka_unit_test(test_reclaim_hooks),
         cmocka_unit_test(test_vocab_only_model),
+        cmocka_unit_test(test_generation_after_open_takes_next_step),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

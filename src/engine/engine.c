@@ -7,8 +7,10 @@
  * commands: those go to a second queue that only the engine thread touches (`local`), which
  * is run until empty before the next step, so a command queued from a callback runs before
  * the next forward pass (DESIGN.md invariant 5), even when a callback of a command queued
- * it. Commands from other threads queued meanwhile wait for the next turn, so however many
- * threads keep queuing, every turn runs a step. With nothing queued and no live generation the thread
+ * it. Commands from other threads queued meanwhile wait for the next turn, except that
+ * after answering blocking commands the thread waits a bounded moment for those callers'
+ * next commands (await_follow_ups), so however many threads keep queuing, every turn runs
+ * a step. With nothing queued and no live generation the thread
  * sleeps on `wake`; likewise while every live generation waits for KV room (`stalled`),
  * until a command arrives, a KV wait deadline passes or a short poll finds a cancel.
  *
@@ -312,6 +314,7 @@ int graft__engine_call(graft_engine *e, graft__cmd *cmd)
 
 void graft__engine_reply(graft_engine *e, graft__cmd *cmd, int status)
 {
+    e->replies_unfollowed++;
     pthread_mutex_lock(&e->mu);
     cmd->status = status;
     cmd->replied = true;
@@ -361,6 +364,17 @@ static bool idle(const graft_engine *e)
     return true;
 }
 
+/* The CLOCK_REALTIME moment `ns` from now, for pthread_cond_timedwait. */
+static struct timespec realtime_in(uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t at = (uint64_t)ts.tv_nsec + ns % 1000000000u;
+    ts.tv_sec += (time_t)(ns / 1000000000u + at / 1000000000u);
+    ts.tv_nsec = (long)(at % 1000000000u);
+    return ts;
+}
+
 /* When a stalled thread looks again: the earliest moment a waiting generation's kv_wait_ms
  * runs out, or STALL_POLL_MS from now if sooner (a cancel sets a flag without waking the
  * thread: the generation handle may outlive the engine, so it cannot reach the lock). */
@@ -376,12 +390,7 @@ static struct timespec stall_deadline(const graft_engine *e)
     uint64_t left = at > now ? at - now : 0;
     if (left > (uint64_t)STALL_POLL_MS * 1000000u)
         left = (uint64_t)STALL_POLL_MS * 1000000u;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + left % 1000000000u + 1000000u; /* 1 ms past it */
-    ts.tv_sec += (time_t)(left / 1000000000u + ns / 1000000000u);
-    ts.tv_nsec = (long)(ns % 1000000000u);
-    return ts;
+    return realtime_in(left + 1000000u); /* 1 ms past it */
 }
 
 /* Under mu: the test hooks as last set. */
@@ -509,6 +518,37 @@ static void drain(graft_engine *e, graft__cmd *cmds)
     graft__accounting_free_hooks(e);
 }
 
+/* Waits, while generations are live, for the commands that callers answered since the last
+ * step send next, and runs them (and what they queue) as they come; returns after as many
+ * commands as answers, FOLLOW_UP_GRACE_US after the first wait, or on shutdown or pause.
+ * A caller answered between two steps (a session opened or cloned for a new request)
+ * usually queues its generation within microseconds; had the step started at once, that
+ * generation would wait the whole step before its first, so each round trip a request
+ * makes would cost it a step of latency. The bound keeps an answered caller that sends
+ * nothing from delaying the live generations by more than that. */
+enum { FOLLOW_UP_GRACE_US = 1000 };
+static void await_follow_ups(graft_engine *e)
+{
+    struct timespec until = realtime_in((uint64_t)FOLLOW_UP_GRACE_US * 1000u);
+    while (e->replies_unfollowed > 0 && e->n_active > 0) {
+        pthread_mutex_lock(&e->mu);
+        while (e->head == NULL && !e->stopping && !e->paused)
+            if (pthread_cond_timedwait(&e->wake, &e->mu, &until) != 0)
+                break;
+        graft__cmd *cmds = e->stopping || e->paused ? NULL : e->head;
+        if (cmds != NULL)
+            e->head = e->tail = NULL;
+        pthread_mutex_unlock(&e->mu);
+        if (cmds == NULL)
+            break;
+        for (graft__cmd *c = cmds; c != NULL && e->replies_unfollowed > 0; c = c->next)
+            e->replies_unfollowed--;
+        run_commands(e, cmds);
+        run_local(e);
+    }
+    e->replies_unfollowed = 0;
+}
+
 static void *engine_main(void *arg)
 {
     graft_engine *e = arg;
@@ -522,6 +562,7 @@ static void *engine_main(void *arg)
         run_local(e); /* queued by the last step's callbacks */
         run_commands(e, cmds);
         run_local(e);
+        await_follow_ups(e);
         graft__sched_step(e);
     }
     current_engine = NULL;

@@ -204,6 +204,8 @@ struct graft_engine {
     bool draining; /* answering commands for shutdown */
     graft__cmd *local_head, *local_tail; /* commands queued from callbacks (engine.c) */
     bool closed_local; /* the local queue takes no more: submissions answer GRAFT_ESHUTDOWN */
+    int32_t replies_unfollowed; /* blocking commands answered since the thread last awaited
+                                   their callers' next commands (engine.c) */
     graft_session *sessions;
     int32_t n_sessions;
     graft_session **by_id; /* (id_cap) open sessions by id (session_table.c) */

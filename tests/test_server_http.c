@@ -3,7 +3,8 @@
  * chunked bodies, a garbage request line, a body cut short, and slow clients that drip a
  * request a byte at a time (slowloris) are each answered with an error or a closed
  * connection, while well-formed requests keep being answered; an idle connection is closed
- * after --timeout.
+ * after --timeout, and clients that drip requests on every connection the server allows are
+ * cut after --request-timeout.
  *
  * Raw sockets speak the broken HTTP; libcurl (serve_client.h) the well-formed requests.
  */
@@ -27,16 +28,20 @@
 
 #include "serve_client.h"
 
-enum { TIMEOUT_S = 2, SLOW_CLIENTS = 8 };
+/* MAX_CONNECTIONS is what graft serve allows with these --max-sessions and --max-queue:
+ * 2 x (sessions + queue) + 16. */
+enum { TIMEOUT_S = 2, REQUEST_TIMEOUT_S = 2, SLOW_CLIENTS = 8, MAX_CONNECTIONS = 22 };
 
 static server srv;
 
 static int setup(void **state)
 {
     (void)state;
-    char timeout[16];
+    char timeout[16], request_timeout[16];
     snprintf(timeout, sizeof timeout, "%d", TIMEOUT_S);
-    const char *args[] = {"--ctx", "256", "--timeout", timeout, NULL};
+    snprintf(request_timeout, sizeof request_timeout, "%d", REQUEST_TIMEOUT_S);
+    const char *args[] = {"--ctx", "256", "--timeout", timeout, "--request-timeout",
+                          request_timeout, "--max-sessions", "2", "--max-queue", "1", NULL};
     srv = graft_test_serve_begin(args);
     return 0;
 }
@@ -179,12 +184,57 @@ static void test_slowloris_and_idle_timeout(void **state)
     expect_alive();
 }
 
+/* As many clients as the server takes connections keep dripping a request, a byte every
+ * DRIP_MS, so none is ever idle for --timeout: each is closed once --request-timeout passes
+ * without a whole request, and then the server answers others again. */
+enum { DRIP_MS = 250 };
+static void test_dripping_clients_are_cut(void **state)
+{
+    (void)state;
+    int fds[MAX_CONNECTIONS];
+    bool open[MAX_CONNECTIONS];
+    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Drip: ";
+    for (int i = 0; i < MAX_CONNECTIONS; i++) {
+        fds[i] = connect_raw();
+        open[i] = true;
+        send_all(fds[i], head, strlen(head));
+    }
+    int left = MAX_CONNECTIONS;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double elapsed = 0;
+    while (left > 0 && elapsed < REQUEST_TIMEOUT_S + 4) {
+        for (int i = 0; i < MAX_CONNECTIONS; i++) {
+            if (!open[i])
+                continue;
+            struct pollfd p = {fds[i], POLLIN, 0};
+            char c;
+            if (poll(&p, 1, 0) > 0 && recv(fds[i], &c, 1, MSG_DONTWAIT) <= 0) {
+                open[i] = false;
+                left--;
+                continue;
+            }
+            send_all(fds[i], "a", 1);
+        }
+        struct timespec pause = {0, DRIP_MS * 1000000L};
+        nanosleep(&pause, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        elapsed = (double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9;
+    }
+    for (int i = 0; i < MAX_CONNECTIONS; i++)
+        close(fds[i]);
+    assert_int_equal(left, 0);
+    expect_alive();
+    assert_true(graft_test_metric(&srv, "graft_connections_cut_total") >= MAX_CONNECTIONS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_huge_headers),
         cmocka_unit_test(test_bad_chunking),
         cmocka_unit_test(test_slowloris_and_idle_timeout),
+        cmocka_unit_test(test_dripping_clients_are_cut),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

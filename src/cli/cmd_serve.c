@@ -28,6 +28,7 @@
 #define DEFAULT_MAX_BODY (1 << 20)
 #define DEFAULT_MAX_QUEUE 64
 #define DEFAULT_TIMEOUT_S 600
+#define DEFAULT_REQUEST_TIMEOUT_S 30
 #define DEFAULT_GRACE_MS 5000
 #define DEFAULT_NAMED 16
 #define DEFAULT_TTL_S 600
@@ -69,7 +70,11 @@ static const char serve_usage[] =
     "  --chat-template FILE    the Jinja chat template for /v1/chat/completions (default:\n"
     "                          the model's own, else ChatML)\n"
     "  --max-body SIZE         request body bytes at most (default 1M); more get 413\n"
-    "  --timeout S             seconds an idle connection is kept (default 600)\n"
+    "  --timeout S             seconds an idle connection is kept, and a kept-alive one\n"
+    "                          has to send its next whole request (default 600)\n"
+    "  --request-timeout S     seconds a new connection has to send its first whole\n"
+    "                          request, headers and body (default 30); slower ones are\n"
+    "                          closed\n"
     "  --grace-ms N            on SIGINT/SIGTERM, how long running requests may finish\n"
     "                          before they are cancelled (default 5000)\n"
     "  --active-reuse-min-tokens N\n"
@@ -88,7 +93,8 @@ typedef struct serve_options {
     const char *api_key;
     const char *kernels;
     const char *chat_template;
-    int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, grace_ms;
+    int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, request_timeout_s,
+        grace_ms;
     int32_t named, ttl_s, reuse_min_tokens, reuse_wait_ms;
     size_t kv_mem, cache_mem, max_body;
 } serve_options;
@@ -97,7 +103,8 @@ static int parse(int argc, char **argv, serve_options *o)
 {
     *o = (serve_options){.host = "127.0.0.1", .port = DEFAULT_PORT, .slots = DEFAULT_SLOTS,
                          .queue = DEFAULT_MAX_QUEUE, .cache_entries = DEFAULT_CACHE_ENTRIES,
-                         .timeout_s = DEFAULT_TIMEOUT_S, .grace_ms = DEFAULT_GRACE_MS,
+                         .timeout_s = DEFAULT_TIMEOUT_S,
+                         .request_timeout_s = DEFAULT_REQUEST_TIMEOUT_S, .grace_ms = DEFAULT_GRACE_MS,
                          .max_body = DEFAULT_MAX_BODY, .named = DEFAULT_NAMED,
                          .ttl_s = DEFAULT_TTL_S, .reuse_min_tokens = DEFAULT_REUSE_MIN_TOKENS,
                          .reuse_wait_ms = DEFAULT_REUSE_WAIT_MS};
@@ -120,6 +127,7 @@ static int parse(int argc, char **argv, serve_options *o)
         {"--chat-template", NULL, GRAFT_CLI_STRING, &o->chat_template, 0, 0, 0},
         {"--max-body", NULL, GRAFT_CLI_SIZE, &o->max_body, 64, (double)SIZE_MAX, 0},
         {"--timeout", NULL, GRAFT_CLI_INT, &o->timeout_s, 1, 86400, 0},
+        {"--request-timeout", NULL, GRAFT_CLI_INT, &o->request_timeout_s, 1, 86400, 0},
         {"--grace-ms", NULL, GRAFT_CLI_INT, &o->grace_ms, 0, 3600000, 0},
         {"--active-reuse-min-tokens", NULL, GRAFT_CLI_INT, &o->reuse_min_tokens, 0, INT32_MAX, 0},
         {"--active-reuse-wait-ms", NULL, GRAFT_CLI_INT, &o->reuse_wait_ms, 0, 3600000, 0},
@@ -258,8 +266,9 @@ int graft__cli_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
     graft__server_config cfg = {o.host, o.port, alias, o.api_key, o.max_body, o.queue, o.slots,
-                                2 * (o.slots + o.queue) + 16, o.timeout_s, o.named, o.ttl_s,
-                                o.grace_ms, o.reuse_min_tokens, o.reuse_wait_ms};
+                                2 * (o.slots + o.queue) + 16, o.timeout_s, o.request_timeout_s,
+                                o.named, o.ttl_s, o.grace_ms, o.reuse_min_tokens,
+                                o.reuse_wait_ms};
     graft__server *server = NULL;
     int port = 0;
     char *err = NULL;

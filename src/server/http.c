@@ -13,6 +13,10 @@
  * slot; beyond that a request is answered 429 with Retry-After at once (the connection is
  * never dropped). A streamed completion holds its slot until its stream ends.
  *
+ * Slow clients: libmicrohttpd closes a connection idle for timeout_s; deadlines.c cuts one
+ * that drips a request (request_timeout_s for a new connection's first request, timeout_s
+ * after a response for the next).
+ *
  * Shutdown: stop accepting (quiesce), let running requests finish for grace_ms, then set
  * cancel_all (every completion cancels its generation at its next slice), wait for them to
  * end, stop the daemon.
@@ -36,6 +40,7 @@ struct graft__server {
     graft__server_metrics metrics;
     graft__session_store sessions;
     graft__donors donors;
+    graft__deadlines *deadlines;
     bool reclaim_added; /* the named sessions' reclaim hook is registered */
     atomic_bool ready;
     pthread_mutex_t mu; /* guards running, queued and the waits on cv */
@@ -516,6 +521,28 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
     return send_reply(conn, &reply);
 }
 
+/* The connection's deadline watch (deadlines.c), NULL when it has none. */
+static graft__conn_watch *watch_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    graft__server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? graft__deadlines_add(s->deadlines, ci->connect_fd) : NULL;
+    } else {
+        graft__deadlines_remove(s->deadlines, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls)
@@ -556,15 +583,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    graft__deadlines_busy(s->deadlines, watch_of(conn), true);
     return dispatch(s, rq, conn, url, method);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)conn;
     (void)toe;
+    graft__server *s = cls;
+    graft__deadlines_busy(s->deadlines, watch_of(conn), false);
     request *rq = *con_cls;
     if (rq == NULL)
         return;
@@ -596,6 +624,13 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
         free(s);
         return GRAFT_ENOMEM;
     }
+    if (graft__deadlines_start(config->request_timeout_s, config->timeout_s,
+                               &s->metrics.connections_cut, &s->deadlines) != GRAFT_OK) {
+        graft__donors_free(&s->donors);
+        graft__sessions_store_free(&s->sessions);
+        free(s);
+        return GRAFT_ENOMEM;
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     struct sockaddr_in addr;
@@ -605,6 +640,7 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     if (inet_pton(AF_INET, config->host, &addr.sin_addr) != 1) {
         if (errmsg)
             *errmsg = strdup("option --host: must be an IPv4 address such as 127.0.0.1");
+        graft__deadlines_stop(s->deadlines);
         graft__donors_free(&s->donors);
         graft__sessions_store_free(&s->sessions);
         free(s);
@@ -617,7 +653,7 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)config->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)config->timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, s, MHD_OPTION_END);
+        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (s->daemon == NULL) {
         if (errmsg) {
             char buf[160];
@@ -626,6 +662,7 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
         }
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
+        graft__deadlines_stop(s->deadlines);
         graft__donors_free(&s->donors);
         graft__sessions_store_free(&s->sessions);
         free(s);
@@ -676,6 +713,7 @@ void graft__server_stop(graft__server *s)
         nanosleep(&ts, NULL);
     }
     MHD_stop_daemon(s->daemon);
+    graft__deadlines_stop(s->deadlines);
     if (s->reclaim_added)
         graft_engine_reclaim_remove(s->ctx.engine, graft__sessions_reclaim, &s->sessions);
     graft__donors_free(&s->donors);

@@ -143,6 +143,10 @@ char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
             atomic_load(&m->generated_tokens));
     counter(&t, "client_disconnects_total", "requests whose client went away before the end",
             atomic_load(&m->disconnects));
+    counter(&t, "connections_cut_total",
+            "connections closed for not sending a whole request in time (--request-timeout, "
+            "--timeout)",
+            atomic_load(&m->connections_cut));
     gauge(&t, "requests_running", "requests generating now", atomic_load(&m->running));
     gauge(&t, "requests_queued", "requests waiting for a slot", atomic_load(&m->queued));
     histogram(&t, "ttft_seconds", "time to first token", &m->ttft);

@@ -67,6 +67,7 @@ typedef struct graft__server_config {
     int32_t slots;          /* requests generating at once */
     int32_t max_connections;
     int32_t timeout_s;      /* idle connection timeout */
+    int32_t request_timeout_s; /* a new connection's first request must arrive within it */
     int32_t named_sessions; /* named sessions kept at most */
     int32_t session_ttl_s;  /* an idle named session expires after this */
     int32_t grace_ms;       /* shutdown: how long running requests may finish */
@@ -105,6 +106,26 @@ void graft__server_set_ready(graft__server *server, graft_model *model, graft_en
 /* Stops accepting, lets running requests finish within the grace period, cancels the rest,
  * and frees the server. */
 void graft__server_stop(graft__server *server);
+
+/* ---- deadlines.c ---------------------------------------------------------------------------- */
+
+/* The watcher of connections too slow to send a request, and one connection's watch. */
+typedef struct graft__deadlines graft__deadlines;
+typedef struct graft__conn_watch graft__conn_watch;
+
+/* Starts the watcher: a connection not busy with a request is cut first_s after it started
+ * without having sent a whole request, or idle_s after its last response ended; each cut
+ * counted in *cut_total (NULL: not counted). */
+int graft__deadlines_start(int32_t first_s, int32_t idle_s, atomic_ullong *cut_total,
+                           graft__deadlines **out);
+/* Stops the watcher and frees what is left (after the daemon stopped). */
+void graft__deadlines_stop(graft__deadlines *d);
+/* A connection started on socket fd; NULL when out of memory (it is then not watched). */
+graft__conn_watch *graft__deadlines_add(graft__deadlines *d, int fd);
+/* The connection closes: its watch is freed (NULL is fine). Before its socket closes. */
+void graft__deadlines_remove(graft__deadlines *d, graft__conn_watch *w);
+/* A whole request arrived (busy), or its response ended (not busy: the idle clock starts). */
+void graft__deadlines_busy(graft__deadlines *d, graft__conn_watch *w, bool busy);
 
 /* ---- channel.c ------------------------------------------------------------------------------ */
 
@@ -300,6 +321,7 @@ struct graft__server_metrics {
     atomic_ullong reused_from[GRAFT__SOURCES]; /* prompt_tokens_reused by source */
     atomic_ullong cache_hits, cache_misses;
     atomic_ullong disconnects;
+    atomic_ullong connections_cut; /* too slow to send a request (deadlines.c) */
     atomic_int running, queued;
     graft__histogram ttft; /* time to first token */
     graft__histogram itl;  /* inter-token latency: the gaps between a generation's tokens */

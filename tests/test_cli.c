@@ -790,6 +790,7 @@ static cli_result run_bench_json(const char *const *fields, const char *const *a
         snprintf(key, sizeof key, "\"%s\": ", *f);
         expect_contains(json, key);
     }
+    result_free(&help);
     return r;
 }
 

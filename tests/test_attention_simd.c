@@ -67,10 +67,13 @@ static float uniform(void)
     return (float)(graft_test_xorshift64(&rng_state) >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
 }
 
-/* Rows of kv_type with head_dim elements, every K and V row at a different odd-stride
- * place of one buffer (in reverse order for V), values of magnitude up to 4. */
-static void make_problem(problem *p, uint32_t kv_type, int32_t head_dim)
+/* A new problem (free_problem frees it): rows of kv_type with head_dim elements, every K and
+ * V row at a different odd-stride place of one buffer (in reverse order for V), values of
+ * magnitude up to 4. */
+static problem *new_problem(uint32_t kv_type, int32_t head_dim)
 {
+    problem *p = malloc(sizeof *p);
+    assert_non_null(p);
     size_t elem = kv_type == GRAFT_TYPE_F32 ? 4 : 2, row = (size_t)head_dim * elem;
     size_t stride = row + 96;
     p->store = malloc(stride * 2 * MAX_KEYS);
@@ -97,6 +100,13 @@ static void make_problem(problem *p, uint32_t kv_type, int32_t head_dim)
     }
     for (int32_t i = 0; i < MAX_Q * MAX_DIM; i++)
         p->q[i] = uniform();
+    return p;
+}
+
+static void free_problem(problem *p)
+{
+    free(p->store);
+    free(p);
 }
 
 static void check_kernel(graft__attend_fn attend)
@@ -107,9 +117,7 @@ static void check_kernel(graft__attend_fn attend)
     for (size_t ti = 0; ti < 2; ti++) {
         for (size_t di = 0; di < sizeof head_dims / sizeof *head_dims; di++) {
             int32_t dim = head_dims[di];
-            problem *p = malloc(sizeof *p);
-            assert_non_null(p);
-            make_problem(p, kv_types[ti], dim);
+            problem *p = new_problem(kv_types[ti], dim);
             float scale = 1.0f / sqrtf((float)dim);
             for (size_t gi = 0; gi < sizeof groups / sizeof *groups; gi++) {
                 int32_t n_q = groups[gi];
@@ -135,8 +143,7 @@ static void check_kernel(graft__attend_fn attend)
                     }
                 }
             }
-            free(p->store);
-            free(p);
+            free_problem(p);
         }
     }
 }
@@ -165,9 +172,7 @@ static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
     for (size_t ti = 0; ti < 2; ti++) {
         for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
             int32_t dim = dims[di];
-            problem *p = malloc(sizeof *p);
-            assert_non_null(p);
-            make_problem(p, kv_types[ti], dim);
+            problem *p = new_problem(kv_types[ti], dim);
             float *outs[GRAFT_ATTN_MAX_HEADS];
             const float *qs[GRAFT_ATTN_MAX_HEADS];
             int64_t n_keys[GRAFT_ATTN_MAX_HEADS];
@@ -185,8 +190,7 @@ static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
                     }
                 }
             }
-            free(p->store);
-            free(p);
+            free_problem(p);
         }
     }
 }
@@ -265,12 +269,9 @@ static void test_chunks_avx512(void **state)
         for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
             for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
                 int32_t dim = dims[di], kv_heads = shapes[si][0], group = shapes[si][1];
-                problem *p = malloc(sizeof *p);
-                assert_non_null(p);
-                make_problem(p, kv_types[ti], kv_heads * dim);
+                problem *p = new_problem(kv_types[ti], kv_heads * dim);
                 check_chunk_shape(p, kv_types[ti], dim, kv_heads, group);
-                free(p->store);
-                free(p);
+                free_problem(p);
             }
         }
     }

@@ -101,8 +101,9 @@ static char **make_env(const char *const *unset, const char *const *set)
     return env;
 }
 
-/* Runs graft with `args` (NULL-terminated) in the environment `env` (NULL: ours). */
-static cli_result run_env(char **env, const char *const *args)
+/* Runs graft with `args` (NULL-terminated) in the environment `env` (NULL: ours), its stdin
+ * read from the file `in` (NULL: ours). */
+static cli_result spawn_graft(char **env, const char *in, const char *const *args)
 {
     const char *argv[32] = {bin()};
     size_t n = 1;
@@ -114,6 +115,8 @@ static cli_result run_env(char **env, const char *const *args)
     int out = scratch_fd("out"), err = scratch_fd("err");
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
+    if (in != NULL)
+        posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, out, 1);
     posix_spawn_file_actions_adddup2(&fa, err, 2);
     pid_t pid;
@@ -129,7 +132,7 @@ static cli_result run_env(char **env, const char *const *args)
 
 static cli_result run(const char *const *args)
 {
-    return run_env(NULL, args);
+    return spawn_graft(NULL, NULL, args);
 }
 
 #define GRAFT(...) run((const char *const[]){__VA_ARGS__, NULL})
@@ -226,6 +229,17 @@ static void expect_usage_error(const char *const *args, const char *words)
 
 #define USAGE_ERROR(words, ...) expect_usage_error((const char *const[]){__VA_ARGS__, NULL}, words)
 
+/* A failure at run time: exit 1, `words` on stderr. */
+static void expect_failure(const char *const *args, const char *words)
+{
+    cli_result r = run(args);
+    expect_status(&r, 1);
+    expect_contains(r.err, words);
+    result_free(&r);
+}
+
+#define FAILURE(words, ...) expect_failure((const char *const[]){__VA_ARGS__, NULL}, words)
+
 static void test_usage_errors(void **state)
 {
     (void)state;
@@ -286,24 +300,12 @@ static void test_missing_model(void **state)
 {
     (void)state;
     static const char path[] = "/nonexistent/model.gguf";
-    cli_result r = GRAFT("info", path);
-    expect_status(&r, 1);
-    expect_contains(r.err, path);
-    result_free(&r);
-    r = GRAFT("tokenize", path, "hello");
-    expect_status(&r, 1);
-    expect_contains(r.err, path);
-    result_free(&r);
-    r = GRAFT("run", "-m", path, "-n", "4");
-    expect_status(&r, 1);
-    expect_contains(r.err, path);
-    result_free(&r);
+    FAILURE(path, "info", path);
+    FAILURE(path, "tokenize", path, "hello");
+    FAILURE(path, "run", "-m", path, "-n", "4");
     char text[512];
     snprintf(text, sizeof text, "%s/stories260K.tokenizer-tests.inp", graft_test_models_dir());
-    r = GRAFT("info", text);
-    expect_status(&r, 1);
-    expect_contains(r.err, "graft info: ");
-    result_free(&r);
+    FAILURE("graft info: ", "info", text);
 }
 
 /* ---- info, tokenize, run on stories260K ------------------------------------------------ */
@@ -470,7 +472,8 @@ static void test_run_default_model(void **state)
     snprintf(models, sizeof models, "GRAFT_MODELS_DIR=%s", graft_test_models_dir());
     char **env = make_env((const char *const[]){"GRAFT_MODEL", "GRAFT_MODELS_DIR", NULL},
                           (const char *const[]){models, NULL});
-    cli_result r = run_env(env, (const char *const[]){"run", "--temp", "0", "-n", "5", NULL});
+    cli_result r =
+        spawn_graft(env, NULL, (const char *const[]){"run", "--temp", "0", "-n", "5", NULL});
     expect_status(&r, 0);
     assert_string_equal(r.out, " Once upon a time,\n");
     result_free(&r);
@@ -479,7 +482,7 @@ static void test_run_default_model(void **state)
     snprintf(model, sizeof model, "GRAFT_MODEL=%s", stories());
     env = make_env((const char *const[]){"GRAFT_MODEL", "GRAFT_MODELS_DIR", NULL},
                    (const char *const[]){model, NULL});
-    r = run_env(env, (const char *const[]){"run", "--temp", "0", "-n", "3", NULL});
+    r = spawn_graft(env, NULL, (const char *const[]){"run", "--temp", "0", "-n", "3", NULL});
     expect_status(&r, 0);
     assert_string_equal(r.out, " Once upon a\n");
     result_free(&r);
@@ -518,10 +521,8 @@ static void test_logits_out(void **state)
         assert_int_equal(best, top_ids[k]);
         assert_float_equal(logits[best], top_vals[k], 1e-3);
     }
-    r = GRAFT("run", "-m", stories(), "-n", "1", "--logits-out", "/nonexistent/dir/l.bin");
-    expect_status(&r, 1);
-    expect_contains(r.err, "/nonexistent/dir/l.bin");
-    result_free(&r);
+    FAILURE("/nonexistent/dir/l.bin", "run", "-m", stories(), "-n", "1", "--logits-out",
+            "/nonexistent/dir/l.bin");
 }
 
 static void test_run_engine_options(void **state)
@@ -538,15 +539,10 @@ static void test_run_engine_options(void **state)
     expect_contains(r.err, "20480 bytes");
     assert_string_equal(r.out, "");
     result_free(&r);
-    r = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "60", "--kv-mem", "20k");
-    expect_status(&r, 1);
-    expect_contains(r.err, "graft run: --kv-mem 20480 holds 32 positions (1 block of 32 "
-                           "positions, 20480 bytes each) but the context needs 61");
-    result_free(&r);
-    r = GRAFT("run", "-m", stories(), "-n", "4", "--kernels", "sse9");
-    expect_status(&r, 1);
-    expect_contains(r.err, "sse9");
-    result_free(&r);
+    FAILURE("graft run: --kv-mem 20480 holds 32 positions (1 block of 32 positions, 20480 "
+            "bytes each) but the context needs 61",
+            "run", "-m", stories(), "--temp", "0", "-n", "60", "--kv-mem", "20k");
+    FAILURE("sse9", "run", "-m", stories(), "-n", "4", "--kernels", "sse9");
     r = GRAFT("run", "-m", stories(), "--temp", "0", "-n", "60", "--ctx", "10");
     expect_status(&r, 0);
     assert_string_equal(r.out, " Once upon a time, there was a little g\n");
@@ -741,11 +737,8 @@ static void test_synth_errors(void **state)
     USAGE_ERROR("unexpected argument", "synth", "--arch", "llama", "--preset", "tiny", "-o",
                 path, "more");
     assert_int_not_equal(access(path, F_OK), 0);
-    cli_result r = GRAFT("synth", "--arch", "llama", "--preset", "tiny", "--vocab",
-                         "/nonexistent/vocab.gguf", "-o", path);
-    expect_status(&r, 1);
-    expect_contains(r.err, "/nonexistent/vocab.gguf");
-    result_free(&r);
+    FAILURE("/nonexistent/vocab.gguf", "synth", "--arch", "llama", "--preset", "tiny",
+            "--vocab", "/nonexistent/vocab.gguf", "-o", path);
     assert_int_not_equal(access(path, F_OK), 0);
 }
 
@@ -779,18 +772,29 @@ static double json_number(const char *json, const char *key)
     return v;
 }
 
-/* Every name in `fields` appears in the --help text and as a key of the JSON object. */
-static void expect_documented(const char *help, const char *json, const char *const *fields)
+/* Runs graft with `args`, a bench command with --json, which must exit 0: every name in
+ * `fields` (NULL-terminated) appears in that command's --help text and as a key of the JSON
+ * object it prints. Returns the run, for result_free. */
+static cli_result run_bench_json(const char *const *fields, const char *const *args)
 {
+    cli_result help = GRAFT("bench", args[1], "--help");
+    expect_status(&help, 0);
+    cli_result r = run(args);
+    expect_status(&r, 0);
+    const char *json = r.out;
     assert_int_equal(json[0], '{');
     assert_int_equal(json[strlen(json) - 2], '}');
     for (const char *const *f = fields; *f; f++) {
-        expect_contains(help, *f);
+        expect_contains(help.out, *f);
         char key[64];
         snprintf(key, sizeof key, "\"%s\": ", *f);
         expect_contains(json, key);
     }
+    result_free(&help);
+    return r;
 }
+
+#define BENCH_JSON(fields, ...) run_bench_json(fields, (const char *const[]){__VA_ARGS__, NULL})
 
 /* The clone objects of bench clone's JSON: each checked for the zero-copy properties. */
 static int check_clone_objects(const char *json, int64_t block_bytes)
@@ -823,12 +827,8 @@ static void test_bench_clone(void **state)
         "peak_rss_growth_bytes", "rss_within_bound", NULL};
     char path[512];
     synth_tiny(path, sizeof path);
-    cli_result help = GRAFT("bench", "clone", "--help");
-    expect_status(&help, 0);
-    cli_result r = GRAFT("bench", "clone", "-m", path, "--max-context", "300", "--reps", "3",
-                         "--threads", "1", "--json");
-    expect_status(&r, 0);
-    expect_documented(help.out, r.out, fields);
+    cli_result r = BENCH_JSON(fields, "bench", "clone", "-m", path, "--max-context", "300",
+                              "--reps", "3", "--threads", "1", "--json");
     int64_t block_bytes = (int64_t)json_number(r.out, "kv_block_bytes");
     assert_int_equal((int64_t)json_number(r.out, "kv_block_tokens"), 32);
     assert_int_equal(check_clone_objects(r.out, block_bytes), 4); /* 256 and 300, 2 each */
@@ -845,18 +845,15 @@ static void test_bench_clone(void **state)
                      (300 + 8 * 128) * block_bytes / 32 + 9 * block_bytes);
     assert_int_equal((int)json_number(mem, "kv_within_bound"), 1);
     result_free(&r);
-    result_free(&help);
     r = GRAFT("bench", "clone", "-m", path, "--max-context", "64", "--reps", "1");
     expect_status(&r, 0);
     expect_contains(r.out, "64 (block edge)");
     expect_contains(r.out, "48 (mid-block)");
     expect_contains(r.out, "KV pool in use");
     result_free(&r);
-    r = GRAFT("bench", "clone", "-m", path, "--max-context", "4000");
-    expect_status(&r, 1);
-    expect_contains(r.err, "--max-context 4000 is too long");
-    expect_contains(r.err, "at most 3968");
-    result_free(&r);
+    FAILURE("--max-context 4000 is too long: the model's context length is 4096 and each "
+            "clone is extended by 128 tokens, so at most 3968",
+            "bench", "clone", "-m", path, "--max-context", "4000");
     unlink(path);
 }
 
@@ -871,12 +868,8 @@ static void test_bench_speed(void **state)
         "kv_bytes_per_token", "bandwidth_during_gbs", "decode_roofline_during_tps", NULL};
     char path[512];
     synth_tiny(path, sizeof path);
-    cli_result help = GRAFT("bench", "speed", "--help");
-    expect_status(&help, 0);
-    cli_result r = GRAFT("bench", "speed", "-m", path, "--prompt", "16", "--gen", "4", "--reps",
-                         "1", "--threads", "1", "--json");
-    expect_status(&r, 0);
-    expect_documented(help.out, r.out, fields);
+    cli_result r = BENCH_JSON(fields, "bench", "speed", "-m", path, "--prompt", "16", "--gen",
+                              "4", "--reps", "1", "--threads", "1", "--json");
     assert_int_equal((int)json_number(r.out, "prompt_tokens"), 16);
     assert_int_equal((int)json_number(r.out, "seq_context_tokens"), 64);
     assert_true(json_number(r.out, "bandwidth_during_gbs") > 0); /* one sample, before token 2 */
@@ -906,7 +899,6 @@ static void test_bench_speed(void **state)
     expect_contains(r.out, "cpu features: ");
     expect_contains(r.out, "16 tokens in one batch");
     result_free(&r);
-    result_free(&help);
     unlink(path);
 }
 
@@ -920,12 +912,8 @@ static void test_bench_prefix(void **state)
         "same_token", NULL};
     char path[512];
     synth_tiny(path, sizeof path);
-    cli_result help = GRAFT("bench", "prefix", "--help");
-    expect_status(&help, 0);
-    cli_result r = GRAFT("bench", "prefix", "-m", path, "--max-prefix", "40", "--reps", "1",
-                         "--threads", "1", "--json");
-    expect_status(&r, 0);
-    expect_documented(help.out, r.out, fields);
+    cli_result r = BENCH_JSON(fields, "bench", "prefix", "-m", path, "--max-prefix", "40",
+                              "--reps", "1", "--threads", "1", "--json");
     int n = 0;
     for (const char *at = strstr(r.out, "{\"prefix_tokens\": "); at;
          at = strstr(at + 1, "{\"prefix_tokens\": ")) {
@@ -941,43 +929,13 @@ static void test_bench_prefix(void **state)
     }
     assert_int_equal(n, 2);
     result_free(&r);
-    result_free(&help);
-    r = GRAFT("bench", "prefix", "-m", path, "--max-prefix", "3969");
-    expect_status(&r, 1);
-    expect_contains(r.err, "--max-prefix 3969 is too long");
-    expect_contains(r.err, "at most 3968");
-    result_free(&r);
+    FAILURE("--max-prefix 3969 is too long: the model's context length is 4096 and suffixes "
+            "are up to 128 tokens, so at most 3968",
+            "bench", "prefix", "-m", path, "--max-prefix", "3969");
     unlink(path);
 }
 
 /* ---- template ---------------------------------------------------------------------------- */
-
-/* graft with stdin read from the file `in`. */
-static cli_result run_stdin(const char *in, const char *const *args)
-{
-    const char *argv[32] = {bin()};
-    size_t n = 1;
-    while (args[n - 1] != NULL && n < 31) {
-        argv[n] = args[n - 1];
-        n++;
-    }
-    argv[n] = NULL;
-    int out = scratch_fd("out"), err = scratch_fd("err");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, out, 1);
-    posix_spawn_file_actions_adddup2(&fa, err, 2);
-    pid_t pid;
-    int rc = posix_spawn(&pid, bin(), &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0)
-        fail_msg("cannot run %s: %s", bin(), strerror(rc));
-    int wstatus;
-    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
-    cli_result r = {WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, slurp_fd(out), slurp_fd(err)};
-    return r;
-}
 
 /* `graft template`: the text alone on stdout (from a file and from stdin), a model's default
  * template said on stderr, exit 1 with the template's message, usage errors. */
@@ -996,8 +954,8 @@ static void test_template(void **state)
     assert_string_equal(r.out, want);
     assert_string_equal(r.err, "");
     result_free(&r);
-    r = run_stdin(input, (const char *const[]){"template", "--template", tmpl, "--input", "-",
-                                               NULL});
+    r = spawn_graft(NULL, input,
+                    (const char *const[]){"template", "--template", tmpl, "--input", "-", NULL});
     expect_status(&r, 0);
     assert_string_equal(r.out, want);
     result_free(&r);

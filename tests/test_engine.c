@@ -34,16 +34,13 @@ static graft_context *cold; /* the reference for cold recomputation */
 static int setup(void **state)
 {
     (void)state;
-    model = graft_test_load_model(GRAFT_TEST_STORIES);
-    cold = model ? graft_test_cold_context(model, MAX_CONTEXT) : NULL;
-    return cold ? 0 : -1;
+    return graft_test_load_stories(&model, &cold, MAX_CONTEXT);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    graft_context_free(cold);
-    graft_model_free(model);
+    graft_test_free_stories(model, cold);
     return 0;
 }
 
@@ -740,12 +737,9 @@ static void test_cancelled_prefill_keeps_prefix(void **state)
 static void test_sliding_window_retention(void **state)
 {
     (void)state;
-    char path[1024];
-    graft_test_tmp_path(path, sizeof path, "engine-gemma3-tiny.gguf");
-    graft_synth_options so = {"gemma3", "tiny", GRAFT_TYPE_F32, NULL, 11, path};
-    assert_int_equal(graft_synth_write(&so, NULL), GRAFT_OK);
-    graft_model *gemma = NULL;
-    assert_int_equal(graft_model_load(path, &gemma, NULL), GRAFT_OK);
+    graft_model *gemma =
+        graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_F32, 11, "engine-gemma3-tiny.gguf");
+    assert_non_null(gemma);
     assert_int_equal(gemma->hp.sliding_window, 16);
     graft_engine_options o = small_options();
     o.max_context = 128;

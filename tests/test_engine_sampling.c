@@ -31,21 +31,18 @@ static int32_t n_vocab;
 static int setup(void **state)
 {
     (void)state;
-    stories = graft_test_load_model(GRAFT_TEST_STORIES);
-    if (stories == NULL)
+    if (graft_test_load_stories(&stories, &cold, CONTEXT) != 0)
         return -1;
-    cold = graft_test_cold_context(stories, CONTEXT);
     graft_model_info info;
     graft_model_get_info(stories, &info);
     n_vocab = info.n_vocab;
-    return cold != NULL ? 0 : -1;
+    return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    graft_context_free(cold);
-    graft_model_free(stories);
+    graft_test_free_stories(stories, cold);
     return 0;
 }
 

@@ -25,8 +25,10 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "captures.h"
 #include "fixtures.h"
 #include "graft.h"
+#include "logits_taps.h"
 #include "models.h"
 
 enum { CONTEXT = 256, GEMMA_CONTEXT = 160, EXTRA_TOKEN = 509, BOS = 1 };
@@ -127,13 +129,9 @@ static void test_capture_queued_behind_close(void **state)
         int32_t prompt[6] = {BOS, 20 + round, 40, 41, 42, 43};
         graft_prompt_capture *cap = NULL;
         assert_int_equal(graft_prompt_capture_create(cache, s, prompt, 6, &cap), GRAFT_OK);
-        graft_update_cb up = NULL;
-        graft_settled_cb st = NULL;
-        void *user = NULL;
-        assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-        graft_generate_config c = graft_test_greedy(4);
         graft_generation *gen = NULL;
-        assert_int_equal(graft_session_generate(s, prompt, 6, &c, up, st, user, &gen), GRAFT_OK);
+        assert_int_equal(
+            graft_test_generate_captured(s, cap, prompt, 6, 4, NULL, NULL, NULL, &gen), GRAFT_OK);
         int rc = graft_generation_wait(gen);
         assert_int_equal(rc, GRAFT_ECANCELLED); /* the close cancelled it */
         graft_generation_free(gen);
@@ -240,13 +238,10 @@ static void test_close_race_stress(void **state)
         graft_prompt_capture *cap = NULL;
         assert_int_equal(graft_prompt_capture_create(cache, s, k.tokens, (size_t)k.n, &cap),
                          GRAFT_OK);
-        graft_update_cb up = NULL;
-        graft_settled_cb st = NULL;
-        void *user = NULL;
-        assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-        graft_generate_config c = graft_test_greedy(1 + (int32_t)(seed % 40)); /* often closed mid-way */
         graft_generation *gen = NULL;
-        assert_int_equal(graft_session_generate(s, k.tokens, (size_t)k.n, &c, up, st, user, &gen),
+        int32_t max_new = 1 + (int32_t)(seed % 40); /* often closed mid-way */
+        assert_int_equal(graft_test_generate_captured(s, cap, k.tokens, (size_t)k.n, max_new, NULL,
+                                                      NULL, NULL, &gen),
                          GRAFT_OK);
         pthread_mutex_lock(&mb.mu);
         mb.session = s;
@@ -472,22 +467,6 @@ static int32_t first_key_read(const graft_model *m, int32_t pos)
     return 0;
 }
 
-typedef struct logits_catch {
-    int32_t n_vocab;
-    bool got;
-    float logits[1024];
-} logits_catch;
-
-static void catch_first(graft_generation *gen, const float *logits, void *user)
-{
-    (void)gen;
-    logits_catch *t = user;
-    if (!t->got) {
-        memcpy(t->logits, logits, (size_t)t->n_vocab * sizeof(float));
-        t->got = true;
-    }
-}
-
 /* For a session of every other length L over two block periods, and boundaries u <= L: the
  * engine clones at u exactly when the session still holds every key the next query reads
  * ([first key read for u, u)), and a clone computes position u as a cold run does. */
@@ -496,12 +475,11 @@ static void test_retention_matches_forward_reads(void **state)
     (void)state;
     graft_engine_options o = options(gemma, 8);
     graft_engine *e = graft_test_engine(gemma, &o);
-    logits_catch tap = {.n_vocab = gemma->hp.n_vocab};
-    graft__engine_set_tap(e, catch_first, &tap);
+    graft_test_taps tap = {.n_vocab = gemma->hp.n_vocab};
+    graft__engine_set_tap(e, graft_test_tap, &tap);
     uint32_t seed = 5;
     int32_t tokens[GEMMA_CONTEXT];
     random_tokens(&seed, tokens, GEMMA_CONTEXT, 0, gemma->hp.n_vocab);
-    float *ref = malloc((size_t)gemma->hp.n_vocab * sizeof *ref);
     int accepted = 0, refused = 0;
     for (int32_t L = 60; L <= 130; L += 2) {
         graft_session *s = graft_test_open_session(e);
@@ -521,11 +499,7 @@ static void test_retention_matches_forward_reads(void **state)
             }
             assert_int_equal(rc, GRAFT_OK);
             accepted++;
-            tap.got = false;
-            assert_int_equal(graft_test_run(c, tokens + u, 1, 1), GRAFT_OK);
-            assert_true(tap.got);
-            cold_logits(gemma, tokens, u + 1, ref);
-            assert_memory_equal(tap.logits, ref, (size_t)gemma->hp.n_vocab * sizeof *ref);
+            graft_test_check_next_logits(&tap, c, gemma_cold, tokens, u);
             graft_session_close(c);
         }
         graft_session_close(s);
@@ -533,8 +507,8 @@ static void test_retention_matches_forward_reads(void **state)
     printf("retention: %d clones accepted and checked against cold, %d refused where the "
            "forward pass's keys were gone\n", accepted, refused);
     assert_true(accepted > 0 && refused > 0);
-    free(ref);
     graft__engine_set_tap(e, NULL, NULL);
+    graft_test_taps_clear(&tap);
     engine_end(e);
 }
 
@@ -554,14 +528,10 @@ static void test_exact_repeat_hits_at_every_length(void **state)
         graft_session *s = graft_test_open_session(e);
         graft_prompt_capture *cap = NULL;
         assert_int_equal(graft_prompt_capture_create(cache, s, tokens, (size_t)L, &cap), GRAFT_OK);
-        graft_update_cb up = NULL;
-        graft_settled_cb st = NULL;
-        void *user = NULL;
-        assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-        graft_generate_config c = graft_test_greedy(20); /* on past the window of L - 1 */
-        graft_generation *gen = NULL;
-        assert_int_equal(graft_session_generate(s, tokens, (size_t)L, &c, up, st, user, &gen),
-                         GRAFT_OK);
+        graft_generation *gen = NULL; /* 20 tokens: on past the window of L - 1 */
+        assert_int_equal(
+            graft_test_generate_captured(s, cap, tokens, (size_t)L, 20, NULL, NULL, NULL, &gen),
+            GRAFT_OK);
         assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
         graft_generation_free(gen);
         assert_int_equal(graft_prompt_capture_collect(cap), GRAFT_OK);
@@ -767,13 +737,10 @@ static void test_cache_calls_from_callbacks(void **state)
     graft_prompt_capture *cap = NULL;
     assert_int_equal(graft_prompt_capture_create(bounded, s, &bos, 1, &cap), GRAFT_OK);
     from_callback fc = {bounded, cap, snapshot, 0, 0};
-    graft_update_cb up = NULL;
-    graft_settled_cb st = cache_calls_settled;
-    void *user = &fc;
-    assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st, &user), GRAFT_OK);
-    graft_generate_config c = graft_test_greedy(2);
     graft_generation *gen = NULL;
-    assert_int_equal(graft_session_generate(s, &bos, 1, &c, up, st, user, &gen), GRAFT_OK);
+    assert_int_equal(
+        graft_test_generate_captured(s, cap, &bos, 1, 2, NULL, cache_calls_settled, &fc, &gen),
+        GRAFT_OK);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
     graft_generation_free(gen);
     assert_int_equal(fc.insert_rc, GRAFT_EINVAL);

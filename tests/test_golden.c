@@ -19,6 +19,7 @@
 
 #include "fixtures.h"
 #include "graft.h"
+#include "models.h"
 #include "skips.h"
 
 #define MAX_IDS 64
@@ -96,13 +97,8 @@ static void find_golden(const char *text, const char *section, const char *file,
 static void check_model_with(const char *file, const golden *g, float tol, const char *kernels,
                              int kv_f32, int n_greedy)
 {
-    char path[512];
-    graft_test_model_path(path, sizeof path, file);
-    graft_model *m = NULL;
-    char *err = NULL;
-    int rc = graft_model_load(path, &m, &err);
-    if (rc != GRAFT_OK)
-        fail_msg("load %s: %s", path, err ? err : "?");
+    graft_model *m = graft_test_load_model(file);
+    assert_non_null(m);
     graft_model_info info;
     graft_model_get_info(m, &info);
     assert_int_equal(info.n_vocab, 512);
@@ -192,10 +188,8 @@ static void test_simd_kernels(void **state)
     for (size_t p = 0; p < 2; p++) {
         if (!graft_test_path_runs(paths[p], "stories260K golden figures"))
             continue;
-        graft_model *m = NULL;
-        char path[512];
-        graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES);
-        assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
+        graft_model *m = graft_test_load_model(GRAFT_TEST_STORIES);
+        assert_non_null(m);
         graft_context_options opts = graft_context_default_options();
         opts.kernels = paths[p];
         graft_context *probe = NULL;
@@ -220,10 +214,8 @@ static void test_simd_kernels(void **state)
 static void test_batch_equals_sequential(void **state)
 {
     (void)state;
-    char path[512];
-    graft_test_model_path(path, sizeof path, "derived/stories260K-Q4_1mix.gguf");
-    graft_model *m = NULL;
-    assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
+    graft_model *m = graft_test_load_model("derived/stories260K-Q4_1mix.gguf");
+    assert_non_null(m);
     const int32_t prompt[] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298};
     const size_t n = sizeof prompt / sizeof prompt[0];
     float *batched = malloc(512 * sizeof(float)), *sequential = malloc(512 * sizeof(float));
@@ -245,10 +237,8 @@ static void test_batch_equals_sequential(void **state)
 static void test_context_capacity(void **state)
 {
     (void)state;
-    char path[512];
-    graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES);
-    graft_model *m = NULL;
-    assert_int_equal(graft_model_load(path, &m, NULL), GRAFT_OK);
+    graft_model *m = graft_test_load_model(GRAFT_TEST_STORIES);
+    assert_non_null(m);
     graft_context *ctx = NULL;
     char *err = NULL;
     assert_int_equal(graft_context_create(m, 4096, &ctx, &err), GRAFT_ERANGE);

@@ -24,6 +24,7 @@
 
 #include "fixtures.h"
 #include "graft.h"
+#include "models.h"
 #include "skips.h"
 
 #define PROMPT_LEN 72
@@ -179,10 +180,8 @@ static void test_stories(void **state)
     (void)state;
     static const char *files[] = {GRAFT_TEST_STORIES_ALL};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char path[512];
-        graft_test_model_path(path, sizeof path, files[i]);
-        subject s = {0};
-        assert_int_equal(graft_model_load(path, &s.model, NULL), GRAFT_OK);
+        subject s = {.model = graft_test_load_model(files[i])};
+        assert_non_null(s.model);
         check_subject(&s, strrchr(files[i], '/') ? strrchr(files[i], '/') + 1 : files[i],
                       i < 2 ? FLOAT_TOLERANCE : QUANT_TOLERANCE);
         graft_model_free(s.model);
@@ -191,14 +190,10 @@ static void test_stories(void **state)
 
 static void check_synth(const char *arch, int type)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/invariance-%s-%d.gguf", graft_test_tmp_dir(), arch, type);
-    graft_synth_options o = {arch, "tiny", type, NULL, 7, path};
-    char *err = NULL;
-    if (graft_synth_write(&o, &err) != GRAFT_OK)
-        fail_msg("synth %s: %s", arch, err);
-    subject s = {0};
-    assert_int_equal(graft_model_load(path, &s.model, NULL), GRAFT_OK);
+    char file[64], path[512];
+    snprintf(file, sizeof file, "invariance-%s-%d.gguf", arch, type);
+    subject s = {.model = graft_test_synth_model(arch, "tiny", type, 7, file)};
+    assert_non_null(s.model);
     graft_model_info info;
     graft_model_get_info(s.model, &info);
     if (strcmp(arch, "gemma3") == 0)
@@ -207,7 +202,7 @@ static void check_synth(const char *arch, int type)
     snprintf(name, sizeof name, "synth %s %s", arch, graft_type_name(type));
     check_subject(&s, name, QUANT_TOLERANCE);
     graft_model_free(s.model);
-    remove(path);
+    remove(graft_test_tmp_path(path, sizeof path, file));
 }
 
 static void test_synth_qwen3(void **state)

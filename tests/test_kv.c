@@ -30,6 +30,7 @@
 
 #include "fixtures.h"
 #include "kv/kv.h"
+#include "models.h"
 
 #define B GRAFT_KV_BLOCK_TOKENS
 
@@ -37,43 +38,23 @@ static struct graft_model *stories, *gemma_f32, *gemma_q8;
 
 /* ---- fixtures -------------------------------------------------------------------------------- */
 
-static struct graft_model *load(const char *path)
-{
-    struct graft_model *m = NULL;
-    char *err = NULL;
-    int rc = graft__model_load(path, &m, &err);
-    if (rc != GRAFT_OK)
-        fail_msg("loading %s: %s", path, err ? err : graft_status_str(rc));
-    return m;
-}
-
-static struct graft_model *synth_gemma(int type)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/kv-gemma3-tiny-%d.gguf", graft_test_tmp_dir(), type);
-    graft_synth_options o = {"gemma3", "tiny", type, NULL, 7, path};
-    char *err = NULL;
-    if (graft_synth_write(&o, &err) != GRAFT_OK)
-        fail_msg("synth %s: %s", path, err ? err : "?");
-    return load(path);
-}
-
 static int setup_models(void **state)
 {
     (void)state;
-    char path[512];
-    stories = load(graft_test_model_path(path, sizeof path, GRAFT_TEST_STORIES));
-    gemma_f32 = synth_gemma(GRAFT_TYPE_F32);
-    gemma_q8 = synth_gemma(GRAFT_TYPE_Q8_0);
-    return 0;
+    stories = graft_test_load_model(GRAFT_TEST_STORIES);
+    gemma_f32 =
+        graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_F32, 7, "kv-gemma3-tiny-F32.gguf");
+    gemma_q8 =
+        graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_Q8_0, 7, "kv-gemma3-tiny-Q8_0.gguf");
+    return stories && gemma_f32 && gemma_q8 ? 0 : -1;
 }
 
 static int teardown_models(void **state)
 {
     (void)state;
-    graft__model_free(stories);
-    graft__model_free(gemma_f32);
-    graft__model_free(gemma_q8);
+    graft_model_free(stories);
+    graft_model_free(gemma_f32);
+    graft_model_free(gemma_q8);
     return 0;
 }
 
@@ -215,6 +196,23 @@ static int append(const rig *r, graft__kv_pool *p, int32_t seq, const int32_t *t
     free(logits);
     free(e);
     return rc;
+}
+
+/* A new sequence of p holding tokens[0, n), appended in one forward (both asserted). */
+static int32_t seq_with(const rig *r, graft__kv_pool *p, const int32_t *tokens, int32_t n)
+{
+    int32_t seq;
+    assert_int_equal(graft__kv_seq_open(p, &seq), GRAFT_OK);
+    assert_int_equal(append(r, p, seq, tokens, n, NULL), GRAFT_OK);
+    return seq;
+}
+
+/* The end of a test: the pool is consistent; it and the rig are freed. */
+static void pool_end(rig *r, graft__kv_pool *p)
+{
+    assert_true(graft__kv_pool_check(p));
+    graft__kv_pool_free(p);
+    rig_close(r);
 }
 
 static void expect_rows(const rig *r, const float *want, const float *got, int32_t rows,
@@ -391,10 +389,9 @@ static void test_clone(void **state)
     (void)state;
     rig r = rig_open(stories, NULL, 1, GRAFT_TYPE_F32);
     graft__kv_pool *p = pool_new(&r, 32, 8, 128);
-    int32_t hist[128], a;
+    int32_t hist[128];
     random_tokens(&r, hist, 128);
-    assert_int_equal(graft__kv_seq_open(p, &a), GRAFT_OK);
-    assert_int_equal(append(&r, p, a, hist, 70, NULL), GRAFT_OK); /* blocks 0, 1 full, 2 partial */
+    int32_t a = seq_with(&r, p, hist, 70); /* blocks 0, 1 full, 2 partial */
     graft__kv_stats before = stats_of(p);
     assert_int_equal(before.blocks_used, 3);
 
@@ -478,8 +475,7 @@ static void test_shared_writers(void **state)
     graft__kv_pool *p = pool_new(&r, 3, 4, 64); /* one block used, exactly two to copy */
     int32_t hist[64], ids[3];
     random_tokens(&r, hist, 64);
-    assert_int_equal(graft__kv_seq_open(p, &ids[0]), GRAFT_OK);
-    assert_int_equal(append(&r, p, ids[0], hist, 20, NULL), GRAFT_OK);
+    ids[0] = seq_with(&r, p, hist, 20);
     assert_int_equal(graft__kv_seq_clone(p, ids[0], 20, &ids[1]), GRAFT_OK);
     assert_int_equal(graft__kv_seq_clone(p, ids[0], 20, &ids[2]), GRAFT_OK);
     graft__batch_entry e[6];
@@ -505,9 +501,7 @@ static void test_shared_writers(void **state)
         free(want);
     }
     free(got);
-    assert_true(graft__kv_pool_check(p));
-    graft__kv_pool_free(p);
-    rig_close(&r);
+    pool_end(&r, p);
 }
 
 /* A forward whose rows are only partly accepted: commit keeps what it is told and gives
@@ -517,10 +511,9 @@ static void test_partial_commit(void **state)
     (void)state;
     rig r = rig_open(stories, NULL, 1, GRAFT_TYPE_F32);
     graft__kv_pool *p = pool_new(&r, 8, 2, 128);
-    int32_t hist[128], a;
+    int32_t hist[128];
     random_tokens(&r, hist, 128);
-    assert_int_equal(graft__kv_seq_open(p, &a), GRAFT_OK);
-    assert_int_equal(append(&r, p, a, hist, 30, NULL), GRAFT_OK);
+    int32_t a = seq_with(&r, p, hist, 30);
     graft__batch_entry e[40];
     for (int32_t i = 0; i < 40; i++)
         e[i] = (graft__batch_entry){a, 30 + i, hist[30 + i], false};
@@ -534,9 +527,7 @@ static void test_partial_commit(void **state)
     assert_int_equal(graft__kv_seq_commit(p, a, 36), GRAFT_EINVAL); /* given back */
     int32_t other[8] = {3, 1, 4, 1, 5, 9, 2, 6};
     append_expect(&r, p, a, hist, 35, other, 8, "after a partial commit");
-    assert_true(graft__kv_pool_check(p));
-    graft__kv_pool_free(p);
-    rig_close(&r);
+    pool_end(&r, p);
 }
 
 /* ---- sliding window -------------------------------------------------------------------------- */
@@ -548,8 +539,7 @@ static void test_sliding_window(void **state)
     graft__kv_pool *p = pool_new(&r, 24, 6, 128);
     int32_t hist[128], a, snap;
     random_tokens(&r, hist, 128);
-    assert_int_equal(graft__kv_seq_open(p, &a), GRAFT_OK);
-    assert_int_equal(append(&r, p, a, hist, 40, NULL), GRAFT_OK);
+    a = seq_with(&r, p, hist, 40);
     assert_int_equal(graft__kv_seq_clone(p, a, 40, &snap), GRAFT_OK);
     for (int32_t pos = 40; pos < 100; pos++)
         assert_int_equal(append(&r, p, a, hist + pos, 1, NULL), GRAFT_OK);
@@ -608,9 +598,7 @@ static void test_sliding_window(void **state)
     assert_int_equal(st.bytes_used,
                      4 * st.group[0].bytes_per_block + 2 * st.group[1].bytes_per_block);
     expect_continues(&r, p, b, hist, 100, "B after its windows dropped");
-    assert_true(graft__kv_pool_check(p));
-    graft__kv_pool_free(p);
-    rig_close(&r);
+    pool_end(&r, p);
 }
 
 /* Reading a row of a dropped sliding-window block is a bug the pool catches. */
@@ -619,10 +607,9 @@ static void test_dropped_row_asserts(void **state)
     (void)state;
     rig r = rig_open(gemma_f32, NULL, 1, GRAFT_TYPE_F32);
     graft__kv_pool *p = pool_new(&r, 8, 2, 128);
-    int32_t hist[70], a;
+    int32_t hist[70];
     random_tokens(&r, hist, 70);
-    assert_int_equal(graft__kv_seq_open(p, &a), GRAFT_OK);
-    assert_int_equal(append(&r, p, a, hist, 70, NULL), GRAFT_OK);
+    int32_t a = seq_with(&r, p, hist, 70);
     graft__kv kv = graft__kv_pool_iface(p);
     assert_non_null(kv.k_row(kv.self, 2, a, 0)); /* layer 2 is global: kept */
     assert_non_null(kv.k_row(kv.self, 0, a, 60));
@@ -716,8 +703,7 @@ static void test_capacity(void **state)
 
     /* Positions at or past max_len are refused. */
     p = pool_new(&r, 4, 1, 40);
-    assert_int_equal(graft__kv_seq_open(p, &a), GRAFT_OK);
-    assert_int_equal(append(&r, p, a, hist, 40, NULL), GRAFT_OK);
+    a = seq_with(&r, p, hist, 40);
     assert_int_equal(append(&r, p, a, hist, 1, NULL), GRAFT_ECAPACITY);
     assert_int_equal(graft__kv_seq_length(p, a), 40);
     graft__kv_pool_free(p);

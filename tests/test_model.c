@@ -101,74 +101,38 @@ static void expect_refusal(const edit *e, int status, const char *needle)
     remove(path);
 }
 
-static void test_architecture_missing(void **state)
+/* Every edit is refused with its status and a message containing its words. */
+static void test_refusals(void **state)
 {
     (void)state;
-    edit e = {DROP_KEY, "general.architecture", 0, NULL, 0};
-    expect_refusal(&e, GRAFT_EFORMAT, "'general.architecture' is missing");
-}
-
-static void test_architecture_unsupported(void **state)
-{
-    (void)state;
-    edit e = {SET_STR, "general.architecture", 0, "mamba", 0};
-    expect_refusal(&e, GRAFT_EUNSUPPORTED, "architecture 'mamba' is not supported");
-}
-
-static void test_required_key_missing(void **state)
-{
-    (void)state;
-    edit e = {DROP_KEY, "llama.block_count", 0, NULL, 0};
-    expect_refusal(&e, GRAFT_EFORMAT, "'llama.block_count' is missing");
-}
-
-static void test_key_of_wrong_type(void **state)
-{
-    (void)state;
-    edit e = {SET_STR, "llama.embedding_length", 0, "64", 0};
-    expect_refusal(&e, GRAFT_EFORMAT, "'llama.embedding_length' must be an integer");
-}
-
-static void test_heads_not_grouped(void **state)
-{
-    (void)state;
-    edit e = {SET_U32, "llama.attention.head_count_kv", 3, NULL, 0};
-    expect_refusal(&e, GRAFT_EFORMAT, "head_count 8 is not a multiple of head_count_kv 3");
-}
-
-static void test_odd_rope_dims(void **state)
-{
-    (void)state;
-    edit e = {SET_U32, "llama.rope.dimension_count", 7, NULL, 0};
-    expect_refusal(&e, GRAFT_EFORMAT, "rope.dimension_count 7 must be even");
-}
-
-static void test_zero_embedding(void **state)
-{
-    (void)state;
-    edit e = {SET_U32, "llama.embedding_length", 0, NULL, 0};
-    expect_refusal(&e, GRAFT_EFORMAT, "embedding_length is 0, must be positive");
-}
-
-static void test_tensor_missing(void **state)
-{
-    (void)state;
-    edit e = {DROP_TENSOR, "blk.2.ffn_up.weight", 0, NULL, 0};
-    expect_refusal(&e, GRAFT_EFORMAT, "tensor 'blk.2.ffn_up.weight' is missing");
-}
-
-static void test_tensor_wrong_shape(void **state)
-{
-    (void)state;
-    edit e = {RESHAPE, "blk.0.attn_k.weight", 0, NULL, 16};
-    expect_refusal(&e, GRAFT_EFORMAT, "tensor 'blk.0.attn_k.weight' has shape [64, 16]");
-}
-
-static void test_tensor_type_unsupported(void **state)
-{
-    (void)state;
-    edit e = {RETYPE, "blk.1.attn_q.weight", GRAFT_TYPE_Q8_1, NULL, 0};
-    expect_refusal(&e, GRAFT_EUNSUPPORTED, "has type Q8_1, which graft does not compute with");
+    static const struct {
+        edit e;
+        int status;
+        const char *words;
+    } cases[] = {
+        {{DROP_KEY, "general.architecture", 0, NULL, 0}, GRAFT_EFORMAT,
+         "'general.architecture' is missing"},
+        {{SET_STR, "general.architecture", 0, "mamba", 0}, GRAFT_EUNSUPPORTED,
+         "architecture 'mamba' is not supported"},
+        {{DROP_KEY, "llama.block_count", 0, NULL, 0}, GRAFT_EFORMAT,
+         "'llama.block_count' is missing"},
+        {{SET_STR, "llama.embedding_length", 0, "64", 0}, GRAFT_EFORMAT,
+         "'llama.embedding_length' must be an integer"},
+        {{SET_U32, "llama.attention.head_count_kv", 3, NULL, 0}, GRAFT_EFORMAT,
+         "head_count 8 is not a multiple of head_count_kv 3"},
+        {{SET_U32, "llama.rope.dimension_count", 7, NULL, 0}, GRAFT_EFORMAT,
+         "rope.dimension_count 7 must be even"},
+        {{SET_U32, "llama.embedding_length", 0, NULL, 0}, GRAFT_EFORMAT,
+         "embedding_length is 0, must be positive"},
+        {{DROP_TENSOR, "blk.2.ffn_up.weight", 0, NULL, 0}, GRAFT_EFORMAT,
+         "tensor 'blk.2.ffn_up.weight' is missing"},
+        {{RESHAPE, "blk.0.attn_k.weight", 0, NULL, 16}, GRAFT_EFORMAT,
+         "tensor 'blk.0.attn_k.weight' has shape [64, 16]"},
+        {{RETYPE, "blk.1.attn_q.weight", GRAFT_TYPE_Q8_1, NULL, 0}, GRAFT_EUNSUPPORTED,
+         "has type Q8_1, which graft does not compute with"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_refusal(&cases[i].e, cases[i].status, cases[i].words);
 }
 
 static void test_not_gguf(void **state)
@@ -255,16 +219,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eval_errmsg),
-        cmocka_unit_test(test_architecture_missing),
-        cmocka_unit_test(test_architecture_unsupported),
-        cmocka_unit_test(test_required_key_missing),
-        cmocka_unit_test(test_key_of_wrong_type),
-        cmocka_unit_test(test_heads_not_grouped),
-        cmocka_unit_test(test_odd_rope_dims),
-        cmocka_unit_test(test_zero_embedding),
-        cmocka_unit_test(test_tensor_missing),
-        cmocka_unit_test(test_tensor_wrong_shape),
-        cmocka_unit_test(test_tensor_type_unsupported),
+        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_not_gguf),
         cmocka_unit_test(test_allocation_failures),
     };

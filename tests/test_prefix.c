@@ -22,8 +22,10 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "captures.h"
 #include "fixtures.h"
 #include "graft.h"
+#include "logits_taps.h"
 #include "models.h"
 
 enum { STORIES_CONTEXT = 256, GEMMA_CONTEXT = 128, WINDOW = 16, B = GRAFT_KV_BLOCK_TOKENS };
@@ -47,42 +49,22 @@ static int teardown(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------
- * Fixture: a model, its cold reference, an engine with a logits tap.
+ * Fixture: a model's cold reference and an engine on the model with a logits tap.
  */
 
-typedef struct tap_slot {
-    int32_t n_vocab;
-    bool got;
-    float logits[1024];
-} tap_slot;
-
 typedef struct fx {
-    graft_model *m;
     graft_context *cold;
     graft_engine *e;
-    tap_slot tap;
-    float ref[1024];
+    graft_test_taps tap;
 } fx;
-
-static void tap_first(graft_generation *gen, const float *logits, void *user)
-{
-    (void)gen;
-    tap_slot *t = user;
-    if (!t->got) {
-        memcpy(t->logits, logits, (size_t)t->n_vocab * sizeof(float));
-        t->got = true;
-    }
-}
 
 static void fx_start_with(fx *f, graft_model *m, const graft_engine_options *o)
 {
     memset(f, 0, sizeof *f);
-    f->m = m;
     f->cold = m == stories ? stories_cold : gemma_cold;
     f->tap.n_vocab = m->hp.n_vocab;
-    assert_true(m->hp.n_vocab <= 1024);
     f->e = graft_test_engine(m, o);
-    graft__engine_set_tap(f->e, tap_first, &f->tap);
+    graft__engine_set_tap(f->e, graft_test_tap, &f->tap);
 }
 
 static graft_engine_options options(graft_model *m, int32_t max_sessions)
@@ -105,6 +87,7 @@ static int32_t sessions_open(graft_engine *e)
 /* Shuts down after checking that nothing holds a session or a KV block. */
 static void fx_end(fx *f)
 {
+    graft_test_taps_clear(&f->tap);
     graft_test_engine_end(f->e);
 }
 
@@ -153,12 +136,7 @@ static void insert_ok(fx *f, graft_prefix_cache *c, const int32_t *tokens, int32
 static void check_clone(fx *f, graft_session *s, const int32_t *tokens, int32_t m)
 {
     assert_int_equal(graft_session_position(s), m);
-    f->tap.got = false;
-    assert_int_equal(graft_test_run(s, tokens + m, 1, 1), GRAFT_OK);
-    assert_true(f->tap.got);
-    assert_int_equal(graft_context_seq_reset(f->cold, 0), GRAFT_OK);
-    assert_int_equal(graft_context_eval(f->cold, tokens, (size_t)m + 1, f->ref), GRAFT_OK);
-    assert_memory_equal(f->tap.logits, f->ref, (size_t)f->m->hp.n_vocab * sizeof(float));
+    graft_test_check_next_logits(&f->tap, s, f->cold, tokens, m);
 }
 
 /* A lookup of tokens[0, n) hits `want` tokens with the right KV; the clone is closed. */
@@ -514,13 +492,9 @@ static void test_capacity_refusal_no_leak_no_evict(void **state)
     /* a capture whose clone meets the same limit */
     graft_prompt_capture *cap = NULL;
     assert_int_equal(graft_prompt_capture_create(c, l1, a, 20, &cap), GRAFT_OK);
-    graft_update_cb up = NULL;
-    graft_settled_cb st_cb = NULL;
-    void *user = NULL;
-    assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-    graft_generate_config cfg = graft_test_greedy(2);
     graft_generation *gen = NULL;
-    assert_int_equal(graft_session_generate(l1, a, 20, &cfg, up, st_cb, user, &gen), GRAFT_OK);
+    assert_int_equal(graft_test_generate_captured(l1, cap, a, 20, 2, NULL, NULL, NULL, &gen),
+                     GRAFT_OK);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
     graft_generation_free(gen);
     assert_int_equal(graft_prompt_capture_collect(cap), GRAFT_ECAPACITY);
@@ -635,12 +609,8 @@ static void test_alloc_failures(void **state)
         int collected = GRAFT_ENOMEM;
         graft__alloc_fail_after(n, false);
         if (graft_prompt_capture_create(c, s, k, 40, &cap) == GRAFT_OK) {
-            graft_update_cb up = NULL;
-            graft_settled_cb st_cb = NULL;
-            void *user = NULL;
-            assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-            graft_generate_config cfg = graft_test_greedy(2);
-            if (graft_session_generate(s, k, 40, &cfg, up, st_cb, user, &gen) == GRAFT_OK)
+            if (graft_test_generate_captured(s, cap, k, 40, 2, NULL, NULL, NULL, &gen) ==
+                GRAFT_OK)
                 graft_generation_wait(gen);
             collected = graft_prompt_capture_collect(cap);
         }
@@ -729,6 +699,7 @@ static void test_cache_and_sessions_outlive_each_other(void **state)
     assert_int_equal(graft_prefix_cache_lookup(c, t, 41, &hit, &matched), GRAFT_OK);
     graft_prefix_cache_free(c);
     assert_int_equal(sessions_open(f.e), 1);
+    graft_test_taps_clear(&f.tap);
     assert_int_equal(graft_engine_free(f.e), GRAFT_OK);
     assert_int_equal(graft__alloc_live(), before);
 }
@@ -978,14 +949,10 @@ static void test_rejected_generation_captures_nothing(void **state)
     assert_int_equal(graft_session_open(f.e, &s, NULL), GRAFT_OK);
     graft_prompt_capture *cap = NULL;
     assert_int_equal(graft_prompt_capture_create(c, s, t, 100, &cap), GRAFT_OK);
-    graft_update_cb up = NULL;
-    graft_settled_cb st_cb = NULL;
-    void *user = NULL;
-    assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-    graft_generate_config cfg = graft_test_greedy(4);
     graft_generation *gen = NULL;
     graft__engine_pause(f.e, true);
-    assert_int_equal(graft_session_generate(s, t, 100, &cfg, up, st_cb, user, &gen), GRAFT_OK);
+    assert_int_equal(graft_test_generate_captured(s, cap, t, 100, 4, NULL, NULL, NULL, &gen),
+                     GRAFT_OK);
     graft_generation_cancel(gen);
     graft__engine_pause(f.e, false);
     assert_int_equal(graft_generation_wait(gen), GRAFT_ECANCELLED);
@@ -1130,13 +1097,9 @@ static void test_capture_moved_or_freed_handles(void **state)
     assert_int_equal(graft_prompt_capture_create(c, a.s, t, 40, &cap), GRAFT_OK);
     b = a;
     memset(&a, 0xa5, sizeof a);
-    graft_update_cb up = NULL;
-    graft_settled_cb st_cb = NULL;
-    void *user = NULL;
-    assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-    graft_generate_config cfg = graft_test_greedy(2);
     graft_generation *gen = NULL;
-    assert_int_equal(graft_session_generate(b.s, t, 40, &cfg, up, st_cb, user, &gen), GRAFT_OK);
+    assert_int_equal(graft_test_generate_captured(b.s, cap, t, 40, 2, NULL, NULL, NULL, &gen),
+                     GRAFT_OK);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
     graft_generation_free(gen);
     /* freed: the session is closed before collect */
@@ -1154,11 +1117,9 @@ static void test_capture_moved_or_freed_handles(void **state)
     assert_int_equal(graft_session_open(f.e, &s2, NULL), GRAFT_OK);
     assert_true(graft_session_id(s2) != id1);
     user_cb u = {0};
-    up = user_update;
-    st_cb = user_settled;
-    user = &u;
-    assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-    assert_int_equal(graft_session_generate(s2, t2, 40, &cfg, up, st_cb, user, &gen), GRAFT_OK);
+    assert_int_equal(
+        graft_test_generate_captured(s2, cap, t2, 40, 2, user_update, user_settled, &u, &gen),
+        GRAFT_OK);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
     graft_generation_free(gen);
     assert_int_equal(u.updates, 2);
@@ -1189,13 +1150,10 @@ static void test_capture_freed_uncollected(void **state)
         graft_prompt_capture *cap = NULL;
         assert_int_equal(graft_prompt_capture_create(c, s, t, 40, &cap), GRAFT_OK);
         user_cb u = {.pause_at = early ? 1 : 0, .engine = f.e};
-        graft_update_cb up = user_update;
-        graft_settled_cb st_cb = user_settled;
-        void *user = &u;
-        assert_int_equal(graft_prompt_capture_wrap(cap, &up, &st_cb, &user), GRAFT_OK);
-        graft_generate_config cfg = graft_test_greedy(1);
         graft_generation *gen = NULL;
-        assert_int_equal(graft_session_generate(s, t, 40, &cfg, up, st_cb, user, &gen), GRAFT_OK);
+        assert_int_equal(
+            graft_test_generate_captured(s, cap, t, 40, 1, user_update, user_settled, &u, &gen),
+            GRAFT_OK);
         assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
         graft_generation_free(gen);
         if (!early)

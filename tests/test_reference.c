@@ -187,28 +187,13 @@ static void check_golden_greedy(const char *file)
     ref_model_free(model);
 }
 
-static void test_reference_stories_f32_top5(void **state)
+static void test_reference_top5(void **state)
 {
     (void)state;
-    check_golden_top5(&golden_f32);
-}
-
-static void test_reference_stories_f16_top5(void **state)
-{
-    (void)state;
-    check_golden_top5(&golden_f16);
-}
-
-static void test_reference_stories_f32_pos4_top5(void **state)
-{
-    (void)state;
-    check_golden_top5(&golden_f32_pos4);
-}
-
-static void test_reference_untrained_top5(void **state)
-{
-    (void)state;
-    check_golden_top5(&golden_untrained);
+    static const golden_case *const goldens[] = {&golden_f32, &golden_f16, &golden_f32_pos4,
+                                                 &golden_untrained};
+    for (size_t i = 0; i < sizeof goldens / sizeof goldens[0]; i++)
+        check_golden_top5(goldens[i]);
 }
 
 static void test_reference_stories_greedy(void **state)
@@ -447,10 +432,7 @@ static compare_case cases[] = {
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_stories_f32_top5),
-        cmocka_unit_test(test_reference_stories_f16_top5),
-        cmocka_unit_test(test_reference_stories_f32_pos4_top5),
-        cmocka_unit_test(test_reference_untrained_top5),
+        cmocka_unit_test(test_reference_top5),
         cmocka_unit_test(test_reference_stories_greedy),
         cmocka_unit_test(test_reference_refuses_unsupported),
         COMPARE(0), COMPARE(1), COMPARE(2), COMPARE(3), COMPARE(4),

@@ -14,6 +14,16 @@
 #include "bench/bench_lib.h"
 #include "cli.h"
 
+/* graft__cli_parse for a bench subcommand, whose -m MODEL (the option writing *model) is
+ * required: without it, a usage error naming cmd's --help. Returns graft__cli_parse's code,
+ * or GRAFT_CLI_USAGE. */
+int graft__bench_parse(const graft__cli_command *cmd, int argc, char **argv,
+                       const char *const *model);
+
+/* The compute threads an engine started with n_threads = requested runs: requested, or for 0
+ * one per online CPU (at least one). */
+int32_t graft__bench_threads(int32_t requested);
+
 /* The process's peak resident set size so far, in bytes (getrusage). */
 uint64_t graft__bench_peak_rss(void);
 

@@ -1,13 +1,15 @@
 /*
  * bench_util.c: helpers the `graft bench` subcommands share (declared in bench.h).
  *
- * The peak resident set size, and thin wrappers over the engine API that report failures in
+ * Option parsing with the -m MODEL every subcommand needs, the thread count an engine
+ * resolves, the peak resident set size, and thin wrappers over the engine API that report failures in
  * the bench's words: the subcommands measure, so each wrapper either succeeds or prints one
  * line and gives exit status 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "bench.h"
 
@@ -17,6 +19,23 @@ uint64_t graft__bench_peak_rss(void)
     if (getrusage(RUSAGE_SELF, &ru) != 0)
         return 0;
     return (uint64_t)ru.ru_maxrss * 1024u; /* Linux counts kilobytes */
+}
+
+int graft__bench_parse(const graft__cli_command *cmd, int argc, char **argv,
+                       const char *const *model)
+{
+    int rc = graft__cli_parse(cmd, argc, argv, NULL);
+    if (rc == GRAFT_CLI_RUN && *model == NULL) {
+        graft__cli_error(cmd->name, "missing -m MODEL (see 'graft %s --help')", cmd->name);
+        return GRAFT_CLI_USAGE;
+    }
+    return rc;
+}
+
+int32_t graft__bench_threads(int32_t requested)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return requested > 0 ? requested : cpus > 0 ? (int32_t)cpus : 1;
 }
 
 /* ---- the model and the engine -------------------------------------------------------------- */

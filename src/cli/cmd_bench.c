@@ -284,11 +284,7 @@ static int parse_speed_options(int argc, char **argv, speed_options *o)
     };
     const graft__cli_command cmd = {SPEED, speed_usage, opts,
                                     sizeof opts / sizeof opts[0], NULL, 0};
-    int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc == GRAFT_CLI_RUN && o->model == NULL) {
-        graft__cli_error(SPEED, "missing -m MODEL (see 'graft bench speed --help')");
-        return GRAFT_CLI_USAGE;
-    }
+    int rc = graft__bench_parse(&cmd, argc, argv, &o->model);
     return rc == GRAFT_CLI_RUN ? parse_prompt_list(o) : rc;
 }
 

@@ -23,7 +23,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "bench.h"
 
@@ -124,12 +123,7 @@ static int parse_clone_options(int argc, char **argv, clone_options *o)
     };
     const graft__cli_command cmd = {CLONE, clone_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
-    int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc == GRAFT_CLI_RUN && o->model == NULL) {
-        graft__cli_error(CLONE, "missing -m MODEL (see 'graft bench clone --help')");
-        return GRAFT_CLI_USAGE;
-    }
-    return rc;
+    return graft__bench_parse(&cmd, argc, argv, &o->model);
 }
 
 /* The context lengths measured: base_contexts up to the longest, then the longest. */
@@ -174,8 +168,7 @@ static int clone_setup(clone_state *s, const clone_options *o)
     }
     s->block_tokens = m.kv_block_tokens;
     s->block_bytes = m.kv_block_bytes;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    s->threads = o->threads > 0 ? o->threads : cpus > 0 ? (int32_t)cpus : 1;
+    s->threads = graft__bench_threads(o->threads);
     s->rng = graft__bench_rng_init(s->info.n_vocab);
     s->tokens = malloc((size_t)eo.max_context * sizeof *s->tokens);
     s->samples = malloc((size_t)o->reps * sizeof *s->samples);

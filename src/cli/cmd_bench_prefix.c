@@ -19,7 +19,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "bench.h"
 
@@ -113,12 +112,7 @@ static int parse_prefix_options(int argc, char **argv, prefix_options *o)
     };
     const graft__cli_command cmd = {PREFIX, prefix_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
-    int rc = graft__cli_parse(&cmd, argc, argv, NULL);
-    if (rc == GRAFT_CLI_RUN && o->model == NULL) {
-        graft__cli_error(PREFIX, "missing -m MODEL (see 'graft bench prefix --help')");
-        return GRAFT_CLI_USAGE;
-    }
-    return rc;
+    return graft__bench_parse(&cmd, argc, argv, &o->model);
 }
 
 /* The prefixes measured: base_prefixes below the longest, then the longest. */
@@ -167,8 +161,7 @@ static int prefix_setup(prefix_state *s, const prefix_options *o)
         graft_free(err);
         return GRAFT_CLI_FAILED;
     }
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    s->threads = o->threads > 0 ? o->threads : cpus > 0 ? (int32_t)cpus : 1;
+    s->threads = graft__bench_threads(o->threads);
     graft__bench_rng rng = graft__bench_rng_init(s->info.n_vocab);
     s->tokens = malloc((size_t)eo.max_context * sizeof *s->tokens);
     s->samples = malloc(3 * (size_t)o->reps * sizeof *s->samples);

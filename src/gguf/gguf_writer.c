@@ -221,10 +221,7 @@ static writer_kv *find_kv(graft__gguf_writer *w, const char *key, size_t len)
 static bool grow(void **arr, size_t *cap, size_t elem)
 {
     size_t n = *cap ? *cap * 2 : 16;
-    size_t bytes;
-    if (!graft__mul_size(n, elem, &bytes))
-        return false;
-    void *p = graft__realloc(*arr, bytes);
+    void *p = graft__realloc_array(*arr, n, elem);
     if (p == NULL)
         return false;
     *arr = p;

@@ -22,7 +22,8 @@
  *
  * graft__attend_heads (the form the forward pass calls, kernels.h) takes heads with their
  * own key counts; graft__attend_heads_by_runs hands runs of them to a per-group kernel
- * (this one, or the AVX2 one). The chunk form (kernels.h) exists only on the avx512 path;
+ * (this one), and graft__attend_as_heads hands a group to a heads kernel (the AVX2 and
+ * AVX-512 ones). The chunk form (kernels.h) exists only on the avx512 path;
  * the choice of it for a path is here, as plain code any processor can run.
  */
 #include <math.h>
@@ -130,6 +131,25 @@ void graft__attend_heads_by_runs(graft__attend_fn attend, float *const *out,
                 break;
         attend(out[h0], q[h0], h1 - h0, keys, values, kv_type, n_keys[h0], head_dim, scale);
     }
+}
+
+void graft__attend_as_heads(graft__attend_heads_fn heads, float *out, const float *q,
+                            int32_t n_q, const void *const *keys, const void *const *values,
+                            uint32_t kv_type, int64_t n_keys, int32_t head_dim, float scale)
+{
+    if (n_q > GRAFT_ATTN_MAX_HEADS) {
+        graft__attend(out, q, n_q, keys, values, kv_type, n_keys, head_dim, scale);
+        return;
+    }
+    float *outs[GRAFT_ATTN_MAX_HEADS];
+    const float *qs[GRAFT_ATTN_MAX_HEADS];
+    int64_t counts[GRAFT_ATTN_MAX_HEADS];
+    for (int32_t h = 0; h < n_q; h++) {
+        outs[h] = out + (int64_t)h * head_dim;
+        qs[h] = q + (int64_t)h * head_dim;
+        counts[h] = n_keys;
+    }
+    heads(outs, qs, counts, n_q, keys, values, kv_type, head_dim, scale);
 }
 
 void graft__attend_heads(float *const *out, const float *const *q, const int64_t *n_keys,

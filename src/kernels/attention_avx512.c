@@ -642,17 +642,6 @@ void graft__attend_avx512(float *out, const float *q, int32_t n_q, const void *c
                           const void *const *values, uint32_t kv_type, int64_t n_keys,
                           int32_t head_dim, float scale)
 {
-    if (n_q > GRAFT_ATTN_MAX_HEADS) {
-        graft__attend(out, q, n_q, keys, values, kv_type, n_keys, head_dim, scale);
-        return;
-    }
-    float *outs[GRAFT_ATTN_MAX_HEADS];
-    const float *qs[GRAFT_ATTN_MAX_HEADS];
-    int64_t counts[GRAFT_ATTN_MAX_HEADS];
-    for (int32_t h = 0; h < n_q; h++) {
-        outs[h] = out + (int64_t)h * head_dim;
-        qs[h] = q + (int64_t)h * head_dim;
-        counts[h] = n_keys;
-    }
-    graft__attend_heads_avx512(outs, qs, counts, n_q, keys, values, kv_type, head_dim, scale);
+    graft__attend_as_heads(graft__attend_heads_avx512, out, q, n_q, keys, values, kv_type, n_keys,
+                           head_dim, scale);
 }

@@ -136,6 +136,12 @@ void graft__attend_heads_by_runs(graft__attend_fn attend, float *const *out,
                                  int32_t n_heads, const void *const *keys,
                                  const void *const *values, uint32_t kv_type,
                                  int32_t head_dim, float scale);
+/* The other way round, for paths whose kernel is the heads form (graft__attend_avx2,
+ * graft__attend_avx512): the n_q heads of one graft__attend_fn call as one call of `heads`,
+ * every head over the n_keys keys; more than GRAFT_ATTN_MAX_HEADS go to graft__attend. */
+void graft__attend_as_heads(graft__attend_heads_fn heads, float *out, const float *q,
+                            int32_t n_q, const void *const *keys, const void *const *values,
+                            uint32_t kv_type, int64_t n_keys, int32_t head_dim, float scale);
 
 /* The chunk form, for a decode step's attention shared between threads a chunk (or a share
  * of a chunk's heads) at a time.

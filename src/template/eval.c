@@ -125,6 +125,19 @@ static int64_t slice_bound(graft__tpl_render *r, const tval *v, const graft__tpl
                     "TypeError: slice indices must be integers or None");
 }
 
+/* A start or stop given to a slice of len items with step st, as Python adjusts it: counted
+ * from the end when negative, then clamped to [-1, len - 1] going down, [0, len] going up. */
+static int64_t slice_index(int64_t i, int64_t len, int64_t st)
+{
+    if (i < 0)
+        i += len;
+    if (i < 0)
+        return st < 0 ? -1 : 0;
+    if (i >= len)
+        return st < 0 ? len - 1 : len;
+    return i;
+}
+
 tval graft__tpl_slice(graft__tpl_render *r, tval v, const tval *start, const tval *stop,
                       const tval *step, const graft__tpl_node *at)
 {
@@ -141,29 +154,11 @@ tval graft__tpl_slice(graft__tpl_render *r, tval v, const tval *start, const tva
                         "ValueError: slice step cannot be zero");
     if (st < -INT64_MAX)
         st = -INT64_MAX; /* as far as any list goes, and -st is defined */
-    int64_t lo, hi;
-    if (start && start->kind != TV_NONE) {
-        lo = slice_bound(r, start, at);
-        if (lo < 0)
-            lo += len;
-        if (lo < 0)
-            lo = st < 0 ? -1 : 0;
-        if (lo >= len)
-            lo = st < 0 ? len - 1 : len;
-    } else {
-        lo = st < 0 ? len - 1 : 0;
-    }
-    if (stop && stop->kind != TV_NONE) {
-        hi = slice_bound(r, stop, at);
-        if (hi < 0)
-            hi += len;
-        if (hi < 0)
-            hi = st < 0 ? -1 : 0;
-        if (hi >= len)
-            hi = st < 0 ? len - 1 : len;
-    } else {
-        hi = st < 0 ? -1 : len;
-    }
+    int64_t lo = st < 0 ? len - 1 : 0, hi = st < 0 ? -1 : len; /* all, in the step's direction */
+    if (start && start->kind != TV_NONE)
+        lo = slice_index(slice_bound(r, start, at), len, st);
+    if (stop && stop->kind != TV_NONE)
+        hi = slice_index(slice_bound(r, stop, at), len, st);
     tval out = graft__tpl_new_list(r->c, 0, v.flags & TVF_TUPLE);
     graft__tpl_buf b = {0};
     for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {

@@ -510,6 +510,17 @@ static graft__tpl_node *parse_subscript(graft__tpl_parser *p, graft__tpl_node *o
     return n;
 }
 
+/* A call of callee, at its `(`. N_CALL: a = callee, args, kwargs; placed at the callee. */
+static graft__tpl_node *parse_call(graft__tpl_parser *p, graft__tpl_node *callee)
+{
+    graft__tpl_node *call = graft__tpl_new_node(p, N_CALL, graft__tpl_next(p));
+    call->a = callee;
+    call->line = callee->line;
+    call->col = callee->col;
+    parse_call_args(p, call);
+    return call;
+}
+
 static graft__tpl_node *parse_postfix(graft__tpl_parser *p, graft__tpl_node *n)
 {
     for (;;) {
@@ -535,13 +546,7 @@ static graft__tpl_node *parse_postfix(graft__tpl_parser *p, graft__tpl_node *n)
         } else if (graft__tpl_is_op(t, "[")) {
             n = parse_subscript(p, n, graft__tpl_next(p));
         } else if (graft__tpl_is_op(t, "(")) {
-            /* N_CALL: a = callee, args, kwargs; placed at the callee */
-            graft__tpl_node *call = graft__tpl_new_node(p, N_CALL, graft__tpl_next(p));
-            call->a = n;
-            call->line = n->line;
-            call->col = n->col;
-            parse_call_args(p, call);
-            n = call;
+            n = parse_call(p, n);
         } else {
             return n;
         }
@@ -562,6 +567,26 @@ static graft__tpl_token *parse_dotted(graft__tpl_parser *p, char *buf, size_t si
     return t;
 }
 
+/* The node of the filter (is NULL) or test (after `is`, where the node is placed) named next:
+ * a = input, id = its index in the filter or test table, name. An unknown name is a syntax
+ * error. Its arguments are left to the caller. */
+static graft__tpl_node *parse_filter_or_test(graft__tpl_parser *p, graft__tpl_node *input,
+                                             graft__tpl_token *is)
+{
+    char name[128];
+    graft__tpl_token *t = parse_dotted(p, name, sizeof name);
+    int id = is == NULL ? graft__tpl_filter_id(name, strlen(name))
+                        : graft__tpl_test_id(name, strlen(name));
+    if (id < 0)
+        graft__tpl_syntax_error(p, t, "no %s named '%s'", is == NULL ? "filter" : "test", name);
+    graft__tpl_node *n = graft__tpl_new_node(p, is == NULL ? N_FILTER : N_TEST, is ? is : t);
+    n->a = input;
+    n->id = (uint16_t)id;
+    n->name = t->text;
+    n->name_n = t->n;
+    return n;
+}
+
 graft__tpl_node *graft__tpl_parse_filter(graft__tpl_parser *p, graft__tpl_node *input,
                                          bool start_inline)
 {
@@ -570,17 +595,8 @@ graft__tpl_node *graft__tpl_parse_filter(graft__tpl_parser *p, graft__tpl_node *
         if (!start_inline)
             graft__tpl_next(p);
         start_inline = false;
-        char name[128];
-        graft__tpl_token *t = parse_dotted(p, name, sizeof name);
-        int id = graft__tpl_filter_id(name, strlen(name));
-        if (id < 0)
-            graft__tpl_syntax_error(p, t, "no filter named '%s'", name);
         /* N_FILTER: a = input (NULL in a filter block), id, name, args, kwargs */
-        graft__tpl_node *f = graft__tpl_new_node(p, N_FILTER, t);
-        f->a = n;
-        f->id = (uint16_t)id;
-        f->name = t->text;
-        f->name_n = t->n;
+        graft__tpl_node *f = parse_filter_or_test(p, n, NULL);
         if (graft__tpl_is_op(graft__tpl_peek(p), "(")) {
             graft__tpl_next(p);
             parse_call_args(p, f);
@@ -598,17 +614,8 @@ static graft__tpl_node *parse_test(graft__tpl_parser *p, graft__tpl_node *input)
         graft__tpl_next(p);
         negated = true;
     }
-    char name[128];
-    graft__tpl_token *t = parse_dotted(p, name, sizeof name);
-    int id = graft__tpl_test_id(name, strlen(name));
-    if (id < 0)
-        graft__tpl_syntax_error(p, t, "no test named '%s'", name);
     /* N_TEST: a = input, id, name, args, kwargs */
-    graft__tpl_node *n = graft__tpl_new_node(p, N_TEST, is);
-    n->a = input;
-    n->id = (uint16_t)id;
-    n->name = t->text;
-    n->name_n = t->n;
+    graft__tpl_node *n = parse_filter_or_test(p, input, is);
     graft__tpl_token *cur = graft__tpl_peek(p);
     if (graft__tpl_is_op(cur, "(")) {
         graft__tpl_next(p);
@@ -639,12 +646,7 @@ static graft__tpl_node *parse_filter_expr(graft__tpl_parser *p, graft__tpl_node 
         } else if (graft__tpl_is_name(t, "is")) {
             n = parse_test(p, n);
         } else if (graft__tpl_is_op(t, "(")) {
-            graft__tpl_node *call = graft__tpl_new_node(p, N_CALL, graft__tpl_next(p));
-            call->a = n;
-            call->line = n->line;
-            call->col = n->col;
-            parse_call_args(p, call);
-            n = call;
+            n = parse_call(p, n);
         } else {
             return n;
         }

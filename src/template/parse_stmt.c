@@ -44,6 +44,24 @@ static const graft__tpl_token *tag_name_at(stmt_parser *sp)
     return &sp->p.t[sp->p.pos + 1];
 }
 
+/* The rest of a block tag with one end tag, after its own arguments: `%}`, the body up to
+ * `{% end_tag %}`, and that tag. With outside_loops, no for loop around the tag is around
+ * the body (a macro's or call block's body, which runs as a function of its own; a for
+ * loop's else block), so break and continue there are errors. */
+static void parse_block_body(stmt_parser *sp, graft__tpl_nodes *body, const char *end_tag,
+                             graft__tpl_token *at, bool outside_loops)
+{
+    const char *const ends[] = {end_tag, NULL};
+    expect_block_end(sp);
+    int saved = sp->loop_depth;
+    if (outside_loops)
+        sp->loop_depth = 0;
+    parse_body(sp, body, ends, at);
+    sp->loop_depth = saved;
+    take_tag(sp);
+    expect_block_end(sp);
+}
+
 static graft__tpl_node *parse_if(stmt_parser *sp, graft__tpl_token *at)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
@@ -108,16 +126,10 @@ static graft__tpl_node *parse_for(stmt_parser *sp, graft__tpl_token *at)
     parse_body(sp, &n->args, ends, at);
     sp->loop_depth--;
     graft__tpl_token *end = take_tag(sp);
-    if (graft__tpl_is_name(end, "else")) {
-        static const char *const endfor[] = {"endfor", NULL};
+    if (graft__tpl_is_name(end, "else"))
+        parse_block_body(sp, &n->kwargs, "endfor", at, true); /* not inside the loop */
+    else
         expect_block_end(sp);
-        int saved = sp->loop_depth;
-        sp->loop_depth = 0; /* the else block is not inside the loop */
-        parse_body(sp, &n->kwargs, endfor, at);
-        sp->loop_depth = saved;
-        take_tag(sp);
-    }
-    expect_block_end(sp);
     return n;
 }
 
@@ -156,11 +168,7 @@ static graft__tpl_node *parse_set(stmt_parser *sp, graft__tpl_token *at)
     n->a = target;
     if (graft__tpl_is_op(graft__tpl_peek(p), "|"))
         n->c = graft__tpl_parse_filter(p, NULL, false);
-    expect_block_end(sp);
-    static const char *const ends[] = {"endset", NULL};
-    parse_body(sp, &n->args, ends, at);
-    take_tag(sp);
-    expect_block_end(sp);
+    parse_block_body(sp, &n->args, "endset", at, false);
     return n;
 }
 
@@ -199,14 +207,7 @@ static graft__tpl_node *parse_macro(stmt_parser *sp, graft__tpl_token *at)
     n->name = name->text;
     n->name_n = name->n;
     parse_params(sp, &n->args);
-    expect_block_end(sp);
-    static const char *const ends[] = {"endmacro", NULL};
-    int saved = sp->loop_depth;
-    sp->loop_depth = 0;
-    parse_body(sp, &n->kwargs, ends, at);
-    sp->loop_depth = saved;
-    take_tag(sp);
-    expect_block_end(sp);
+    parse_block_body(sp, &n->kwargs, "endmacro", at, true);
     return n;
 }
 
@@ -221,14 +222,7 @@ static graft__tpl_node *parse_call_block(stmt_parser *sp, graft__tpl_token *at)
     n->a = graft__tpl_parse_expression(p, true);
     if (n->a->kind != N_CALL)
         graft__tpl_syntax_error(p, call_at, "expected a call");
-    expect_block_end(sp);
-    static const char *const ends[] = {"endcall", NULL};
-    int saved = sp->loop_depth;
-    sp->loop_depth = 0;
-    parse_body(sp, &n->kwargs, ends, at);
-    sp->loop_depth = saved;
-    take_tag(sp);
-    expect_block_end(sp);
+    parse_block_body(sp, &n->kwargs, "endcall", at, true);
     return n;
 }
 
@@ -237,11 +231,7 @@ static graft__tpl_node *parse_filter_block(stmt_parser *sp, graft__tpl_token *at
     /* N_FILTER_BLOCK: a = filter chain (innermost input NULL), args = body */
     graft__tpl_node *n = graft__tpl_new_node(&sp->p, N_FILTER_BLOCK, at);
     n->a = graft__tpl_parse_filter(&sp->p, NULL, true);
-    expect_block_end(sp);
-    static const char *const ends[] = {"endfilter", NULL};
-    parse_body(sp, &n->args, ends, at);
-    take_tag(sp);
-    expect_block_end(sp);
+    parse_block_body(sp, &n->args, "endfilter", at, false);
     return n;
 }
 
@@ -252,18 +242,14 @@ static graft__tpl_node *parse_statement(stmt_parser *sp)
     if (t->kind != TK_NAME)
         graft__tpl_syntax_error(p, t, "tag name expected");
     graft__tpl_next(p);
-    if (graft__tpl_is_name(t, "if"))
-        return parse_if(sp, t);
-    if (graft__tpl_is_name(t, "for"))
-        return parse_for(sp, t);
-    if (graft__tpl_is_name(t, "set"))
-        return parse_set(sp, t);
-    if (graft__tpl_is_name(t, "macro"))
-        return parse_macro(sp, t);
-    if (graft__tpl_is_name(t, "call"))
-        return parse_call_block(sp, t);
-    if (graft__tpl_is_name(t, "filter"))
-        return parse_filter_block(sp, t);
+    static const struct {
+        const char *name;
+        graft__tpl_node *(*parse)(stmt_parser *sp, graft__tpl_token *at);
+    } tags[] = {{"if", parse_if},       {"for", parse_for},         {"set", parse_set},
+                {"macro", parse_macro}, {"call", parse_call_block}, {"filter", parse_filter_block}};
+    for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++)
+        if (graft__tpl_is_name(t, tags[i].name))
+            return tags[i].parse(sp, t);
     if (graft__tpl_is_name(t, "break") || graft__tpl_is_name(t, "continue")) {
         if (sp->loop_depth == 0)
             graft__tpl_syntax_error(p, t, "'%.*s' outside of a for loop", (int)t->n, t->text);

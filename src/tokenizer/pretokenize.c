@@ -280,10 +280,7 @@ static int span_push(span_list *l, size_t off, size_t len)
         return GRAFT_OK;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
-        size_t bytes;
-        if (!graft__mul_size(cap, sizeof *l->items, &bytes))
-            return GRAFT_ENOMEM;
-        graft__span *items = graft__realloc(l->items, bytes);
+        graft__span *items = graft__realloc_array(l->items, cap, sizeof *items);
         if (items == NULL)
             return GRAFT_ENOMEM;
         l->items = items;

@@ -35,10 +35,8 @@
 int graft__tokbuf_push(graft__tokbuf *b, int32_t id)
 {
     if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64, bytes;
-        if (!graft__mul_size(cap, sizeof *b->ids, &bytes))
-            return GRAFT_ENOMEM;
-        int32_t *ids = graft__realloc(b->ids, bytes);
+        size_t cap = b->cap ? b->cap * 2 : 64;
+        int32_t *ids = graft__realloc_array(b->ids, cap, sizeof *ids);
         if (ids == NULL)
             return GRAFT_ENOMEM;
         b->ids = ids;
@@ -50,12 +48,9 @@ int graft__tokbuf_push(graft__tokbuf *b, int32_t id)
 
 int graft__merge_heap_reserve(graft__merge_heap *h, size_t n)
 {
-    size_t bytes;
     if (n <= h->cap)
         return GRAFT_OK;
-    if (!graft__mul_size(n, sizeof *h->items, &bytes))
-        return GRAFT_ENOMEM;
-    graft__merge_cand *items = graft__realloc(h->items, bytes);
+    graft__merge_cand *items = graft__realloc_array(h->items, n, sizeof *items);
     if (items == NULL)
         return GRAFT_ENOMEM;
     h->items = items;
@@ -164,10 +159,8 @@ typedef struct hit_list {
 static int hit_push(hit_list *l, special_hit h)
 {
     if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16, bytes;
-        if (!graft__mul_size(cap, sizeof *l->items, &bytes))
-            return GRAFT_ENOMEM;
-        special_hit *items = graft__realloc(l->items, bytes);
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        special_hit *items = graft__realloc_array(l->items, cap, sizeof *items);
         if (items == NULL)
             return GRAFT_ENOMEM;
         l->items = items;

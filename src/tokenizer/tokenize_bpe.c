@@ -67,10 +67,9 @@ static int reserve(bpe_work *w, size_t n)
 {
     if (n <= w->cap)
         return GRAFT_OK;
-    size_t bytes;
-    if (n > INT32_MAX || !graft__mul_size(n, sizeof *w->syms, &bytes))
+    if (n > INT32_MAX)
         return GRAFT_ENOMEM;
-    bpe_sym *syms = graft__realloc(w->syms, bytes);
+    bpe_sym *syms = graft__realloc_array(w->syms, n, sizeof *syms);
     if (syms == NULL)
         return GRAFT_ENOMEM;
     w->syms = syms;

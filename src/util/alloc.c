@@ -95,6 +95,12 @@ void *graft__realloc(void *ptr, size_t size)
     return realloc(ptr, size ? size : 1);
 }
 
+void *graft__realloc_array(void *ptr, size_t n, size_t elem)
+{
+    size_t bytes;
+    return graft__mul_size(n, elem, &bytes) ? graft__realloc(ptr, bytes) : NULL;
+}
+
 void graft__free(void *ptr)
 {
     if (ptr == NULL)

@@ -26,6 +26,9 @@
 void *graft__malloc(size_t size);
 void *graft__calloc(size_t count, size_t size);
 void *graft__realloc(void *ptr, size_t size);
+/* graft__realloc to n items of elem bytes; NULL (ptr untouched) when n * elem overflows or
+ * memory runs out. For the arrays that grow as they fill. */
+void *graft__realloc_array(void *ptr, size_t n, size_t elem);
 void graft__free(void *ptr);
 char *graft__strndup(const char *s, size_t n);
 

@@ -1,5 +1,6 @@
 /*
- * logits_taps.c: the logits tap of the parity tests (logits_taps.h).
+ * logits_taps.c: the logits tap of the engine tests and the check made with it
+ * (logits_taps.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "logits_taps.h"
+#include "models.h"
 
 void graft_test_tap(graft_generation *gen, const float *logits, void *user)
 {
@@ -41,4 +43,20 @@ void graft_test_taps_clear(graft_test_taps *t)
     for (int i = 0; i < t->n; i++)
         free(t->logits[i]);
     t->n = 0;
+}
+
+void graft_test_check_next_logits(graft_test_taps *t, graft_session *s, graft_context *cold,
+                                  const int32_t *tokens, int32_t n)
+{
+    size_t row = (size_t)t->n_vocab * sizeof(float);
+    float *ref = malloc(row);
+    assert_non_null(ref);
+    graft_test_taps_clear(t);
+    assert_int_equal(graft_test_run(s, tokens + n, 1, 1), GRAFT_OK);
+    assert_int_equal(t->n, 1);
+    assert_int_equal(graft_context_seq_reset(cold, 0), GRAFT_OK);
+    assert_int_equal(graft_context_eval(cold, tokens, (size_t)n + 1, ref), GRAFT_OK);
+    assert_memory_equal(t->logits[0], ref, row);
+    graft_test_taps_clear(t);
+    free(ref);
 }

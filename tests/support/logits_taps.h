@@ -6,6 +6,9 @@
  * &t); ... graft_test_tapped(&t, gen) ...; graft_test_taps_clear(&t) before the tapped
  * generations are freed (a freed generation's address may be reused by the next one).
  * The tap runs on the engine thread; read the taps only after the generations settled.
+ *
+ * graft_test_check_next_logits is the check the prefix and retention tests make of a
+ * session (a clone, say) against a cold prefill with the same tap.
  */
 #ifndef GRAFT_TEST_LOGITS_TAPS_H
 #define GRAFT_TEST_LOGITS_TAPS_H
@@ -30,5 +33,12 @@ void graft_test_tap(graft_generation *gen, const float *logits, void *user);
 const float *graft_test_tapped(const graft_test_taps *t, const graft_generation *gen);
 /* Frees what was recorded and forgets it. */
 void graft_test_taps_clear(graft_test_taps *t);
+
+/* s holds tokens[0, n): generates tokens[n] on it (graft_test_run, one new token) and checks
+ * that the row it sampled from, recorded by t (the engine's tap), equals bit for bit the
+ * logits of a cold prefill of tokens[0, n + 1) on sequence 0 of `cold`, which is reset
+ * first. Clears t before and after; leaves s at n + 1. */
+void graft_test_check_next_logits(graft_test_taps *t, graft_session *s, graft_context *cold,
+                                  const int32_t *tokens, int32_t n);
 
 #endif /* GRAFT_TEST_LOGITS_TAPS_H */

@@ -49,23 +49,34 @@ graft_context *graft_test_cold_context(const graft_model *m, int32_t n_ctx)
     return graft_context_create_ex(m, &o, &ctx, NULL) == GRAFT_OK ? ctx : NULL;
 }
 
+int graft_test_load_stories(graft_model **stories, graft_context **cold, int32_t n_ctx)
+{
+    *stories = graft_test_load_model(GRAFT_TEST_STORIES);
+    *cold = *stories ? graft_test_cold_context(*stories, n_ctx) : NULL;
+    return *cold ? 0 : -1;
+}
+
+void graft_test_free_stories(graft_model *stories, graft_context *cold)
+{
+    graft_context_free(cold);
+    graft_model_free(stories);
+}
+
 int graft_test_load_models(graft_model **stories, graft_context **stories_cold,
                            int32_t stories_ctx, graft_model **gemma, graft_context **gemma_cold,
                            int32_t gemma_ctx, uint64_t gemma_seed, const char *gemma_file)
 {
-    *stories = graft_test_load_model(GRAFT_TEST_STORIES);
+    int rc = graft_test_load_stories(stories, stories_cold, stories_ctx);
     *gemma = graft_test_synth_model("gemma3", "tiny", GRAFT_TYPE_F32, gemma_seed, gemma_file);
-    *stories_cold = *stories ? graft_test_cold_context(*stories, stories_ctx) : NULL;
     *gemma_cold = *gemma ? graft_test_cold_context(*gemma, gemma_ctx) : NULL;
-    return *stories_cold && *gemma_cold ? 0 : -1;
+    return rc == 0 && *gemma_cold ? 0 : -1;
 }
 
 void graft_test_free_models(graft_model *stories, graft_context *stories_cold,
                             graft_model *gemma, graft_context *gemma_cold)
 {
-    graft_context_free(stories_cold);
+    graft_test_free_stories(stories, stories_cold);
     graft_context_free(gemma_cold);
-    graft_model_free(stories);
     graft_model_free(gemma);
 }
 

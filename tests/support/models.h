@@ -21,6 +21,12 @@ graft_model *graft_test_synth_model(const char *arch, const char *preset, int ty
                                     uint64_t seed, const char *file);
 graft_context *graft_test_cold_context(const graft_model *m, int32_t n_ctx);
 
+/* The stories260K model with a cold one-thread context of n_ctx positions. 0, or -1 (after
+ * printing why) when one cannot be made; free with graft_test_free_stories, also after a
+ * failure. */
+int graft_test_load_stories(graft_model **stories, graft_context **cold, int32_t n_ctx);
+void graft_test_free_stories(graft_model *stories, graft_context *cold);
+
 /* The stories260K model and a tiny synthetic gemma3 (F32, `gemma_seed`, written as
  * `gemma_file` in the scratch folder), each with a cold one-thread context of its own
  * length. 0, or -1 (after printing why) when one cannot be made; free with

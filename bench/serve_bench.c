@@ -261,9 +261,8 @@ typedef struct call {
     CURL *keep; /* a connection kept alive between calls, or NULL: a new one per call */
     char body[32768];
     double t_send, t_first, t_end;
-    char tail[4096]; /* the end of the event stream: the usage chunk's graft object */
-    size_t tail_len;
-    char event[8192]; /* the event being received, up to its blank line */
+    double server_ttft; /* the usage event's graft.ttft_ms, in seconds; 0 when missing */
+    char event[8192];   /* the event being received, up to its blank line */
     size_t event_len;
     stream_times times; /* each token's arrival, counted from the events' "tokens" */
 } call;
@@ -293,6 +292,9 @@ static void read_events(call *c, const char *data, size_t bytes)
             c->event[c->event_len - 2] == '\n') {
             c->event[c->event_len] = '\0';
             note_tokens(&c->times, tokens_in(c->event));
+            const char *ttft = strstr(c->event, "\"ttft_ms\":");
+            if (ttft != NULL)
+                c->server_ttft = atof(ttft + strlen("\"ttft_ms\":")) / 1e3;
             c->event_len = 0;
         }
     }
@@ -305,12 +307,6 @@ static size_t on_data(char *data, size_t size, size_t n, void *user)
     if (c->t_first == 0)
         c->t_first = graft__bench_now_s();
     read_events(c, data, bytes);
-    size_t keep = bytes < sizeof c->tail - 1 ? bytes : sizeof c->tail - 1;
-    if (c->tail_len + keep >= sizeof c->tail)
-        c->tail_len = 0;
-    memcpy(c->tail + c->tail_len, data + bytes - keep, keep);
-    c->tail_len += keep;
-    c->tail[c->tail_len] = '\0';
     return bytes;
 }
 
@@ -325,7 +321,7 @@ static void *post(void *arg)
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
     c->t_first = 0;
-    c->tail_len = 0;
+    c->server_ttft = 0;
     c->event_len = 0;
     c->times.n = 0;
     c->t_send = graft__bench_now_s();
@@ -373,14 +369,6 @@ static aggregate http_aggregate(const opts *o, int n, int round)
     return aggregate_of(times, n, t0);
 }
 
-/* The server's own time to first token of the last request (its graft.ttft_ms: the cache
- * lookup and the generation's TTFT), in seconds; 0 when missing. */
-static double server_ttft(const call *c)
-{
-    const char *at = strstr(c->tail, "\"ttft_ms\":");
-    return at ? atof(at + strlen("\"ttft_ms\":")) / 1e3 : 0;
-}
-
 /* The cached-prompt figure: one engine and one server, each given the prompt once cold
  * (computed and captured), then --samples requests for it on each, alternated (the engine
  * first in even samples); per sample, the HTTP time to first event minus the engine's
@@ -410,7 +398,7 @@ static int cached_pairs(graft_model *m, const opts *o, double *diff, double *cos
             engine = engine_ttft(&ce, p, o->cached);
         double web = c.t_first - c.t_send;
         diff[i] = (web - engine) * 1e3;
-        cost[i] = (web - server_ttft(&c)) * 1e3;
+        cost[i] = (web - c.server_ttft) * 1e3;
     }
     curl_easy_cleanup(c.keep);
     c.keep = NULL;

@@ -102,11 +102,7 @@ size_t graft__channel_take(graft__channel *ch, graft__channel_entry *out,
                            graft_token_logprob *logprobs, size_t cap, int timeout_ms,
                            uint32_t *settled)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    long ns = until.tv_nsec + (long)timeout_ms * 1000000L;
-    until.tv_sec += ns / 1000000000L;
-    until.tv_nsec = ns % 1000000000L;
+    struct timespec until = graft__server_realtime_in_ms(timeout_ms);
     pthread_mutex_lock(&ch->mu);
     while (ch->n == 0 && ch->settled == ch->reported && !ch->poked)
         if (pthread_cond_timedwait(&ch->cv, &ch->mu, &until) == ETIMEDOUT)

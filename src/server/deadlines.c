@@ -61,11 +61,7 @@ static void *watch_main(void *arg)
     pthread_mutex_lock(&d->mu);
     while (!d->stopping) {
         cut_late(d);
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += WATCH_PERIOD_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
+        struct timespec until = graft__server_realtime_in_ms(WATCH_PERIOD_MS);
         int rc = 0;
         while (!d->stopping && rc != ETIMEDOUT)
             rc = pthread_cond_timedwait(&d->wake, &d->mu, &until);

@@ -46,6 +46,17 @@ static inline uint64_t graft__server_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The CLOCK_REALTIME moment ms milliseconds from now, for pthread_cond_timedwait. */
+static inline struct timespec graft__server_realtime_in_ms(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (ms % 1000) * 1000000;
+    ts.tv_sec += (time_t)(ms / 1000 + ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    return ts;
+}
+
 /* Tokens a and b have in common at their start. */
 static inline size_t graft__common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
 {

@@ -529,6 +529,8 @@ static void drain(graft_engine *e, graft__cmd *cmds)
 enum { FOLLOW_UP_GRACE_US = 1000 };
 static void await_follow_ups(graft_engine *e)
 {
+    if (e->replies_unfollowed == 0)
+        return;
     struct timespec until = realtime_in((uint64_t)FOLLOW_UP_GRACE_US * 1000u);
     while (e->replies_unfollowed > 0 && e->n_active > 0) {
         pthread_mutex_lock(&e->mu);

@@ -326,13 +326,15 @@ DEFINE_TILE(tile_bf16, TILE_BF16, 4, 4, 4, 3, 2, 2)
  * m * (d * sum) with one more FMA.
  *
  * Four blocks make a group. fold4 adds the four blocks' product vectors down to one vector
- * in which block j occupies two lanes, in the order below, with blends, two lane swaps and
- * one in-lane shuffle, so a group costs one conversion, one multiply (of the folded weight
- * and activation scales) and one FMA per pair instead of three of each. Every vector op
- * costs the same here (4 pipes; vphaddd would cost 4), so fewer ops per pair is what counts.
+ * in which block j occupies lanes j and j + 4, with unpacks and adds inside each 128-bit
+ * half only, so a group costs one conversion, one multiply (of the folded weight and
+ * activation scales) and one FMA per pair instead of four of each. Ops that cross the
+ * halves (vperm2i128, vpermd, vphaddd) cost 3-4 cycles where 256-bit ops are executed as
+ * two 128-bit halves (AMD Zen 1) while unpacks cost one, and they run once per pair and
+ * group, so none is used there.
  *
  *     lane    0  1  2  3  4  5  6  7
- *     block   0  0  2  2  1  1  3  3
+ *     block   0  1  2  3  0  1  2  3
  *
  * act_prepare lays out the per-block activation values in this order.
  */
@@ -356,8 +358,6 @@ static enum q32_kind q32_kind_of(uint32_t type)
     }
 }
 
-/* The first of block j's two lanes in a folded vector. */
-static const int fold_lane[GROUP] = {0, 4, 2, 6};
 
 AVX2_INLINE int q32_block_bytes(enum q32_kind kind)
 {
@@ -394,7 +394,7 @@ AVX2_INLINE int q32_offset(enum q32_kind kind)
 /* Layout of one token's activations (sections 64-byte aligned, zero padding):
  *     qs    int8  (ng, 128)   quants of the groups, ng = ceil(n_in / 128)
  *     dx    float (ng, 8)     block scales d = amax / 127, folded (each block twice)
- *     corr  (ng, 8)           once per block at fold_lane, 0 in the other lanes:
+ *     corr  (ng, 8)           once per block, in the first of its lanes, 0 in the others:
  *                             Q4_0/Q5_0: int32 offset * sum(q); Q4_1/Q5_1: float d * sum(q);
  *                             absent for Q8_0 and IQ4_NL
  */
@@ -419,13 +419,13 @@ static void prepare_q32(enum q32_kind kind, uint8_t *xa, const float *x, int64_t
     q32_layout l = q32_layout_of(kind, n_in);
     memset(xa, 0, l.bytes);
     for (int64_t b = 0; b < n_in / QK; b++) {
-        int64_t lane = b / GROUP * 8 + fold_lane[b % GROUP];
+        int64_t lane = b / GROUP * 8 + b % GROUP;
         float amax = amax32(x + b * QK);
         float id = quant_multiplier(amax);
         float d = amax / 127.0f;
         int32_t sum = quantize32((int8_t *)xa + b * QK, x + b * QK, id);
         float *dx = (float *)(xa + l.dx);
-        dx[lane] = dx[lane + 1] = d;
+        dx[lane] = dx[lane + GROUP] = d;
         if (q32_has_min(kind))
             ((float *)(xa + l.corr))[lane] = d * (float)sum;
         else if (q32_offset(kind))
@@ -464,8 +464,8 @@ AVX2_INLINE __m256 f16x4_folded(const uint8_t *p, int stride, int n)
     uint64_t h = 0;
     for (int j = 0; j < n; j++)
         h |= (uint64_t)load_u16(p + j * stride) << (16 * j);
-    __m256 f = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)));
-    return _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3));
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
+    return _mm256_set_m128(f, f);
 }
 
 /* One group of up to 4 weight blocks of one row, unpacked. */
@@ -512,22 +512,20 @@ AVX2_INLINE void q32_unpack(enum q32_kind kind, const uint8_t *b, int n, q32_gro
     g->m = q32_has_min(kind) ? f16x4_folded(b + 2, bb, n) : _mm256_setzero_ps();
 }
 
-/* [a.lo + a.hi | b.hi + b.lo]: the 128-bit halves of a and of b added, side by side, in
- * 16-bit (w16) or 32-bit lanes. */
-AVX2_INLINE __m256i fold2(__m256i a, __m256i b, bool w16)
+/* a + b in 16-bit (w16) or 32-bit lanes. */
+AVX2_INLINE __m256i add_units(__m256i a, __m256i b, bool w16)
 {
-    __m256i x = _mm256_blend_epi32(a, b, 0xf0), z = _mm256_permute2x128_si256(a, b, 0x21);
-    return w16 ? _mm256_add_epi16(x, z) : _mm256_add_epi32(x, z);
+    return w16 ? _mm256_add_epi16(a, b) : _mm256_add_epi32(a, b);
 }
 
-/* The products of 4 blocks folded into one vector (see the lane table above; in 16-bit
- * lanes the 32-bit lane pairs hold the same blocks). */
+/* The products of 4 blocks folded into one vector (see the lane table above): block j's
+ * 32-bit units (int32, or pairs of int16 when w16) summed four to a lane. */
 AVX2_INLINE __m256i fold4(const __m256i *p, bool w16)
 {
-    __m256i a = fold2(p[0], p[1], w16), b = fold2(p[2], p[3], w16);
-    __m256i x = _mm256_blend_epi32(a, b, 0xcc);
-    __m256i z = _mm256_shuffle_epi32(_mm256_blend_epi32(b, a, 0xcc), 0x4e);
-    return w16 ? _mm256_add_epi16(x, z) : _mm256_add_epi32(x, z);
+    /* [p0 p1 p0 p1 | ...] and [p2 p3 p2 p3 | ...], each unit the sum of two */
+    __m256i a = add_units(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]), w16);
+    __m256i b = add_units(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]), w16);
+    return add_units(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b), w16);
 }
 
 /* The integer dot products of the 4 blocks of g with the quants y (4, 32), folded.

@@ -328,10 +328,10 @@ DEFINE_TILE(tile_bf16, TILE_BF16, 4, 4, 4, 3, 2, 2)
  * Four blocks make a group. fold4 adds the four blocks' product vectors down to one vector
  * in which block j occupies lanes j and j + 4, with unpacks and adds inside each 128-bit
  * half only, so a group costs one conversion, one multiply (of the folded weight and
- * activation scales) and one FMA per pair instead of four of each. Ops that cross the
- * halves (vperm2i128, vpermd, vphaddd) cost 3-4 cycles where 256-bit ops are executed as
- * two 128-bit halves (AMD Zen 1) while unpacks cost one, and they run once per pair and
- * group, so none is used there.
+ * activation scales) and one FMA per pair instead of four of each. The fold runs once per
+ * pair and group, so it uses no op that crosses the halves (vperm2i128, vpermd, vphaddd):
+ * where 256-bit ops execute as two 128-bit halves (AMD Zen 1) each of those costs several
+ * unpacks.
  *
  *     lane    0  1  2  3  4  5  6  7
  *     block   0  1  2  3  0  1  2  3
@@ -357,7 +357,6 @@ static enum q32_kind q32_kind_of(uint32_t type)
         return KIND_IQ4_NL;
     }
 }
-
 
 AVX2_INLINE int q32_block_bytes(enum q32_kind kind)
 {
@@ -523,8 +522,10 @@ AVX2_INLINE __m256i add_units(__m256i a, __m256i b, bool w16)
 AVX2_INLINE __m256i fold4(const __m256i *p, bool w16)
 {
     /* [p0 p1 p0 p1 | ...] and [p2 p3 p2 p3 | ...], each unit the sum of two */
-    __m256i a = add_units(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]), w16);
-    __m256i b = add_units(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]), w16);
+    __m256i a = add_units(_mm256_unpacklo_epi32(p[0], p[1]),
+                          _mm256_unpackhi_epi32(p[0], p[1]), w16);
+    __m256i b = add_units(_mm256_unpacklo_epi32(p[2], p[3]),
+                          _mm256_unpackhi_epi32(p[2], p[3]), w16);
     return add_units(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b), w16);
 }
 

@@ -126,6 +126,19 @@ typedef struct matmul_job {
     int64_t first_task[GRAFT_MATMUL_MAX_MATRICES + 1]; /* matrix i's tasks start here */
 } matmul_job;
 
+#ifdef GRAFT_TSAN_DECLARED_MATMUL
+/* The TSan build compiles the matmul kernels uninstrumented (CMakeLists.txt); these tell TSan
+ * what each task reads and writes. The weights are not declared: they are written once, when
+ * the model loads, before any matmul runs. */
+void __tsan_read_range(void *addr, unsigned long size);
+void __tsan_write_range(void *addr, unsigned long size);
+#define DECLARE_READ(p, bytes) __tsan_read_range((void *)(p), (unsigned long)(bytes))
+#define DECLARE_WRITE(p, bytes) __tsan_write_range((void *)(p), (unsigned long)(bytes))
+#else
+#define DECLARE_READ(p, bytes) ((void)(p), (void)(bytes))
+#define DECLARE_WRITE(p, bytes) ((void)(p), (void)(bytes))
+#endif
+
 /* Task (slot, token): that token's activations in that slot's format. */
 static void prepare_task(void *ctx, int64_t task, int thread)
 {
@@ -133,8 +146,11 @@ static void prepare_task(void *ctx, int64_t task, int thread)
     matmul_job *j = ctx;
     int s = (int)(task / j->n_tok);
     int64_t t = task % j->n_tok;
-    j->path->act_prepare(j->act.type[s], j->work + j->act.offset[s] + (size_t)t * j->act.bytes[s],
-                         j->x + t * j->n_in, j->n_in);
+    uint8_t *xa = j->work + j->act.offset[s] + (size_t)t * j->act.bytes[s];
+    const float *x = j->x + t * j->n_in;
+    DECLARE_READ(x, (size_t)j->n_in * sizeof(float));
+    DECLARE_WRITE(xa, j->act.bytes[s]);
+    j->path->act_prepare(j->act.type[s], xa, x, j->n_in);
 }
 
 static void gemm_task(void *ctx, int64_t task, int thread)
@@ -147,8 +163,11 @@ static void gemm_task(void *ctx, int64_t task, int thread)
     const graft__matmul_one *m = &j->m[i];
     int64_t o0 = (task - j->first_task[i]) * j->chunk[i];
     int64_t o1 = o0 + j->chunk[i] < m->n_out ? o0 + j->chunk[i] : m->n_out;
-    j->path->gemm(m->type, m->y, m->n_out, m->w, j->n_in, o0, o1,
-                  j->work + j->act.offset[j->act.slot[i]], j->n_tok);
+    const uint8_t *xa = j->work + j->act.offset[j->act.slot[i]];
+    DECLARE_READ(xa, j->act.bytes[j->act.slot[i]] * (size_t)j->n_tok);
+    for (int64_t t = 0; t < j->n_tok; t++)
+        DECLARE_WRITE(m->y + t * m->n_out + o0, (size_t)(o1 - o0) * sizeof(float));
+    j->path->gemm(m->type, m->y, m->n_out, m->w, j->n_in, o0, o1, xa, j->n_tok);
 }
 
 /* Rows per task: two tasks per thread, each a multiple of 64 rows so tiles stay whole.

@@ -45,18 +45,23 @@ void graft_test_taps_clear(graft_test_taps *t)
     t->n = 0;
 }
 
-void graft_test_check_next_logits(graft_test_taps *t, graft_session *s, graft_context *cold,
-                                  const int32_t *tokens, int32_t n)
+void graft_test_check_next_logits_against(graft_test_taps *t, graft_session *s,
+                                          const int32_t *tokens, int32_t n, const float *ref)
 {
-    size_t row = (size_t)t->n_vocab * sizeof(float);
-    float *ref = malloc(row);
-    assert_non_null(ref);
     graft_test_taps_clear(t);
     assert_int_equal(graft_test_run(s, tokens + n, 1, 1), GRAFT_OK);
     assert_int_equal(t->n, 1);
+    assert_memory_equal(t->logits[0], ref, (size_t)t->n_vocab * sizeof(float));
+    graft_test_taps_clear(t);
+}
+
+void graft_test_check_next_logits(graft_test_taps *t, graft_session *s, graft_context *cold,
+                                  const int32_t *tokens, int32_t n)
+{
+    float *ref = malloc((size_t)t->n_vocab * sizeof(float));
+    assert_non_null(ref);
     assert_int_equal(graft_context_seq_reset(cold, 0), GRAFT_OK);
     assert_int_equal(graft_context_eval(cold, tokens, (size_t)n + 1, ref), GRAFT_OK);
-    assert_memory_equal(t->logits[0], ref, row);
-    graft_test_taps_clear(t);
+    graft_test_check_next_logits_against(t, s, tokens, n, ref);
     free(ref);
 }

@@ -40,5 +40,9 @@ void graft_test_taps_clear(graft_test_taps *t);
  * first. Clears t before and after; leaves s at n + 1. */
 void graft_test_check_next_logits(graft_test_taps *t, graft_session *s, graft_context *cold,
                                   const int32_t *tokens, int32_t n);
+/* The same against ref (n_vocab), the cold logits of tokens[0, n + 1) computed before (a
+ * test that checks many sessions at the same n computes them once). */
+void graft_test_check_next_logits_against(graft_test_taps *t, graft_session *s,
+                                          const int32_t *tokens, int32_t n, const float *ref);
 
 #endif /* GRAFT_TEST_LOGITS_TAPS_H */

@@ -20,6 +20,11 @@
  *     computed in pieces [0, 5) [5, 37) or [0, 1) [1, 2) [2, 19) [19, 36) [36, 37), with 1,
  *     2 or 64 tokens, equal one call over [0, 37) in the batch of 64.
  *
+ * Packed Q4_K (the path's packed_type/pack, 8 interleaved rows) goes through the same three
+ * checks on 40 rows, with row pieces on whole groups of 8; no other type, and no row count
+ * that is not a multiple of 8, has a packed form. The packed weights are allocated to their
+ * exact size, so a tile reading past them fails under ASan.
+ *
  * Skipped (and reported so, tests/support/skips.h) when the processor lacks AVX2, FMA or
  * F16C.
  */
@@ -40,7 +45,9 @@
 #include "kernels/matmul_path.h"
 #include "skips.h"
 
-enum { N_OUT = 37, N_TOK = 64 };
+/* Rows: 37 for the GGUF types (tiles of 4 rows leave one over), 40 for packed Q4_K (5
+ * groups of 8). */
+enum { N_OUT = 37, N_OUT_PACKED = 40, N_TOK = 64 };
 
 /* ------------------------------------------------------------------------------------
  * Per-type budgets.
@@ -70,10 +77,12 @@ typedef struct type_case {
     double tol;          /* per output: |y - ref| <= tol * S with f32 activations,
                             tol / sqrt(n_in) * S with quantized ones */
     double nmse;         /* over all outputs */
+    bool packed;         /* computed from the path's packed form of the weights */
 } type_case;
 
-#define FLOAT_BUDGET 1e-5, 1e-10
-#define Q8_BUDGET 0.04, 4e-5
+#define FLOAT_BUDGET 1e-5, 1e-10, false
+#define Q8_BUDGET 0.04, 4e-5, false
+#define Q8_PACKED_BUDGET 0.04, 4e-5, true
 
 static const type_case cases[] = {
     {GRAFT_TYPE_F32, "F32", 0, 37, FLOAT_BUDGET},
@@ -86,6 +95,7 @@ static const type_case cases[] = {
     {GRAFT_TYPE_Q5_1, "Q5_1", 32, 224, Q8_BUDGET},
     {GRAFT_TYPE_IQ4_NL, "IQ4_NL", 32, 160, Q8_BUDGET},
     {GRAFT_TYPE_Q4_K, "Q4_K", 256, 768, Q8_BUDGET},
+    {GRAFT_TYPE_Q4_K, "Q4_K packed", 256, 768, Q8_PACKED_BUDGET},
     {GRAFT_TYPE_Q5_K, "Q5_K", 256, 768, Q8_BUDGET},
     {GRAFT_TYPE_Q6_K, "Q6_K", 256, 768, Q8_BUDGET},
 };
@@ -103,10 +113,12 @@ static void *alloc64(size_t bytes)
 /* One problem: weights, activations, their prepared and decoded forms. */
 typedef struct problem {
     const type_case *c;
-    int64_t n_in;
+    int64_t n_in, n_out;
+    uint32_t gemm_type; /* c->type, or its packed type */
     size_t row_bytes, act_bytes;
-    uint8_t *w;  /* (N_OUT, row_bytes) */
-    float *wf;   /* (N_OUT, n_in) w decoded */
+    uint8_t *w;      /* (n_out, row_bytes) */
+    uint8_t *packed; /* w packed, or NULL */
+    float *wf;   /* (n_out, n_in) w decoded */
     float *x;    /* (N_TOK, n_in) */
     uint8_t *xa; /* (N_TOK, act_bytes) prepared by the path */
 } problem;
@@ -116,27 +128,37 @@ static void problem_init(problem *p, const type_case *c, int64_t n_in, uint64_t 
     const graft__matmul_path *path = &graft__matmul_avx2;
     p->c = c;
     p->n_in = n_in;
+    p->n_out = c->packed ? N_OUT_PACKED : N_OUT;
+    p->gemm_type = c->packed ? path->packed_type(c->type, n_in, p->n_out) : c->type;
+    assert_true(!c->packed || p->gemm_type >= GRAFT_TYPE_PACKED_BASE);
     p->row_bytes = graft__type_row_bytes(c->type, (uint64_t)n_in);
     assert_true(p->row_bytes > 0);
-    p->act_bytes = path->act_bytes(c->type, n_in);
+    p->act_bytes = path->act_bytes(p->gemm_type, n_in);
     assert_int_equal(p->act_bytes % 64, 0);
-    p->w = alloc64(N_OUT * p->row_bytes);
-    p->wf = alloc64(N_OUT * (size_t)n_in * sizeof(float));
+    p->w = alloc64((size_t)p->n_out * p->row_bytes);
+    p->wf = alloc64((size_t)p->n_out * (size_t)n_in * sizeof(float));
     p->x = alloc64(N_TOK * (size_t)n_in * sizeof(float));
     p->xa = alloc64(N_TOK * p->act_bytes);
     graft_test_rng_seed(seed);
     float *row = p->wf; /* scratch for the float weights before quantization */
-    for (int64_t o = 0; o < N_OUT; o++) {
+    for (int64_t o = 0; o < p->n_out; o++) {
         for (int64_t i = 0; i < n_in; i++)
             row[i] = graft_test_rng_float();
         assert_int_equal(graft__quantize_row(c->type, row, p->w + o * p->row_bytes, n_in), 0);
     }
-    for (int64_t o = 0; o < N_OUT; o++)
+    for (int64_t o = 0; o < p->n_out; o++)
         graft__dequantize_row(c->type, p->w + o * p->row_bytes, p->wf + o * n_in, n_in);
     for (int64_t i = 0; i < N_TOK * n_in; i++)
         p->x[i] = graft_test_rng_float();
     for (int64_t t = 0; t < N_TOK; t++)
-        path->act_prepare(c->type, p->xa + t * p->act_bytes, p->x + t * n_in, n_in);
+        path->act_prepare(p->gemm_type, p->xa + t * p->act_bytes, p->x + t * n_in, n_in);
+    p->packed = NULL;
+    if (c->packed) { /* exactly its size: a tile reading past the matrix fails under ASan */
+        size_t bytes = path->packed_bytes(p->gemm_type, n_in, p->n_out);
+        p->packed = malloc(bytes);
+        assert_non_null(p->packed);
+        path->pack(p->gemm_type, p->packed, p->w, n_in, p->n_out);
+    }
 }
 
 static void problem_free(problem *p)
@@ -145,13 +167,15 @@ static void problem_free(problem *p)
     free(p->wf);
     free(p->x);
     free(p->xa);
+    free(p->packed);
 }
 
-/* y (n_tok, N_OUT) rows [o0, o1) = the path's gemm for tokens [t0, t0 + n_tok). */
+/* y (n_tok, n_out) rows [o0, o1) = the path's gemm for tokens [t0, t0 + n_tok). */
 static void path_gemm(const problem *p, float *y, int64_t o0, int64_t o1, int64_t t0,
                       int64_t n_tok)
 {
-    graft__matmul_avx2.gemm(p->c->type, y, N_OUT, p->w, p->n_in, o0, o1,
+    const void *w = p->packed != NULL ? (const void *)p->packed : p->w;
+    graft__matmul_avx2.gemm(p->gemm_type, y, p->n_out, w, p->n_in, o0, o1,
                             p->xa + t0 * p->act_bytes, n_tok);
 }
 
@@ -172,18 +196,18 @@ static double dot_scale(const problem *p, int64_t o, int64_t t)
 static void check_accuracy(const problem *p, int64_t n_tok)
 {
     const int64_t n_in = p->n_in;
-    float *y = alloc64((size_t)n_tok * N_OUT * sizeof(float));
-    float *ref = alloc64((size_t)n_tok * N_OUT * sizeof(float));
+    float *y = alloc64((size_t)n_tok * p->n_out * sizeof(float));
+    float *ref = alloc64((size_t)n_tok * p->n_out * sizeof(float));
     double *xq = alloc64((size_t)n_in * sizeof(double));
-    path_gemm(p, y, 0, N_OUT, 0, n_tok);
-    graft__matmul(ref, p->w, p->c->type, n_in, N_OUT, p->x, n_tok);
+    path_gemm(p, y, 0, p->n_out, 0, n_tok);
+    graft__matmul(ref, p->w, p->c->type, n_in, p->n_out, p->x, n_tok);
     double tol = p->c->act_block ? p->c->tol / sqrt((double)n_in) : p->c->tol;
     double err2 = 0, ref2 = 0, worst = 0;
     for (int64_t t = 0; t < n_tok; t++) {
         if (p->c->act_block)
             graft_test_quantize_acts(xq, p->x + t * n_in, n_in, p->c->act_block, 0x1p-96f);
-        for (int64_t o = 0; o < N_OUT; o++) {
-            double got = y[t * N_OUT + o], want = ref[t * N_OUT + o];
+        for (int64_t o = 0; o < p->n_out; o++) {
+            double got = y[t * p->n_out + o], want = ref[t * p->n_out + o];
             double s = dot_scale(p, o, t);
             err2 += (got - want) * (got - want);
             ref2 += want * want;
@@ -218,18 +242,18 @@ static void check_accuracy(const problem *p, int64_t n_tok)
 static void assert_rows_equal(const problem *p, const float *got, const float *want,
                               int64_t n_rows, const char *what)
 {
-    if (memcmp(got, want, (size_t)n_rows * N_OUT * sizeof(float)) != 0)
+    if (memcmp(got, want, (size_t)n_rows * (size_t)p->n_out * sizeof(float)) != 0)
         fail_msg("%s n_in %lld: %s differs from the batch of %d", p->c->name,
                  (long long)p->n_in, what, N_TOK);
 }
 
-/* Rows [0, N_OUT) of tokens [0, n_tok) computed in the pieces between consecutive bounds
+/* Rows [0, n_out) of tokens [0, n_tok) computed in the pieces between consecutive bounds
  * equal `want`. */
 static void check_row_pieces(const problem *p, const float *want, int64_t n_tok,
                              const int64_t *bounds, int n_bounds)
 {
-    float *part = alloc64(N_TOK * N_OUT * sizeof(float));
-    memset(part, 0xff, N_TOK * N_OUT * sizeof(float));
+    float *part = alloc64(N_TOK * (size_t)p->n_out * sizeof(float));
+    memset(part, 0xff, N_TOK * (size_t)p->n_out * sizeof(float));
     for (int k = 0; k + 1 < n_bounds; k++)
         path_gemm(p, part, bounds[k], bounds[k + 1], 0, n_tok);
     assert_rows_equal(p, part, want, n_tok, "rows computed in pieces");
@@ -240,26 +264,28 @@ static void check_row_pieces(const problem *p, const float *want, int64_t n_tok,
  * rows, so the batches below cover every tile shape, ragged ones included. */
 static void check_batch_invariance(const problem *p)
 {
-    float *full = alloc64(N_TOK * N_OUT * sizeof(float));
-    float *part = alloc64(N_TOK * N_OUT * sizeof(float));
-    path_gemm(p, full, 0, N_OUT, 0, N_TOK);
+    float *full = alloc64(N_TOK * (size_t)p->n_out * sizeof(float));
+    float *part = alloc64(N_TOK * (size_t)p->n_out * sizeof(float));
+    path_gemm(p, full, 0, p->n_out, 0, N_TOK);
 
     static const int64_t alone[] = {0, 1, 5, 31, 62, 63};
     for (size_t i = 0; i < sizeof alone / sizeof alone[0]; i++) {
-        path_gemm(p, part, 0, N_OUT, alone[i], 1);
-        assert_rows_equal(p, part, full + alone[i] * N_OUT, 1, "a token alone");
+        path_gemm(p, part, 0, p->n_out, alone[i], 1);
+        assert_rows_equal(p, part, full + alone[i] * p->n_out, 1, "a token alone");
     }
     static const int64_t batches[][2] = {{0, 2}, {0, 3},  {7, 3},  {10, 5}, {3, 8},
                                          {20, 11}, {50, 13}, {1, 13}, {51, 13}};
     for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
-        path_gemm(p, part, 0, N_OUT, batches[i][0], batches[i][1]);
-        assert_rows_equal(p, part, full + batches[i][0] * N_OUT, batches[i][1], "a smaller batch");
+        path_gemm(p, part, 0, p->n_out, batches[i][0], batches[i][1]);
+        assert_rows_equal(p, part, full + batches[i][0] * p->n_out, batches[i][1], "a smaller batch");
     }
+    /* packed: pieces on whole groups of 8 rows, as matmul_path.h allows */
     static const int64_t halves[] = {0, 5, N_OUT}, pieces[] = {0, 1, 2, 19, 36, N_OUT};
+    static const int64_t halves8[] = {0, 16, N_OUT_PACKED}, pieces8[] = {0, 8, 16, 32, N_OUT_PACKED};
     static const int64_t n_toks[] = {1, 2, N_TOK};
     for (size_t i = 0; i < sizeof n_toks / sizeof n_toks[0]; i++) {
-        check_row_pieces(p, full, n_toks[i], halves, 3);
-        check_row_pieces(p, full, n_toks[i], pieces, 6);
+        check_row_pieces(p, full, n_toks[i], p->packed ? halves8 : halves, 3);
+        check_row_pieces(p, full, n_toks[i], p->packed ? pieces8 : pieces, p->packed ? 5 : 6);
     }
     free(full);
     free(part);
@@ -290,11 +316,28 @@ static void test_case(void **state)
     test_type(*state);
 }
 
+/* Only Q4_K, in whole super-blocks and whole groups of 8 rows, has a packed form. */
+static void test_packed_forms(void **state)
+{
+    (void)state;
+    GRAFT_TEST_REQUIRE_PATH("avx2", "matmul packed forms");
+    const graft__matmul_path *path = &graft__matmul_avx2;
+    assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 1024, 64), GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_K);
+    assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 1024, N_OUT), 0);
+    assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 1024, 0), 0);
+    assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 0, 64), 0);
+    static const uint32_t unpacked[] = {GRAFT_TYPE_F32,  GRAFT_TYPE_F16,  GRAFT_TYPE_Q8_0,
+                                        GRAFT_TYPE_Q4_0, GRAFT_TYPE_Q5_K, GRAFT_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof unpacked / sizeof unpacked[0]; i++)
+        assert_int_equal(path->packed_type(unpacked[i], 1024, 64), 0);
+}
+
 int main(void)
 {
     enum { N_CASES = sizeof cases / sizeof cases[0] };
-    struct CMUnitTest tests[N_CASES];
+    struct CMUnitTest tests[N_CASES + 1];
     for (int i = 0; i < N_CASES; i++)
         tests[i] = (struct CMUnitTest){cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};
+    tests[N_CASES] = (struct CMUnitTest)cmocka_unit_test(test_packed_forms);
     return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

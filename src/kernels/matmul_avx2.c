@@ -15,6 +15,9 @@
  * sections below say how each family forms them. Scales are kept in f32 (not f16 as in
  * llama.cpp's blocks).
  *
+ * Packed weights (packed_type/pack): Q4_K matrices in groups of 8 interleaved rows,
+ * matmul_q4k_r8_avx2.c, computed in tiles of one group through the same run_tiles.
+ *
  * Tiling (run_tiles): outputs are computed in tiles of R rows x T tokens, T <= 6 (R is 4 for
  * one token, 2 for two, 1 above: measured best), over chunks of tokens whose activations
  * stay in L2 and blocks of ROW_BLOCK rows whose weights stay in L1 across the chunk. Each
@@ -36,6 +39,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul_avx2.h"
 #include "kernels/matmul_path.h"
 #include "kernels/quant_formats.h"
 #include "util/util.h"
@@ -625,10 +629,8 @@ DEFINE_TILE(tile_iq4_nl, TILE_IQ4_NL, 4, 2, 1, 1, 1, 1)
 /* ------------------------------------------------------------------------------------
  * K-quants: Q4_K, Q5_K, Q6_K against activations quantized per 256 (Q8_K-like).
  *
- * Layout of one token (sections 64-byte aligned):
- *     qs     int8  (n_in)                      the quants
- *     d      float (nbk rounded up to 16)      super-block scales, nbk = n_in / 256
- *     bsums  int16 (nbk, 16)                   sums of the quants of each 16 elements
+ * One token's layout: graft__q8k_layout (matmul_avx2.h); its sums of 32 quants serve the
+ * packed Q4_K (matmul_q4k_r8_avx2.c).
  *
  * Per super-block and pair, the codes (unsigned: 0..15, 0..31, 0..63) go into vpmaddubsw
  * with the activations; vpmaddwd by the integer sub-block scales widens and scales in one
@@ -637,21 +639,6 @@ DEFINE_TILE(tile_iq4_nl, TILE_IQ4_NL, 4, 2, 1, 1, 1, 1)
  * (scaled by -dmin instead of d: kq_finish folds them into lanes 2-3 and 6-7 of the same
  * vector) and the offset 32 of Q6_K. One conversion and one FMA per pair and super-block.
  */
-
-typedef struct q8k_layout {
-    size_t d, bsums; /* byte offsets of the sections */
-    size_t bytes;    /* one token */
-} q8k_layout;
-
-static q8k_layout q8k_layout_of(int64_t n_in)
-{
-    size_t nbk = (size_t)n_in / QK_K;
-    q8k_layout l;
-    l.d = (size_t)n_in;
-    l.bsums = l.d + round_up(nbk, 16) * sizeof(float);
-    l.bytes = round_up(l.bsums + nbk * 16 * sizeof(int16_t), 64);
-    return l;
-}
 
 /* bsums (16) = the sums of each 16 of the 256 quants q. */
 static void block_sums16(int16_t *bsums, const int8_t *q)
@@ -665,14 +652,15 @@ static void block_sums16(int16_t *bsums, const int8_t *q)
     }
 }
 
-/* xa (q8k_layout) = x (n_in) quantized per block of 256. */
+/* xa (graft__q8k_layout) = x (n_in) quantized per block of 256. */
 static void prepare_q8k(uint8_t *xa, const float *x, int64_t n_in)
 {
-    q8k_layout l = q8k_layout_of(n_in);
+    graft__q8k_layout l = graft__q8k_layout_of(n_in);
     memset(xa, 0, l.bytes);
     int8_t *qs = (int8_t *)xa;
     float *d = (float *)(xa + l.d);
     int16_t *bsums = (int16_t *)(xa + l.bsums);
+    int16_t *bsums32 = (int16_t *)(xa + l.bsums32);
     for (int64_t b = 0; b < n_in / QK_K; b++) {
         float amax = 0.0f;
         for (int j = 0; j < QK_K / QK; j++) {
@@ -684,6 +672,8 @@ static void prepare_q8k(uint8_t *xa, const float *x, int64_t n_in)
         for (int j = 0; j < QK_K / QK; j++)
             quantize32(qs + b * QK_K + j * QK, x + b * QK_K + j * QK, id);
         block_sums16(bsums + b * 16, qs + b * QK_K);
+        for (int j = 0; j < 8; j++)
+            bsums32[b * 8 + j] = (int16_t)(bsums[b * 16 + 2 * j] + bsums[b * 16 + 2 * j + 1]);
     }
 }
 
@@ -848,7 +838,7 @@ AVX2_INLINE __m256 kq_finish(enum kq_kind kind, const kq_row *k, __m256i isum,
 /* All pairs of the tile for super-block sb. */
 AVX2_INLINE void kq_step(int R, int T, enum kq_kind kind, __m256 acc[RMAX][TMAX],
                          const uint8_t *const *wr, const uint8_t *const *xt,
-                         const q8k_layout *l, int64_t sb, size_t ahead)
+                         const graft__q8k_layout *l, int64_t sb, size_t ahead)
 {
     for (int r = 0; r < R; r++) {
         const uint8_t *b = wr[r] + sb * kq_block_bytes(kind);
@@ -877,7 +867,7 @@ AVX2_INLINE void tile_kq(int R, int T, enum kq_kind kind, float *y, int64_t ldy,
                          const uint8_t *w, size_t row_bytes, int nr, const uint8_t *xa,
                          size_t ab, int64_t n_in)
 {
-    const q8k_layout l = q8k_layout_of(n_in);
+    const graft__q8k_layout l = graft__q8k_layout_of(n_in);
     __m256 acc[RMAX][TMAX];
     const uint8_t *wr[RMAX];
     const uint8_t *xt[TMAX];
@@ -903,23 +893,28 @@ DEFINE_TILE(tile_q6_k, TILE_Q6_K, 4, 2, 1, 1, 1, 1)
 /* ------------------------------------------------------------------------------------
  * The path.
  */
+/* The packed form of Q4_K (matmul_q4k_r8_avx2.c). */
+enum { PACKED_Q4_K = GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_K };
+
+static const tiling tile_q4_k_r8_tiling = {graft__avx2_r8_tile, {0, 8, 8, 8, 8, 8, 8}};
+
 static size_t act_bytes(uint32_t type, int64_t n_in)
 {
-    GRAFT_ASSERT(graft__type_is_supported(type) && n_in >= 0);
+    GRAFT_ASSERT((graft__type_is_supported(type) || type == PACKED_Q4_K) && n_in >= 0);
     if (is_float_type(type))
         return round_up((size_t)n_in * sizeof(float), 64);
-    if (is_kquant_type(type))
-        return q8k_layout_of(n_in).bytes;
+    if (is_kquant_type(type) || type == PACKED_Q4_K)
+        return graft__q8k_layout_of(n_in).bytes;
     return q32_layout_of(q32_kind_of(type), n_in).bytes;
 }
 
 static void act_prepare(uint32_t type, void *xa, const float *x, int64_t n_in)
 {
-    GRAFT_ASSERT(graft__type_is_supported(type) && n_in >= 0);
+    GRAFT_ASSERT((graft__type_is_supported(type) || type == PACKED_Q4_K) && n_in >= 0);
     if (is_float_type(type)) {
         memcpy(xa, x, (size_t)n_in * sizeof(float));
         memset((float *)xa + n_in, 0, act_bytes(type, n_in) - (size_t)n_in * sizeof(float));
-    } else if (is_kquant_type(type)) {
+    } else if (is_kquant_type(type) || type == PACKED_Q4_K) {
         GRAFT_ASSERT(n_in % QK_K == 0);
         prepare_q8k(xa, x, n_in);
     } else {
@@ -955,6 +950,8 @@ static const tiling *tiling_of(uint32_t type)
         return &tile_q5_k_tiling;
     case GRAFT_TYPE_Q6_K:
         return &tile_q6_k_tiling;
+    case PACKED_Q4_K:
+        return &tile_q4_k_r8_tiling;
     default:
         return NULL;
     }
@@ -963,18 +960,43 @@ static const tiling *tiling_of(uint32_t type)
 static void gemm(uint32_t type, float *y, int64_t ldy, const void *w, int64_t n_in, int64_t o0,
                  int64_t o1, const void *xa, int64_t n_tok)
 {
-    GRAFT_ASSERT(graft__type_is_supported(type));
+    GRAFT_ASSERT(graft__type_is_supported(type) || type == PACKED_Q4_K);
     GRAFT_ASSERT(n_in >= 0 && 0 <= o0 && o0 <= o1 && n_tok >= 0);
     if (n_in == 0) { /* empty dot products */
         for (int64_t t = 0; t < n_tok; t++)
             memset(y + t * ldy + o0, 0, (size_t)(o1 - o0) * sizeof(float));
         return;
     }
-    gemm_args a = {y, ldy, w, graft__type_row_bytes(type, (uint64_t)n_in), o0, o1, xa,
-                   act_bytes(type, n_in), n_tok, n_in};
+    size_t row_bytes = type == PACKED_Q4_K ? (size_t)(n_in / QK_K) * GRAFT_AVX2_R8_BLOCK_BYTES /
+                                                 GRAFT_AVX2_R8_ROWS
+                                           : graft__type_row_bytes(type, (uint64_t)n_in);
+    GRAFT_ASSERT(type != PACKED_Q4_K || (o0 % GRAFT_AVX2_R8_ROWS == 0 && o1 % GRAFT_AVX2_R8_ROWS == 0));
+    gemm_args a = {y, ldy, w, row_bytes, o0, o1, xa, act_bytes(type, n_in), n_tok, n_in};
     GRAFT_ASSERT(a.row_bytes > 0);
     run_tiles(tiling_of(type), &a);
 }
 
-const graft__matmul_path graft__matmul_avx2 = {
-    .name = "avx2", .act_bytes = act_bytes, .act_prepare = act_prepare, .gemm = gemm};
+static uint32_t packed_type(uint32_t type, int64_t n_in, int64_t n_out)
+{
+    return graft__avx2_r8_packs(type, n_in, n_out) ? PACKED_Q4_K : 0;
+}
+
+static size_t packed_bytes(uint32_t ptype, int64_t n_in, int64_t n_out)
+{
+    GRAFT_ASSERT(ptype == PACKED_Q4_K);
+    return (size_t)(n_out / GRAFT_AVX2_R8_ROWS) * (size_t)(n_in / QK_K) * GRAFT_AVX2_R8_BLOCK_BYTES;
+}
+
+static void pack(uint32_t ptype, void *dst, const void *w, int64_t n_in, int64_t n_out)
+{
+    GRAFT_ASSERT(ptype == PACKED_Q4_K);
+    graft__avx2_r8_pack(dst, w, n_in, n_out);
+}
+
+const graft__matmul_path graft__matmul_avx2 = {.name = "avx2",
+                                               .act_bytes = act_bytes,
+                                               .act_prepare = act_prepare,
+                                               .gemm = gemm,
+                                               .packed_type = packed_type,
+                                               .packed_bytes = packed_bytes,
+                                               .pack = pack};

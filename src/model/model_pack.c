@@ -2,14 +2,15 @@
  * model_pack.c: packing a model's weight matrices for the matmul path that runs them.
  *
  * Some paths compute faster from a layout of their own than from GGUF blocks (the avx512
- * path interleaves the rows of Q8_0, Q4_0 and Q4_K matrices 16 at a time, matmul_r16_avx512.c).
+ * path interleaves the rows of Q8_0, Q4_0 and Q4_K matrices 16 at a time, matmul_r16_avx512.c;
+ * the avx2 path those of Q4_K matrices 8 at a time, matmul_q4k_r8_avx2.c).
  * The first context or engine created on such a path packs the model for it, on its own
  * threads: the matrices the path packs get a packed copy, and the pages of their file
  * copies are given back (a forward pass on another path reads them from the file again),
  * except the token embedding's when the output matrix is the embedding. Loading alone packs nothing, so
  * `graft info` or a tokenizer-only user never pays for it.
  *
- * One path at most has the packed weights (the first to ask; only avx512 packs today);
+ * One path at most has the packed weights (the first to ask);
  * contexts on any other path compute from the GGUF blocks. The packing state is the one
  * part of a model that changes after loading: pack_lock serializes packers, and
  * packed_path is published with release order after every weight's packed fields are
@@ -18,7 +19,7 @@
  *
  * The packed copies cost about the size of the matrices they pack. If that memory cannot
  * be had, creating the context or engine fails with GRAFT_ENOMEM (rather than running
- * slower than it should without a word); GRAFT_KERNELS=avx2 avoids packing.
+ * slower than it should without a word); GRAFT_KERNELS=scalar avoids packing.
  */
 #include <string.h>
 

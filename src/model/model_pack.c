@@ -10,8 +10,8 @@
  * except the token embedding's when the output matrix is the embedding. Loading alone packs nothing, so
  * `graft info` or a tokenizer-only user never pays for it.
  *
- * One path at most has the packed weights (the first to ask);
- * contexts on any other path compute from the GGUF blocks. The packing state is the one
+ * One path at most has the packed weights (the first to ask that packs any of the model's
+ * matrices); contexts on any other path compute from the GGUF blocks. The packing state is the one
  * part of a model that changes after loading: pack_lock serializes packers, and
  * packed_path is published with release order after every weight's packed fields are
  * written, so a forward pass that reads packed_path == its path (acquire) sees them all,
@@ -94,8 +94,12 @@ static int pack_locked(struct graft_model *m, const graft__matmul_path *path, gr
         if (j->types[i] != 0)
             total += round64(path->packed_bytes(j->types[i], w->cols, w->rows));
     }
-    void *memory = total > 0 ? graft__malloc_aligned(total, GRAFT_HUGE_PAGE) : NULL;
-    if (total > 0 && memory == NULL) {
+    if (total == 0) { /* nothing this path packs: the model stays free for another path */
+        graft__free(j);
+        return GRAFT_OK;
+    }
+    void *memory = graft__malloc_aligned(total, GRAFT_HUGE_PAGE);
+    if (memory == NULL) {
         graft__free(j);
         return graft__errmsg(errmsg, GRAFT_ENOMEM,
                              "model: out of memory for the packed weights (%zu MiB)",

@@ -63,17 +63,22 @@ int graft__avx2_r8_packs(uint32_t type, int64_t n_in, int64_t n_out)
            n_out % GRAFT_AVX2_R8_ROWS == 0;
 }
 
-/* The 4-bit code of element e (0..255) of a Q4_K block. */
-static int q4k_code(const uint8_t *block, int e)
+/* codes (256) = the 4-bit codes of a Q4_K block, in element order: qs byte 32 c + l holds
+ * element 64 c + l in its low nibble and element 64 c + 32 + l in its high one. */
+static void q4k_codes(const uint8_t *block, uint8_t *codes)
 {
     const uint8_t *qs = block + 16;
-    int byte = qs[32 * (e / 64) + e % 32];
-    return (e % 64) < 32 ? byte & 15 : byte >> 4;
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            codes[64 * c + l] = qs[32 * c + l] & 15;
+            codes[64 * c + 32 + l] = qs[32 * c + l] >> 4;
+        }
 }
 
 static void pack_block(uint8_t *dst, const uint8_t *const rows[GRAFT_AVX2_R8_ROWS])
 {
     int sc[GRAFT_AVX2_R8_ROWS][8], mn[GRAFT_AVX2_R8_ROWS][8];
+    uint8_t codes[GRAFT_AVX2_R8_ROWS][QK_K];
     for (int r = 0; r < GRAFT_AVX2_R8_ROWS; r++) {
         memcpy(dst + OFF_D + 2 * r, rows[r], 2);
         uint16_t dmin;
@@ -82,6 +87,7 @@ static void pack_block(uint8_t *dst, const uint8_t *const rows[GRAFT_AVX2_R8_ROW
         memcpy(dst + OFF_NDMIN + 2 * r, &dmin, 2);
         for (int j = 0; j < 8; j++)
             graft__scale_min_k4(rows[r] + 4, j, &sc[r][j], &mn[r][j]);
+        q4k_codes(rows[r], codes[r]);
     }
     for (int j = 0; j < 8; j++)
         for (int h = 0; h < 2; h++)
@@ -92,15 +98,12 @@ static void pack_block(uint8_t *dst, const uint8_t *const rows[GRAFT_AVX2_R8_ROW
             dst[OFF_MN + 16 * p + 2 * r] = (uint8_t)mn[r][2 * p];
             dst[OFF_MN + 16 * p + 2 * r + 1] = (uint8_t)mn[r][2 * p + 1];
         }
-    for (int j = 0; j < 8; j++)
-        for (int q = 0; q < 4; q++)
-            for (int i = 0; i < 4; i++)
-                for (int e = 0; e < 8; e++) {
-                    int elem = 32 * j + 8 * q + e;
-                    int lo = q4k_code(rows[slot_row(0, i)], elem);
-                    int hi = q4k_code(rows[slot_row(1, i)], elem);
-                    dst[OFF_CODES + 128 * j + 32 * q + 8 * i + e] = (uint8_t)(lo | hi << 4);
-                }
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *lo = codes[slot_row(0, i)], *hi = codes[slot_row(1, i)];
+        for (int e32 = 0; e32 < QK_K; e32 += 8) /* e32 = 32 j + 8 q */
+            for (int e = 0; e < 8; e++)
+                dst[OFF_CODES + 4 * e32 + 8 * i + e] = (uint8_t)(lo[e32 + e] | hi[e32 + e] << 4);
+    }
 }
 
 void graft__avx2_r8_pack(void *dst, const void *w, int64_t n_in, int64_t n_out)

@@ -129,7 +129,7 @@ typedef struct matmul_job {
 #ifdef GRAFT_TSAN_DECLARED_MATMUL
 /* The TSan build compiles the matmul kernels uninstrumented (CMakeLists.txt); these tell TSan
  * what each task reads and writes. The weights are not declared: they are written once, when
- * the model loads, before any matmul runs. */
+ * the model loads (or is packed for a path, model_pack.c), before any matmul reads them. */
 void __tsan_read_range(void *addr, unsigned long size);
 void __tsan_write_range(void *addr, unsigned long size);
 #define DECLARE_READ(p, bytes) __tsan_read_range((void *)(p), (unsigned long)(bytes))

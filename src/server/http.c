@@ -43,9 +43,10 @@ struct graft__server {
     graft__deadlines *deadlines;
     bool reclaim_added; /* the named sessions' reclaim hook is registered */
     atomic_bool ready;
-    pthread_mutex_t mu; /* guards running, queued and the waits on cv */
+    pthread_mutex_t mu; /* guards running, queued, replying and the waits on cv */
     pthread_cond_t cv;
     int32_t running, queued;
+    int32_t replying; /* generations answered whose reply MHD has not finished sending */
     bool stopping;
 };
 
@@ -56,7 +57,8 @@ typedef struct request {
     size_t len, cap;
     bool too_large;
     uint64_t t_start;
-    int endpoint; /* metrics row */
+    int endpoint;  /* metrics row */
+    bool replying; /* counted in the server's replying until MHD completes the request */
 } request;
 
 enum { EP_COMPLETIONS, EP_CHAT, EP_OTHER, EP_UNKNOWN };
@@ -157,6 +159,18 @@ static void release_slot(graft__server *s)
     atomic_store(&s->metrics.running, s->running);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Releases the slot of a generation whose whole reply is about to be queued: until MHD
+ * completes the request (on_completed), the reply counts in `replying`, so a drain does not
+ * stop the daemon, dropping the connection, before the reply is sent. */
+static void release_slot_replying(graft__server *s, request *rq)
+{
+    pthread_mutex_lock(&s->mu);
+    s->replying++;
+    rq->replying = true;
+    pthread_mutex_unlock(&s->mu);
+    release_slot(s);
 }
 
 /* ---- streams ---------------------------------------------------------------------------------- */
@@ -511,7 +525,7 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
                     json_decref(body);
                     return send_stream(conn, rq, method, url, &reply);
                 }
-                release_slot(s);
+                release_slot_replying(s, rq);
             }
         }
         json_decref(body);
@@ -596,6 +610,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     request *rq = *con_cls;
     if (rq == NULL)
         return;
+    if (rq->replying) {
+        pthread_mutex_lock(&s->mu);
+        s->replying--;
+        pthread_mutex_unlock(&s->mu);
+    }
     free(rq->body);
     free(rq);
     *con_cls = NULL;
@@ -703,11 +722,13 @@ void graft__server_stop(graft__server *s)
     pthread_mutex_unlock(&s->mu);
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        int32_t running = s->running;
+        int32_t running = s->running, replying = s->replying;
         pthread_mutex_unlock(&s->mu);
-        if (running == 0)
+        bool late = graft__server_now_ns() > until;
+        /* past the grace period, replies still being sent are not waited for */
+        if (running == 0 && (replying == 0 || late))
             break;
-        if (graft__server_now_ns() > until)
+        if (late)
             atomic_store(&s->ctx.cancel_all, true);
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);

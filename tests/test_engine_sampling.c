@@ -21,6 +21,7 @@
 #include "fixtures.h"
 #include "graft.h"
 #include "models.h"
+#include "util/util.h"
 
 enum { CONTEXT = 128, N_GEN = 12, TOP = 5, BOS = 1 };
 
@@ -167,6 +168,126 @@ static void test_penalised_sampling_is_deterministic(void **state)
     assert_true(n > 8); /* a real draw, not a constant */
     graft_sampler_free(a);
     graft_sampler_free(b);
+}
+
+/* The oracle of a sampled pick, from the chain sampler.c documents: every token ranked by a
+ * full comparison sort (descending logit, equal logits lower id first), the top_k best kept
+ * (0: all), probabilities exp((logit - best) / temperature) as floats summed in float64 in
+ * rank order, then kept in rank order until one falls below min_p times the best or the
+ * kept mass reaches top_p, and one draw of the sampler's generator over the kept mass. */
+typedef struct oracle_entry {
+    int32_t id;
+    float logit;
+} oracle_entry;
+
+static int by_logit_then_id(const void *a, const void *b)
+{
+    const oracle_entry *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_sampling *p,
+                                   graft__rng *rng, oracle_entry *ranked, float *prob)
+{
+    for (int32_t i = 0; i < v; i++)
+        ranked[i] = (oracle_entry){i, logits[i]};
+    qsort(ranked, (size_t)v, sizeof *ranked, by_logit_then_id);
+    int32_t n = p->top_k > 0 && p->top_k < v ? p->top_k : v;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        prob[i] = (float)exp((double)(ranked[i].logit - ranked[0].logit) / p->temperature);
+        sum += prob[i];
+    }
+    double mass = 0.0;
+    int32_t keep = 0;
+    while (keep < n) {
+        double q = prob[keep] / sum;
+        if (keep > 0 && q < p->min_p * (prob[0] / sum))
+            break;
+        mass += q;
+        keep++;
+        if (mass >= p->top_p)
+            break;
+    }
+    double total = 0.0;
+    for (int32_t i = 0; i < keep; i++)
+        total += prob[i];
+    double r = graft__rng_unit(rng) * total;
+    for (int32_t i = 0; i < keep; i++) {
+        r -= prob[i];
+        if (r < 0.0)
+            return ranked[i].id;
+    }
+    return ranked[keep - 1].id;
+}
+
+/* Logits with many ties (multiples of 1/8), both zeros, banned tokens (-inf) and one clear
+ * favourite, so that every filter and the tie order decide some picks. */
+static void tied_logits(float *logits, int32_t v, uint64_t seed)
+{
+    graft__rng rng;
+    graft__rng_seed(&rng, seed);
+    for (int32_t i = 0; i < v; i++) {
+        uint64_t r = graft__rng_next(&rng);
+        float x = (float)((int)(r % 41) - 20) * 0.125f;
+        if (x == 0.0f && (r >> 32) % 2)
+            x = -0.0f;
+        if ((r >> 40) % 97 == 0)
+            x = -INFINITY;
+        logits[i] = x;
+    }
+    logits[(int32_t)(seed % (uint64_t)v)] = 3.0f;
+}
+
+static void test_sampled_pick_matches_oracle(void **state)
+{
+    (void)state;
+    enum { V = 20011, STEPS = 6 };
+    const int32_t top_ks[] = {0, 1, 7, 40, V - 1, V, V + 5};
+    const float top_ps[] = {1.0f, 0.9f, 0.3f}, min_ps[] = {0.0f, 0.05f};
+    const float temperatures[] = {0.7f, 1.5f, 4.0f};
+    float *logits = malloc((size_t)V * sizeof *logits);
+    float *prob = malloc((size_t)V * sizeof *prob);
+    oracle_entry *ranked = malloc((size_t)V * sizeof *ranked);
+    assert_non_null(logits);
+    assert_non_null(prob);
+    assert_non_null(ranked);
+    int cases = 0, picks_not_best = 0;
+    for (size_t k = 0; k < sizeof top_ks / sizeof top_ks[0]; k++)
+        for (size_t t = 0; t < sizeof top_ps / sizeof top_ps[0]; t++)
+            for (size_t m = 0; m < sizeof min_ps / sizeof min_ps[0]; m++) {
+                graft_sampling p = graft_sampling_default();
+                p.top_k = top_ks[k];
+                p.top_p = top_ps[t];
+                p.min_p = min_ps[m];
+                p.temperature = temperatures[cases % 3];
+                p.seed = (uint64_t)cases + 11;
+                graft_sampler *s = NULL;
+                assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
+                graft__rng rng;
+                graft__rng_seed(&rng, p.seed);
+                for (int step = 0; step < STEPS; step++) {
+                    uint64_t seed = (uint64_t)(cases * STEPS + step);
+                    tied_logits(logits, V, seed);
+                    int32_t want = oracle_sampled_pick(logits, V, &p, &rng, ranked, prob);
+                    tied_logits(logits, V, seed);
+                    int32_t got = graft_sampler_sample(s, logits, NULL, 0);
+                    if (got != want)
+                        fail_msg("top_k %d top_p %g min_p %g temperature %g step %d: picked "
+                                 "%d, the oracle %d", p.top_k, (double)p.top_p,
+                                 (double)p.min_p, (double)p.temperature, step, got, want);
+                    picks_not_best += got != (int32_t)(seed % (uint64_t)V);
+                }
+                graft_sampler_free(s);
+                cases++;
+            }
+    /* the draws reached past the favourite, into the tied ranks */
+    assert_true(picks_not_best > cases);
+    free(logits);
+    free(prob);
+    free(ranked);
 }
 
 /* ---- log-probabilities through the engine ---------------------------------------------- */
@@ -393,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_logit_bias_moves_greedy_pick),
         cmocka_unit_test(test_presence_and_frequency_penalties),
         cmocka_unit_test(test_penalised_sampling_is_deterministic),
+        cmocka_unit_test(test_sampled_pick_matches_oracle),
         cmocka_unit_test(test_logprobs_match_cold_logits),
         cmocka_unit_test(test_bias_changes_pick_not_logprobs),
         cmocka_unit_test(test_logprobs_batch_invariant),

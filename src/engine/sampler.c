@@ -12,7 +12,6 @@
  * from or on a session's earlier turns.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "util/argmax.h"
@@ -28,7 +27,8 @@ struct graft_sampler {
     graft_sampling params;
     int32_t n_vocab;
     graft__rng rng;
-    candidate *cand; /* n_vocab */
+    candidate *cand; /* n_vocab: the first ones, best first, of the last draw */
+    uint64_t *order, *order_tmp; /* n_vocab: sort keys of the last draw (rank_candidates) */
     uint8_t *seen;   /* n_vocab: marks for the repetition penalty, all 0 between calls */
     int32_t *picked; /* n_vocab: times each token was picked, and */
     int32_t *distinct; /* n_vocab: the tokens picked, each once (n_distinct of them); both
@@ -61,13 +61,15 @@ int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sa
     if (s == NULL)
         return GRAFT_ENOMEM;
     s->cand = graft__malloc((size_t)n_vocab * sizeof *s->cand);
+    s->order = graft__malloc((size_t)n_vocab * sizeof *s->order);
+    s->order_tmp = graft__malloc((size_t)n_vocab * sizeof *s->order_tmp);
     s->seen = graft__calloc((size_t)n_vocab, 1);
     bool counts = params->presence_penalty != 0.0f || params->frequency_penalty != 0.0f;
     if (counts) {
         s->picked = graft__calloc((size_t)n_vocab, sizeof *s->picked);
         s->distinct = graft__malloc((size_t)n_vocab * sizeof *s->distinct);
     }
-    if (s->cand == NULL || s->seen == NULL ||
+    if (s->cand == NULL || s->order == NULL || s->order_tmp == NULL || s->seen == NULL ||
         (counts && (s->picked == NULL || s->distinct == NULL))) {
         graft_sampler_free(s);
         return GRAFT_ENOMEM;
@@ -84,6 +86,8 @@ void graft_sampler_free(graft_sampler *s)
     if (s == NULL)
         return;
     graft__free(s->cand);
+    graft__free(s->order);
+    graft__free(s->order_tmp);
     graft__free(s->seen);
     graft__free(s->picked);
     graft__free(s->distinct);
@@ -140,21 +144,74 @@ static void apply_picked_penalties(graft_sampler *s, float *logits)
     }
 }
 
-/* Descending logit; equal logits keep the lower id first, so the order is total. */
-static int by_logit_desc(const void *a, const void *b)
+/* A key whose ascending order is descending logit: -0 and +0 map alike, as they compare
+ * equal. */
+static uint32_t descending_key(float logit)
 {
-    const candidate *x = a, *y = b;
-    if (x->logit != y->logit)
-        return x->logit > y->logit ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
+    float f = logit + 0.0f;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t ascending = (u & 0x80000000u) ? ~u : u | 0x80000000u;
+    return ~ascending;
 }
 
-/* Keeps the candidates the filters allow; returns how many remain (at least 1). */
+enum { RADIX_BITS = 11, RADIX_PASSES = 3, RADIX_DIGITS = 1 << RADIX_BITS }; /* 3 x 11 bits */
+
+static uint32_t digit(uint64_t entry, int pass)
+{
+    return (uint32_t)(entry >> (32 + RADIX_BITS * pass)) & (RADIX_DIGITS - 1);
+}
+
+/* s->cand[0 .. n) := the n best candidates in the order of descending logit, equal logits
+ * lower id first (a total order, so the draw is defined by the logits alone). Entries are
+ * key << 32 | id. Only the tokens whose key's top digit is among the first digits that hold
+ * n tokens can be among the n best; those are gathered in id order and sorted by an LSD
+ * radix sort, stable, so the whole step is O(n_vocab), not a comparison sort's. */
+static void rank_candidates(graft_sampler *s, const float *logits, int32_t n)
+{
+    uint64_t *from = s->order, *to = s->order_tmp;
+    int32_t start[RADIX_DIGITS] = {0};
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        from[i] = (uint64_t)descending_key(logits[i]) << 32 | (uint32_t)i;
+        start[digit(from[i], RADIX_PASSES - 1)]++;
+    }
+    int32_t m = 0;
+    uint32_t cut = 0;
+    while (m < n)
+        m += start[cut++];
+    if (m < s->n_vocab) {
+        int32_t kept = 0;
+        for (int32_t i = 0; i < s->n_vocab; i++)
+            if (digit(from[i], RADIX_PASSES - 1) < cut)
+                from[kept++] = from[i];
+    }
+    for (int pass = 0; pass < RADIX_PASSES; pass++) {
+        memset(start, 0, sizeof start);
+        for (int32_t i = 0; i < m; i++)
+            start[digit(from[i], pass)]++;
+        int32_t at = 0;
+        for (int d = 0; d < RADIX_DIGITS; d++) {
+            int32_t count = start[d];
+            start[d] = at;
+            at += count;
+        }
+        for (int32_t i = 0; i < m; i++)
+            to[start[digit(from[i], pass)]++] = from[i];
+        uint64_t *t = from;
+        from = to;
+        to = t;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id = (int32_t)(uint32_t)from[i];
+        s->cand[i] = (candidate){id, logits[id], 0.0f};
+    }
+}
+
+/* Of the n best candidates (top-k's), keeps those the other filters allow; returns how many
+ * remain (at least 1). */
 static int32_t filter(graft_sampler *s, int32_t n)
 {
     const graft_sampling *p = &s->params;
-    if (p->top_k > 0 && p->top_k < n)
-        n = p->top_k;
     double sum = 0.0;
     for (int32_t i = 0; i < n; i++) {
         s->cand[i].prob = (float)exp((double)(s->cand[i].logit - s->cand[0].logit) / p->temperature);
@@ -178,10 +235,10 @@ static int32_t pick(graft_sampler *s, float *logits)
 {
     if (s->params.temperature == 0.0f)
         return graft__argmax(logits, s->n_vocab);
-    for (int32_t i = 0; i < s->n_vocab; i++)
-        s->cand[i] = (candidate){i, logits[i], 0.0f};
-    qsort(s->cand, (size_t)s->n_vocab, sizeof *s->cand, by_logit_desc);
-    int32_t n = filter(s, s->n_vocab);
+    const int32_t top_k = s->params.top_k;
+    int32_t n = top_k > 0 && top_k < s->n_vocab ? top_k : s->n_vocab;
+    rank_candidates(s, logits, n);
+    n = filter(s, n);
     double total = 0.0;
     for (int32_t i = 0; i < n; i++)
         total += s->cand[i].prob;

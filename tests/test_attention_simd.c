@@ -17,12 +17,11 @@
  * or within its group, and computing n keys gives the same bits however many times it is
  * repeated (no state carried between calls). The several-heads form (graft__attend_heads*,
  * which the forward pass uses for runs of tokens) gives each head, whatever the key counts
- * of the heads beside it, the bits the single form gives it alone. The chunk form of the
- * avx512 path (graft__attend_chunk_avx512 for each chunk, with all the heads in one call or
- * in two shares, the chunks computed first to last or last to first, then
- * graft__attend_merge_avx512 for each head) gives each head of rows holding several KV
- * heads the bits graft__attend_heads_avx512 gives it over its own KV head's slice of the
- * rows.
+ * of the heads beside it, the bits the single form gives it alone. The chunk form of each
+ * path (graft__attend_chunk_avx2 or _avx512 for each chunk, with all the heads in one call
+ * or in two shares, the chunks computed first to last or last to first, then the path's
+ * merge for each head) gives each head of rows holding several KV heads the bits the path's
+ * heads kernel gives it over its own KV head's slice of the rows.
  * Tests are skipped (and reported so, tests/support/skips.h) when the processor lacks the
  * instructions of a kernel.
  */
@@ -195,12 +194,19 @@ static void check_heads(graft__attend_fn attend, graft__attend_heads_fn heads)
     }
 }
 
+/* A path's chunk form and the heads kernel it must agree with. */
+typedef struct chunk_form {
+    graft__attend_chunk_fn chunk;
+    graft__attend_merge_fn merge;
+    graft__attend_heads_fn heads;
+} chunk_form;
+
 /* Rows of kv_heads KV heads of `dim` elements side by side; head h reads KV head h / group.
  * The chunk form over all the heads in one call, then in two shares, with the chunks
  * computed in order, then in reverse (as the threads of a decode step may take them), and
- * merged; want: graft__attend_heads_avx512 of each head alone over its slice of the rows. */
-static void check_chunk_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t kv_heads,
-                              int32_t group)
+ * merged; want: the path's heads kernel for each head alone over its slice of the rows. */
+static void check_chunk_shape(const chunk_form *f, problem *p, uint32_t kv_type, int32_t dim,
+                              int32_t kv_heads, int32_t group)
 {
     enum { MAX_CHUNKS = (MAX_KEYS + GRAFT_ATTN_CHUNK - 1) / GRAFT_ATTN_CHUNK };
     static float chunks[MAX_CHUNKS * GRAFT_ATTN_MAX_HEADS * MAX_DIM];
@@ -232,22 +238,20 @@ static void check_chunk_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t
                     float *outs[GRAFT_ATTN_MAX_HEADS];
                     for (int32_t h = h0; h < h1; h++)
                         outs[h - h0] = chunks + ((int64_t)c * n_heads + h) * dim;
-                    graft__attend_chunk_avx512(outs, max + c * n_heads + h0,
-                                               sum + c * n_heads + h0, qs + h0, col + h0,
-                                               h1 - h0, n, p->keys + c0, p->values + c0,
-                                               kv_type, dim, 0.1f);
+                    f->chunk(outs, max + c * n_heads + h0, sum + c * n_heads + h0, qs + h0,
+                             col + h0, h1 - h0, n, p->keys + c0, p->values + c0, kv_type, dim,
+                             0.1f);
                 }
             }
             memset(got, 0xff, sizeof got);
-            graft__attend_merge_avx512(got, chunks, max, sum, n_chunks, n_heads, dim);
+            f->merge(got, chunks, max, sum, n_chunks, n_heads, dim);
             for (int32_t h = 0; h < n_heads; h++) {
                 for (int64_t j = 0; j < n_keys; j++) {
                     k_slice[j] = (const uint8_t *)p->keys[j] + (size_t)col[h] * elem;
                     v_slice[j] = (const uint8_t *)p->values[j] + (size_t)col[h] * elem;
                 }
                 float *one[1] = {want};
-                graft__attend_heads_avx512(one, &qs[h], &n_keys, 1, k_slice, v_slice, kv_type,
-                                           dim, 0.1f);
+                f->heads(one, &qs[h], &n_keys, 1, k_slice, v_slice, kv_type, dim, 0.1f);
                 if (memcmp(want, got + (int64_t)h * dim, (size_t)dim * sizeof(float)) != 0)
                     fail_msg("type %u dim %d, %d KV heads of %d, %lld keys, %d share(s)%s: head "
                              "%d differs from the one-call kernel",
@@ -258,23 +262,42 @@ static void check_chunk_shape(problem *p, uint32_t kv_type, int32_t dim, int32_t
     }
 }
 
-static void test_chunks_avx512(void **state)
+/* Head sizes: the avx512 path's unrolled 64, 128, 256 and its general loop; multiples of
+ * the avx2 path's 8 lanes. */
+static void check_chunks(const chunk_form *f, const int32_t *dims, size_t n_dims)
 {
-    (void)state;
-    GRAFT_TEST_REQUIRE_PATH("avx512", "attention in chunks");
     const uint32_t kv_types[] = {GRAFT_TYPE_F16, GRAFT_TYPE_F32};
-    const int32_t dims[] = {64, 128, 256, 48, 80, 512};
     static const int32_t shapes[][2] = {{2, 1}, {3, 2}, {8, 2}, {2, 4}, {4, 8}}; /* KV, group */
     for (size_t ti = 0; ti < 2; ti++) {
-        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+        for (size_t di = 0; di < n_dims; di++) {
             for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
                 int32_t dim = dims[di], kv_heads = shapes[si][0], group = shapes[si][1];
                 problem *p = new_problem(kv_types[ti], kv_heads * dim);
-                check_chunk_shape(p, kv_types[ti], dim, kv_heads, group);
+                check_chunk_shape(f, p, kv_types[ti], dim, kv_heads, group);
                 free_problem(p);
             }
         }
     }
+}
+
+static void test_chunks_avx2(void **state)
+{
+    (void)state;
+    GRAFT_TEST_REQUIRE_PATH("avx2", "attention in chunks");
+    const chunk_form f = {graft__attend_chunk_avx2, graft__attend_merge_avx2,
+                          graft__attend_heads_avx2};
+    const int32_t dims[] = {64, 128, 256, 40, 72, 512};
+    check_chunks(&f, dims, sizeof dims / sizeof *dims);
+}
+
+static void test_chunks_avx512(void **state)
+{
+    (void)state;
+    GRAFT_TEST_REQUIRE_PATH("avx512", "attention in chunks");
+    const chunk_form f = {graft__attend_chunk_avx512, graft__attend_merge_avx512,
+                          graft__attend_heads_avx512};
+    const int32_t dims[] = {64, 128, 256, 48, 80, 512};
+    check_chunks(&f, dims, sizeof dims / sizeof *dims);
 }
 
 static void test_heads_reference(void **state)
@@ -319,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_heads_reference),
         cmocka_unit_test(test_heads_avx2),
         cmocka_unit_test(test_heads_avx512),
+        cmocka_unit_test(test_chunks_avx2),
         cmocka_unit_test(test_chunks_avx512),
     };
     return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));

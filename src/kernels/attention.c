@@ -23,8 +23,8 @@
  * graft__attend_heads (the form the forward pass calls, kernels.h) takes heads with their
  * own key counts; graft__attend_heads_by_runs hands runs of them to a per-group kernel
  * (this one), and graft__attend_as_heads hands a group to a heads kernel (the AVX2 and
- * AVX-512 ones). The chunk form (kernels.h) exists only on the avx512 path;
- * the choice of it for a path is here, as plain code any processor can run.
+ * AVX-512 ones). The chunk form (kernels.h) exists on the avx2 and avx512 paths; the
+ * choice of it for a path is here, as plain code any processor can run.
  */
 #include <math.h>
 #include <string.h>
@@ -167,6 +167,11 @@ bool graft__attend_split_for(const struct graft__matmul_path *path, int32_t head
     if (path == &graft__matmul_avx512 && head_dim % 16 == 0 &&
         head_dim <= GRAFT_ATTN_MAX_HEAD_DIM) {
         *out = (graft__attend_split){graft__attend_chunk_avx512, graft__attend_merge_avx512};
+        return true;
+    }
+    /* The avx2 kernels vectorise multiples of their 8 lanes. */
+    if (path == &graft__matmul_avx2 && head_dim % 8 == 0 && head_dim <= GRAFT_ATTN_MAX_HEAD_DIM) {
+        *out = (graft__attend_split){graft__attend_chunk_avx2, graft__attend_merge_avx2};
         return true;
     }
     return false;

@@ -155,7 +155,8 @@ void graft__attend_as_heads(graft__attend_heads_fn heads, float *out, const floa
  * order by the operations the path's graft__attend_heads kernel merges each chunk with.
  * So a head gets the same bits that kernel gives it over the rows offset by col[h]
  * elements, whichever heads share a chunk's call and whichever thread computed which chunk.
- * Only the avx512 path has it: graft__attend_split_for gives it for a path and head size. */
+ * The avx2 and avx512 paths have it: graft__attend_split_for gives it for a path and head
+ * size. */
 typedef void (*graft__attend_chunk_fn)(float *const *out, float *max, float *sum,
                                        const float *const *q, const int32_t *col,
                                        int32_t n_heads, int32_t n_keys, const void *const *keys,
@@ -164,6 +165,13 @@ typedef void (*graft__attend_chunk_fn)(float *const *out, float *max, float *sum
 typedef void (*graft__attend_merge_fn)(float *out, const float *chunks, const float *max,
                                        const float *sum, int32_t n_chunks, int32_t n_heads,
                                        int32_t head_dim);
+void graft__attend_chunk_avx2(float *const *out, float *max, float *sum, const float *const *q,
+                              const int32_t *col, int32_t n_heads, int32_t n_keys,
+                              const void *const *keys, const void *const *values,
+                              uint32_t kv_type, int32_t head_dim, float scale);
+void graft__attend_merge_avx2(float *out, const float *chunks, const float *max,
+                              const float *sum, int32_t n_chunks, int32_t n_heads,
+                              int32_t head_dim);
 void graft__attend_chunk_avx512(float *const *out, float *max, float *sum,
                                 const float *const *q, const int32_t *col, int32_t n_heads,
                                 int32_t n_keys, const void *const *keys,

@@ -898,23 +898,35 @@ enum { PACKED_Q4_K = GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_K };
 
 static const tiling tile_q4_k_r8_tiling = {graft__avx2_r8_tile, {0, 8, 8, 8, 8, 8, 8}};
 
+/* A GGUF type this path computes, or its packed form. */
+static bool type_known(uint32_t type)
+{
+    return graft__type_is_supported(type) || type == PACKED_Q4_K;
+}
+
+/* Whether a type's activations are prepared as Q8_K (the k-quants and the packed form). */
+static bool takes_q8k(uint32_t type)
+{
+    return is_kquant_type(type) || type == PACKED_Q4_K;
+}
+
 static size_t act_bytes(uint32_t type, int64_t n_in)
 {
-    GRAFT_ASSERT((graft__type_is_supported(type) || type == PACKED_Q4_K) && n_in >= 0);
+    GRAFT_ASSERT(type_known(type) && n_in >= 0);
     if (is_float_type(type))
         return round_up((size_t)n_in * sizeof(float), 64);
-    if (is_kquant_type(type) || type == PACKED_Q4_K)
+    if (takes_q8k(type))
         return graft__q8k_layout_of(n_in).bytes;
     return q32_layout_of(q32_kind_of(type), n_in).bytes;
 }
 
 static void act_prepare(uint32_t type, void *xa, const float *x, int64_t n_in)
 {
-    GRAFT_ASSERT((graft__type_is_supported(type) || type == PACKED_Q4_K) && n_in >= 0);
+    GRAFT_ASSERT(type_known(type) && n_in >= 0);
     if (is_float_type(type)) {
         memcpy(xa, x, (size_t)n_in * sizeof(float));
         memset((float *)xa + n_in, 0, act_bytes(type, n_in) - (size_t)n_in * sizeof(float));
-    } else if (is_kquant_type(type) || type == PACKED_Q4_K) {
+    } else if (takes_q8k(type)) {
         GRAFT_ASSERT(n_in % QK_K == 0);
         prepare_q8k(xa, x, n_in);
     } else {
@@ -960,7 +972,7 @@ static const tiling *tiling_of(uint32_t type)
 static void gemm(uint32_t type, float *y, int64_t ldy, const void *w, int64_t n_in, int64_t o0,
                  int64_t o1, const void *xa, int64_t n_tok)
 {
-    GRAFT_ASSERT(graft__type_is_supported(type) || type == PACKED_Q4_K);
+    GRAFT_ASSERT(type_known(type));
     GRAFT_ASSERT(n_in >= 0 && 0 <= o0 && o0 <= o1 && n_tok >= 0);
     if (n_in == 0) { /* empty dot products */
         for (int64_t t = 0; t < n_tok; t++)

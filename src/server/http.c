@@ -152,12 +152,18 @@ static int admit(graft__server *s)
     return status;
 }
 
-static void release_slot(graft__server *s)
+/* The caller holds s->mu. */
+static void release_slot_locked(graft__server *s)
 {
-    pthread_mutex_lock(&s->mu);
     s->running--;
     atomic_store(&s->metrics.running, s->running);
     pthread_cond_broadcast(&s->cv);
+}
+
+static void release_slot(graft__server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    release_slot_locked(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -169,8 +175,8 @@ static void release_slot_replying(graft__server *s, request *rq)
     pthread_mutex_lock(&s->mu);
     s->replying++;
     rq->replying = true;
+    release_slot_locked(s);
     pthread_mutex_unlock(&s->mu);
-    release_slot(s);
 }
 
 /* ---- streams ---------------------------------------------------------------------------------- */

@@ -173,8 +173,8 @@ typedef struct graft_context_options {
     int32_t n_ctx;       /* positions per sequence (0: the model's training length) */
     int32_t n_seq;       /* sequences held, ids 0..n_seq-1 (0: 1) */
     int32_t n_threads;   /* compute threads, the caller's included (0: one per online CPU) */
-    const char *kernels; /* "scalar", "avx2", "avx512", or NULL: the environment variable
-                            GRAFT_KERNELS, else the best this processor runs */
+    const char *kernels; /* "scalar", "avx2", "avxvnni", "avx512", or NULL: the environment
+                            variable GRAFT_KERNELS, else the best this processor runs */
     int32_t kv_f32;      /* nonzero: keep K and V in float32 (default: float16) */
 } graft_context_options;
 
@@ -220,7 +220,7 @@ int32_t graft_context_position(const graft_context *ctx);
 int32_t graft_context_seq_position(const graft_context *ctx, int32_t seq);
 /* Forgets sequence `seq`'s tokens (its position becomes 0). */
 int graft_context_seq_reset(graft_context *ctx, int32_t seq);
-/* The kernel set in use ("scalar", "avx2", "avx512") and the thread count. */
+/* The kernel set in use ("scalar", "avx2", "avxvnni", "avx512") and the thread count. */
 const char *graft_context_kernels(const graft_context *ctx);
 int32_t graft_context_threads(const graft_context *ctx);
 /* The SIMD features of this processor that graft's kernel sets look at, space-separated

@@ -17,7 +17,7 @@
 
 #include "kernels/kernels.h"
 
-static const char *const paths[] = {"scalar", "avx2", "avx512"};
+static const char *const paths[] = {"scalar", "avx2", "avxvnni", "avx512"};
 
 /* Checks the lines of one skip file; returns the number of errors. */
 static int check_file(const char *dir, const char *file)

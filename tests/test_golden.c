@@ -184,8 +184,8 @@ static void test_simd_kernels(void **state)
     (void)state;
     static const char *quantized[] = {GRAFT_TEST_STORIES_QUANTIZED};
     static const char *floats[] = {GRAFT_TEST_STORIES, GRAFT_TEST_STORIES_F16};
-    static const char *paths[] = {"avx2", "avx512"};
-    for (size_t p = 0; p < 2; p++) {
+    static const char *paths[] = {"avx2", "avxvnni", "avx512"};
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
         if (!graft_test_path_runs(paths[p], "stories260K golden figures"))
             continue;
         graft_model *m = graft_test_load_model(GRAFT_TEST_STORIES);

@@ -9,8 +9,9 @@
  * activations) the logits must agree with the scalar reference within a stated tolerance.
  * Models: stories260K (F32 and every derived quantized copy) and synth qwen3 / gemma3 tiny
  * models in Q8_0 and Q4_K, the gemma3 prompt longer than its sliding window. Each kernel set
- * runs on a model loaded for it alone, so the paths that pack weights (avx2: Q4_K; avx512:
- * Q8_0, Q4_0, Q4_K) are checked on their packed forms.
+ * runs on a model loaded for it alone, so the paths that pack weights (Q8_0, Q4_0 and
+ * Q4_K on avx2, avxvnni and avx512) are checked on their packed forms. The avxvnni kernels
+ * must give the avx2 kernels' logits bit for bit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,7 +33,7 @@
 #define PROMPT_LEN 72
 #define OTHERS 3
 
-static const char *const kernel_sets[] = {"scalar", "avx2", "avx512"};
+static const char *const kernel_sets[] = {"scalar", "avx2", "avxvnni", "avx512"};
 
 typedef struct subject {
     char path[1024]; /* the model's file: each kernel set loads its own copy */
@@ -142,7 +143,7 @@ static void check_subject(subject *s, const char *name, double simd_tolerance)
         for (int o = 0; o < OTHERS; o++)
             s->other[o][i] = (int32_t)(next_random() % (uint32_t)s->n_vocab);
     }
-    float *scalar = NULL;
+    float *scalar = NULL, *avx2 = NULL;
     for (size_t k = 0; k < sizeof kernel_sets / sizeof kernel_sets[0]; k++) {
         const char *ks = kernel_sets[k];
         if (!graft_test_path_runs(ks, name))
@@ -172,18 +173,24 @@ static void check_subject(subject *s, const char *name, double simd_tolerance)
         free(threaded);
         if (scalar == NULL) {
             scalar = prefill;
-            printf("%-28s %-6s identical over 9 ways of batching\n", name, ks);
+            printf("%-28s %-7s identical over 9 ways of batching\n", name, ks);
             continue;
         }
         double gap = relative_gap(prefill, scalar, (size_t)PROMPT_LEN * (size_t)s->n_vocab);
-        printf("%-28s %-6s identical over 9 ways of batching; vs scalar %.2e (tolerance %.0e)\n",
+        printf("%-28s %-7s identical over 9 ways of batching; vs scalar %.2e (tolerance %.0e)\n",
                name, ks, gap, simd_tolerance);
         if (gap > simd_tolerance)
             fail_msg("%s: %s kernels differ from scalar by %.3e (relative), over %.0e", name, ks,
                      gap, simd_tolerance);
-        free(prefill);
+        if (strcmp(ks, "avxvnni") == 0 && avx2 != NULL)
+            expect_same(avx2, prefill, s, "the avx2 kernels' logits", ks);
+        if (strcmp(ks, "avx2") == 0)
+            avx2 = prefill;
+        else
+            free(prefill);
     }
     free(scalar);
+    free(avx2);
     graft_model_free(s->model);
 }
 

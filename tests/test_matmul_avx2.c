@@ -1,6 +1,8 @@
 /*
- * test_matmul_avx2.c: the AVX2 matmul path (src/kernels/matmul_avx2.c) against the scalar
- * reference graft__matmul, for every supported weight type.
+ * test_matmul_avx2.c: the avx2 matmul path (src/kernels/matmul_avx2.c) and the avxvnni path
+ * (the same source compiled with AVX-VNNI, matmul_avxvnni.c) against the scalar reference
+ * graft__matmul, for every supported weight type. Every check below runs on each path;
+ * the avxvnni path must also give the avx2 path's bits (memcmp of the batch of 64).
  *
  * For each type, random weights in [-1, 1) quantized with graft__quantize_row and random
  * activations in [-1, 1), at n_in 256, 1024, 3072 plus a ragged size (a tail group of
@@ -20,13 +22,13 @@
  *     computed in pieces [0, 5) [5, 37) or [0, 1) [1, 2) [2, 19) [19, 36) [36, 37), with 1,
  *     2 or 64 tokens, equal one call over [0, 37) in the batch of 64.
  *
- * Packed Q4_K (the path's packed_type/pack, 8 interleaved rows) goes through the same three
- * checks on 40 rows, with row pieces on whole groups of 8; no other type, and no row count
- * that is not a multiple of 8, has a packed form. The packed weights are allocated to their
- * exact size, so a tile reading past them fails under ASan.
+ * Packed Q4_K, Q8_0 and Q4_0 (the path's packed_type/pack, 8 interleaved rows) go through
+ * the same three checks on 40 rows, with row pieces on whole groups of 8; no other type,
+ * and no row count that is not a multiple of 8, has a packed form. The packed weights are
+ * allocated to their exact size, so a tile reading past them fails under ASan.
  *
- * Skipped (and reported so, tests/support/skips.h) when the processor lacks AVX2, FMA or
- * F16C.
+ * Skipped (and reported so, tests/support/skips.h), path by path, when the processor lacks
+ * AVX2, FMA or F16C, or AVX-VNNI.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -89,7 +91,9 @@ static const type_case cases[] = {
     {GRAFT_TYPE_F16, "F16", 0, 37, FLOAT_BUDGET},
     {GRAFT_TYPE_BF16, "BF16", 0, 37, FLOAT_BUDGET},
     {GRAFT_TYPE_Q8_0, "Q8_0", 32, 160, Q8_BUDGET},
+    {GRAFT_TYPE_Q8_0, "Q8_0 packed", 32, 160, Q8_PACKED_BUDGET},
     {GRAFT_TYPE_Q4_0, "Q4_0", 32, 96, Q8_BUDGET},
+    {GRAFT_TYPE_Q4_0, "Q4_0 packed", 32, 96, Q8_PACKED_BUDGET},
     {GRAFT_TYPE_Q4_1, "Q4_1", 32, 160, Q8_BUDGET},
     {GRAFT_TYPE_Q5_0, "Q5_0", 32, 96, Q8_BUDGET},
     {GRAFT_TYPE_Q5_1, "Q5_1", 32, 224, Q8_BUDGET},
@@ -112,6 +116,7 @@ static void *alloc64(size_t bytes)
 
 /* One problem: weights, activations, their prepared and decoded forms. */
 typedef struct problem {
+    const graft__matmul_path *path;
     const type_case *c;
     int64_t n_in, n_out;
     uint32_t gemm_type; /* c->type, or its packed type */
@@ -123,9 +128,10 @@ typedef struct problem {
     uint8_t *xa; /* (N_TOK, act_bytes) prepared by the path */
 } problem;
 
-static void problem_init(problem *p, const type_case *c, int64_t n_in, uint64_t seed)
+static void problem_init(problem *p, const graft__matmul_path *path, const type_case *c,
+                         int64_t n_in, uint64_t seed)
 {
-    const graft__matmul_path *path = &graft__matmul_avx2;
+    p->path = path;
     p->c = c;
     p->n_in = n_in;
     p->n_out = c->packed ? N_OUT_PACKED : N_OUT;
@@ -175,8 +181,8 @@ static void path_gemm(const problem *p, float *y, int64_t o0, int64_t o1, int64_
                       int64_t n_tok)
 {
     const void *w = p->packed != NULL ? (const void *)p->packed : p->w;
-    graft__matmul_avx2.gemm(p->gemm_type, y, p->n_out, w, p->n_in, o0, o1,
-                            p->xa + t0 * p->act_bytes, n_tok);
+    p->path->gemm(p->gemm_type, y, p->n_out, w, p->n_in, o0, o1, p->xa + t0 * p->act_bytes,
+                  n_tok);
 }
 
 /* S = sum |w_i| |x_i| of row o and token t. */
@@ -291,53 +297,104 @@ static void check_batch_invariance(const problem *p)
     free(part);
 }
 
-static void test_type(const type_case *c)
+/* A path other than avx2 gives the avx2 path's bits for p's weights and activations. */
+static void check_same_as_avx2(const problem *p, uint64_t seed)
 {
-    char what[32];
+    problem q;
+    problem_init(&q, &graft__matmul_avx2, p->c, p->n_in, seed);
+    float *got = alloc64(N_TOK * (size_t)p->n_out * sizeof(float));
+    float *want = alloc64(N_TOK * (size_t)p->n_out * sizeof(float));
+    path_gemm(p, got, 0, p->n_out, 0, N_TOK);
+    path_gemm(&q, want, 0, p->n_out, 0, N_TOK);
+    if (memcmp(got, want, N_TOK * (size_t)p->n_out * sizeof(float)) != 0)
+        fail_msg("%s n_in %lld: the %s path differs from the avx2 path", p->c->name,
+                 (long long)p->n_in, p->path->name);
+    free(got);
+    free(want);
+    problem_free(&q);
+}
+
+/* One type on one path. */
+typedef struct path_case {
+    const char *path;
+    const type_case *c;
+    char name[48];
+} path_case;
+
+static void test_type(const path_case *pc)
+{
+    const type_case *c = pc->c;
+    char what[48];
     snprintf(what, sizeof what, "matmul %s", c->name);
-    GRAFT_TEST_REQUIRE_PATH("avx2", what);
+    GRAFT_TEST_REQUIRE_PATH(pc->path, what);
+    const graft__matmul_path *path = graft__kernels_by_name(pc->path);
     const int64_t n_ins[] = {256, 1024, 3072, c->ragged_n_in};
     static const int64_t n_toks[] = {1, 3, 8, 13, 64};
     for (size_t i = 0; i < sizeof n_ins / sizeof n_ins[0]; i++) {
         problem p;
-        problem_init(&p, c, n_ins[i], 1000 + i * 17 + c->type);
+        uint64_t seed = 1000 + i * 17 + c->type;
+        problem_init(&p, path, c, n_ins[i], seed);
         for (size_t k = 0; k < sizeof n_toks / sizeof n_toks[0]; k++)
             check_accuracy(&p, n_toks[k]);
         check_batch_invariance(&p);
+        if (path != &graft__matmul_avx2)
+            check_same_as_avx2(&p, seed);
         problem_free(&p);
     }
 }
 
 /* ------------------------------------------------------------------------------------
- * One cmocka test per type; the state is the case.
+ * One cmocka test per path and type; the state is the path_case.
  */
 static void test_case(void **state)
 {
     test_type(*state);
 }
 
-/* Only Q4_K, in whole super-blocks and whole groups of 8 rows, has a packed form. */
+/* Only Q4_K, Q8_0 and Q4_0, in whole blocks and whole groups of 8 rows, have a packed form;
+ * the state is the path's name. */
 static void test_packed_forms(void **state)
 {
-    (void)state;
-    GRAFT_TEST_REQUIRE_PATH("avx2", "matmul packed forms");
-    const graft__matmul_path *path = &graft__matmul_avx2;
+    GRAFT_TEST_REQUIRE_PATH(*state, "matmul packed forms");
+    const graft__matmul_path *path = graft__kernels_by_name(*state);
     assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 1024, 64), GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_K);
     assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 1024, N_OUT), 0);
     assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 1024, 0), 0);
     assert_int_equal(path->packed_type(GRAFT_TYPE_Q4_K, 0, 64), 0);
-    static const uint32_t unpacked[] = {GRAFT_TYPE_F32,  GRAFT_TYPE_F16,  GRAFT_TYPE_Q8_0,
-                                        GRAFT_TYPE_Q4_0, GRAFT_TYPE_Q5_K, GRAFT_TYPE_Q6_K};
+    static const uint32_t q32[] = {GRAFT_TYPE_Q8_0, GRAFT_TYPE_Q4_0};
+    for (size_t i = 0; i < sizeof q32 / sizeof q32[0]; i++) {
+        assert_int_equal(path->packed_type(q32[i], 1024, 64), GRAFT_TYPE_PACKED_BASE + q32[i]);
+        assert_int_equal(path->packed_type(q32[i], 96, 8), GRAFT_TYPE_PACKED_BASE + q32[i]);
+        assert_int_equal(path->packed_type(q32[i], 1024, N_OUT), 0);
+        assert_int_equal(path->packed_type(q32[i], 1000, 64), 0);
+        assert_int_equal(path->packed_type(q32[i], 0, 64), 0);
+    }
+    static const uint32_t unpacked[] = {GRAFT_TYPE_F32,  GRAFT_TYPE_F16,  GRAFT_TYPE_Q4_1,
+                                        GRAFT_TYPE_Q5_0, GRAFT_TYPE_Q5_1, GRAFT_TYPE_IQ4_NL,
+                                        GRAFT_TYPE_Q5_K, GRAFT_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof unpacked / sizeof unpacked[0]; i++)
         assert_int_equal(path->packed_type(unpacked[i], 1024, 64), 0);
 }
 
 int main(void)
 {
-    enum { N_CASES = sizeof cases / sizeof cases[0] };
-    struct CMUnitTest tests[N_CASES + 1];
-    for (int i = 0; i < N_CASES; i++)
-        tests[i] = (struct CMUnitTest){cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};
-    tests[N_CASES] = (struct CMUnitTest)cmocka_unit_test(test_packed_forms);
+    static const char *const paths[] = {"avx2", "avxvnni"};
+    enum { N_PATHS = sizeof paths / sizeof paths[0], N_CASES = sizeof cases / sizeof cases[0] };
+    static path_case pcs[N_PATHS][N_CASES];
+    static char packed_names[N_PATHS][48];
+    struct CMUnitTest tests[N_PATHS * (N_CASES + 1)];
+    int n = 0;
+    for (int k = 0; k < N_PATHS; k++) {
+        for (int i = 0; i < N_CASES; i++) {
+            path_case *pc = &pcs[k][i];
+            pc->path = paths[k];
+            pc->c = &cases[i];
+            snprintf(pc->name, sizeof pc->name, "%s %s", paths[k], cases[i].name);
+            tests[n++] = (struct CMUnitTest){pc->name, test_case, NULL, NULL, pc};
+        }
+        snprintf(packed_names[k], sizeof packed_names[k], "%s packed forms", paths[k]);
+        tests[n++] = (struct CMUnitTest){packed_names[k], test_packed_forms, NULL, NULL,
+                                         (void *)paths[k]};
+    }
     return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -133,6 +133,12 @@ static void test_avx2(void **state)
     check_path("avx2");
 }
 
+static void test_avxvnni(void **state)
+{
+    (void)state;
+    check_path("avxvnni");
+}
+
 static void test_avx512(void **state)
 {
     (void)state;
@@ -144,6 +150,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalar),
         cmocka_unit_test(test_avx2),
+        cmocka_unit_test(test_avxvnni),
         cmocka_unit_test(test_avx512),
     };
     return graft_test_exit(cmocka_run_group_tests(tests, NULL, NULL));

@@ -50,7 +50,7 @@ static const char speed_usage[] =
     "options:\n"
     "  -m, --model FILE   GGUF model\n"
     "  --threads N        compute threads (default 0: one per online CPU)\n"
-    "  --kernels K        scalar, avx2 or avx512 (default: $GRAFT_KERNELS, else the best)\n"
+    "  --kernels K        scalar, avx2, avxvnni or avx512 (default: $GRAFT_KERNELS, else the best)\n"
     "  --prompt N[,N...]  prefill tokens, or a list of lengths (default 512); the\n"
     "                     context holds the longest plus --gen\n"
     "  --gen N            decode tokens (default 128)\n"

@@ -78,7 +78,7 @@ static const char run_usage[] =
     "                          (powers of 1024; default: what the engine gives one session\n"
     "                          of --ctx positions, plus --cache-mem with --prompt-cache)\n"
     "  --threads N             compute threads (default 0: one per online CPU)\n"
-    "  --kernels K             scalar, avx2 or avx512 (default: $GRAFT_KERNELS, else the best)\n"
+    "  --kernels K             scalar, avx2, avxvnni or avx512 (default: $GRAFT_KERNELS, else the best)\n"
     "  --logits-out FILE       write the last prompt position's logits (n_vocab float32,\n"
     "                          little-endian) to FILE; one prompt only\n"
     "  -h, --help              show this help\n";

@@ -64,7 +64,7 @@ static const char serve_usage[] =
     "  --cache-mem SIZE        KV bytes the cache holds alone at most (default: no bound\n"
     "                          but --kv-mem; it gives blocks back when a request waits)\n"
     "  --threads N             compute threads (default: one per online CPU)\n"
-    "  --kernels K             scalar, avx2 or avx512 (default: the best this CPU runs)\n"
+    "  --kernels K             scalar, avx2, avxvnni or avx512 (default: the best this CPU runs)\n"
     "  --api-key KEY[,KEY...]  require 'Authorization: Bearer KEY', one of these keys (not on\n"
     "                          /health); a named session belongs to the key that made it\n"
     "  --chat-template FILE    the Jinja chat template for /v1/chat/completions (default:\n"

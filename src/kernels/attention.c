@@ -169,8 +169,9 @@ bool graft__attend_split_for(const struct graft__matmul_path *path, int32_t head
         *out = (graft__attend_split){graft__attend_chunk_avx512, graft__attend_merge_avx512};
         return true;
     }
-    /* The avx2 kernels vectorise multiples of their 8 lanes. */
-    if (path == &graft__matmul_avx2 && head_dim % 8 == 0 && head_dim <= GRAFT_ATTN_MAX_HEAD_DIM) {
+    /* The avx2 kernels (also the avxvnni path's) vectorise multiples of their 8 lanes. */
+    bool avx2 = path == &graft__matmul_avx2 || path == &graft__matmul_avxvnni;
+    if (avx2 && head_dim % 8 == 0 && head_dim <= GRAFT_ATTN_MAX_HEAD_DIM) {
         *out = (graft__attend_split){graft__attend_chunk_avx2, graft__attend_merge_avx2};
         return true;
     }

@@ -1,9 +1,10 @@
 /*
  * dispatch.c: choosing a matmul path and running a matmul on the thread pool.
  *
- * The path is chosen once per process from CPUID (AVX-512 with VNNI, else AVX2
- * with FMA and F16C, else scalar), unless GRAFT_KERNELS=scalar|avx2|avx512 forces one;
- * forcing a path the processor lacks is refused with a message rather than crashing.
+ * The path is chosen once per process from CPUID (AVX-512 with VNNI, else AVX2 with FMA,
+ * F16C and AVX-VNNI, else AVX2 with FMA and F16C, else scalar), unless
+ * GRAFT_KERNELS=scalar|avx2|avxvnni|avx512 forces one; forcing a path the processor lacks
+ * is refused with a message rather than crashing.
  *
  * graft__matmul_many prepares each token's activations (one task per token and weight type),
  * then computes the outputs of all its matrices in row chunks (one task per chunk), so that
@@ -24,6 +25,8 @@ const graft__matmul_path *graft__kernels_by_name(const char *name)
         return &graft__matmul_scalar;
     if (strcmp(name, "avx2") == 0)
         return graft__cpu_has_avx2() ? &graft__matmul_avx2 : NULL;
+    if (strcmp(name, "avxvnni") == 0)
+        return graft__cpu_has_avx_vnni() ? &graft__matmul_avxvnni : NULL;
     if (strcmp(name, "avx512") == 0)
         return graft__cpu_has_avx512() ? &graft__matmul_avx512 : NULL;
     return NULL;
@@ -34,33 +37,35 @@ int graft__kernels_select(const char *name, const graft__matmul_path **out, char
     if (name == NULL || name[0] == '\0')
         name = getenv("GRAFT_KERNELS");
     if (name == NULL || name[0] == '\0') {
-        *out = graft__cpu_has_avx512() ? &graft__matmul_avx512
-               : graft__cpu_has_avx2() ? &graft__matmul_avx2
-                                : &graft__matmul_scalar;
+        *out = graft__cpu_has_avx512()     ? &graft__matmul_avx512
+               : graft__cpu_has_avx_vnni() ? &graft__matmul_avxvnni
+               : graft__cpu_has_avx2()     ? &graft__matmul_avx2
+                                           : &graft__matmul_scalar;
         return GRAFT_OK;
     }
     *out = graft__kernels_by_name(name);
     if (*out != NULL)
         return GRAFT_OK;
-    if (strcmp(name, "avx2") == 0 || strcmp(name, "avx512") == 0)
+    if (strcmp(name, "avx2") == 0 || strcmp(name, "avxvnni") == 0 || strcmp(name, "avx512") == 0)
         return graft__errmsg(errmsg, GRAFT_EUNSUPPORTED,
                              "kernels: this processor cannot run the '%s' kernels", name);
     return graft__errmsg(errmsg, GRAFT_EINVAL,
-                         "kernels: unknown kernel set '%s' (scalar, avx2, avx512)", name);
+                         "kernels: unknown kernel set '%s' (scalar, avx2, avxvnni, avx512)", name);
 }
 
 graft__attend_heads_fn graft__attend_for(const graft__matmul_path *path)
 {
     if (path == &graft__matmul_avx512)
         return graft__attend_heads_avx512;
-    if (path == &graft__matmul_avx2)
+    if (path == &graft__matmul_avx2 || path == &graft__matmul_avxvnni)
         return graft__attend_heads_avx2;
     return graft__attend_heads;
 }
 
 graft__store_row_fn graft__store_row_for(const graft__matmul_path *path)
 {
-    if (path == &graft__matmul_avx512 || path == &graft__matmul_avx2)
+    if (path == &graft__matmul_avx512 || path == &graft__matmul_avx2 ||
+        path == &graft__matmul_avxvnni)
         return graft__store_row_f16c;
     return graft__store_row;
 }

@@ -217,14 +217,14 @@ typedef struct graft__matmul_path graft__matmul_path;
  * (AVX-512 F, BW, VL, DQ and VNNI) (cpu_features.c). */
 bool graft__cpu_has_avx2(void);
 bool graft__cpu_has_avx512(void);
-/* Whether it has AVX-VNNI (256-bit vpdpbusd, VEX-encoded: Alder Lake, Zen 5); no kernel
- * path uses it yet. */
+/* Whether it runs the avx2 path and has AVX-VNNI (256-bit vpdpbusd, VEX-encoded: Intel
+ * from Alder Lake on, AMD from Zen 4 on): the avxvnni path. */
 bool graft__cpu_has_avx_vnni(void);
 /* The SIMD features the kernel paths care about that this processor has, as a static
  * string such as "avx2 fma f16c avx-vnni avx512f/bw/vl/dq/vnni". */
 const char *graft__cpu_features_string(void);
 
-/* Picks the path: `name` ("scalar", "avx2", "avx512"), else the environment variable
+/* Picks the path: `name` ("scalar", "avx2", "avxvnni", "avx512"), else the environment variable
  * GRAFT_KERNELS, else the best the processor supports. GRAFT_EINVAL for an unknown name,
  * GRAFT_EUNSUPPORTED for a path this processor cannot run (with a message). */
 int graft__kernels_select(const char *name, const graft__matmul_path **out, char **errmsg);

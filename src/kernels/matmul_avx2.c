@@ -15,8 +15,17 @@
  * sections below say how each family forms them. Scales are kept in f32 (not f16 as in
  * llama.cpp's blocks).
  *
- * Packed weights (packed_type/pack): Q4_K matrices in groups of 8 interleaved rows,
- * matmul_q4k_r8_avx2.c, computed in tiles of one group through the same run_tiles.
+ * The avxvnni path is this file compiled a second time with GRAFT_AVX_VNNI defined and
+ * -mavxvnni (matmul_avxvnni.c), for CPUs with AVX-VNNI but no AVX-512 (Intel from Alder
+ * Lake on). There vpdpbusd replaces vpmaddubsw + vpmaddwd (dot4_u8s8) and vpdpwssd a
+ * vpmaddwd and its add (madd_add), and Q8_0 and IQ4_NL take their weights as w + 128
+ * instead of |w| with the sign moved onto the activations. Every one of those integer sums
+ * is exact on both paths and lands in the same lane, and the float operations are the
+ * same, so the two paths give the same bits (test_matmul_avx2 checks it by memcmp).
+ *
+ * Packed weights (packed_type/pack): Q4_K, Q8_0 and Q4_0 matrices in groups of 8
+ * interleaved rows, matmul_q4k_r8_avx2.c and matmul_q32_r8_avx2.c, computed in tiles of
+ * one group through the same run_tiles.
  *
  * Tiling (run_tiles): outputs are computed in tiles of R rows x T tokens, T <= 6 (R is 4 for
  * one token, 2 for two, 1 above: measured best), over chunks of tokens whose activations
@@ -45,6 +54,12 @@
 #include "util/util.h"
 
 #define AVX2_INLINE static inline __attribute__((always_inline))
+
+#ifdef GRAFT_AVX_VNNI
+enum { VNNI = 1 };
+#else
+enum { VNNI = 0 };
+#endif
 
 enum {
     GROUP = 4,      /* blocks folded into one accumulator update */
@@ -113,8 +128,18 @@ static float quant_multiplier(float amax)
     return amax > 0x1p-96f ? 127.0f / amax : 0.0f;
 }
 
-/* q (32) = round-half-even(x (32) * id); returns the sum of q. */
-AVX2_INLINE int32_t quantize32(int8_t *q, const float *x, float id)
+/* The sum of the 8 int32 lanes. */
+AVX2_INLINE int32_t hsum8_epi32(__m256i s)
+{
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    return _mm_cvtsi128_si32(h);
+}
+
+/* q (32) = round-half-even(x (32) * id); half[0], half[1] = the sums of q[0..15] and
+ * q[16..31]. */
+AVX2_INLINE void quantize32(int8_t *q, const float *x, float id, int32_t half[2])
 {
     const __m256 vid = _mm256_set1_ps(id);
     __m256i i[4];
@@ -126,11 +151,30 @@ AVX2_INLINE int32_t quantize32(int8_t *q, const float *x, float id)
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)q, p);
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-    return _mm_cvtsi128_si32(h);
+    half[0] = hsum8_epi32(_mm256_add_epi32(i[0], i[1]));
+    half[1] = hsum8_epi32(_mm256_add_epi32(i[2], i[3]));
+}
+
+/* acc + in each 32-bit lane the sum of the 4 products of unsigned bytes u and signed bytes
+ * s in it. Without VNNI vpmaddubsw + vpmaddwd, which is the same wherever no two adjacent
+ * products sum past int16 (so in every use here: |u| <= 128, |s| <= 127, or u <= 63). */
+AVX2_INLINE __m256i dot4_u8s8(__m256i acc, __m256i u, __m256i s)
+{
+#ifdef GRAFT_AVX_VNNI
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* acc + vpmaddwd(a, b): pairs of int16 products summed into 32-bit lanes. */
+AVX2_INLINE __m256i madd_add(__m256i acc, __m256i a, __m256i b)
+{
+#ifdef GRAFT_AVX_VNNI
+    return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
 }
 
 /* ------------------------------------------------------------------------------------
@@ -327,7 +371,9 @@ DEFINE_TILE(tile_bf16, TILE_BF16, 4, 4, 4, 3, 2, 2)
  * Q5_0, Q5_1 (0..15 or 0..31), |w| for Q8_0 and IQ4_NL, whose activations then carry the
  * sign of w (vpsignb). What the codes leave out is added per block from the activation's
  * quant sum: Q4_0/Q5_0 subtract offset * sum in the integer domain, Q4_1/Q5_1 add
- * m * (d * sum) with one more FMA.
+ * m * (d * sum) with one more FMA. With VNNI, Q8_0 and IQ4_NL are offset codes too: w + 128
+ * (vpdpbusd sums u8 x s8 products without saturating), less 128 * sum per half block,
+ * so that each lane below holds the same integer as |w| x sign(y, w) gives it.
  *
  * Four blocks make a group. fold4 adds the four blocks' product vectors down to one vector
  * in which block j occupies lanes j and j + 4, with unpacks and adds inside each 128-bit
@@ -378,9 +424,17 @@ AVX2_INLINE int q32_block_bytes(enum q32_kind kind)
     }
 }
 
+/* Whether the weights are signed values (Q8_0, IQ4_NL) rather than unsigned codes. */
 AVX2_INLINE bool q32_is_signed(enum q32_kind kind)
 {
     return kind == KIND_Q8_0 || kind == KIND_IQ4_NL;
+}
+
+/* Whether the weights enter as |w| and the activations carry their sign (vpsignb): the
+ * signed kinds without VNNI. */
+AVX2_INLINE bool q32_sign_trick(enum q32_kind kind)
+{
+    return q32_is_signed(kind) && !VNNI;
 }
 
 AVX2_INLINE bool q32_has_min(enum q32_kind kind)
@@ -388,18 +442,21 @@ AVX2_INLINE bool q32_has_min(enum q32_kind kind)
     return kind == KIND_Q4_1 || kind == KIND_Q5_1;
 }
 
-/* The offset of the unsigned codes of Q4_0 (8) and Q5_0 (16); 0 for the others. */
+/* The offset of the unsigned codes of Q4_0 (8), Q5_0 (16) and, with VNNI, Q8_0 and IQ4_NL
+ * (128); 0 for the others. */
 AVX2_INLINE int q32_offset(enum q32_kind kind)
 {
-    return kind == KIND_Q4_0 ? 8 : kind == KIND_Q5_0 ? 16 : 0;
+    return kind == KIND_Q4_0 ? 8 : kind == KIND_Q5_0 ? 16 : q32_is_signed(kind) && VNNI ? 128 : 0;
 }
 
 /* Layout of one token's activations (sections 64-byte aligned, zero padding):
  *     qs    int8  (ng, 128)   quants of the groups, ng = ceil(n_in / 128)
  *     dx    float (ng, 8)     block scales d = amax / 127, folded (each block twice)
- *     corr  (ng, 8)           once per block, in the first of its lanes, 0 in the others:
- *                             Q4_0/Q5_0: int32 offset * sum(q); Q4_1/Q5_1: float d * sum(q);
- *                             absent for Q8_0 and IQ4_NL
+ *     corr  (ng, 8)           Q4_0/Q5_0: int32 offset * sum(q), Q4_1/Q5_1: float d * sum(q),
+ *                             once per block, in the first of its lanes, 0 in the other;
+ *                             Q8_0/IQ4_NL with VNNI: int32 128 * the sum of q[0..15] in the
+ *                             block's first lane and of q[16..31] in its second (the
+ *                             elements the lanes hold); absent for Q8_0/IQ4_NL without
  */
 typedef struct q32_layout {
     size_t dx, corr; /* byte offsets of the sections */
@@ -412,7 +469,7 @@ static q32_layout q32_layout_of(enum q32_kind kind, int64_t n_in)
     q32_layout l;
     l.dx = ng * QK * GROUP;
     l.corr = l.dx + ng * 8 * sizeof(float);
-    l.bytes = l.corr + (q32_is_signed(kind) ? 0 : ng * 8 * sizeof(float));
+    l.bytes = l.corr + (q32_sign_trick(kind) ? 0 : ng * 8 * sizeof(float));
     return l;
 }
 
@@ -426,18 +483,25 @@ static void prepare_q32(enum q32_kind kind, uint8_t *xa, const float *x, int64_t
         float amax = amax32(x + b * QK);
         float id = quant_multiplier(amax);
         float d = amax / 127.0f;
-        int32_t sum = quantize32((int8_t *)xa + b * QK, x + b * QK, id);
+        int32_t half[2];
+        quantize32((int8_t *)xa + b * QK, x + b * QK, id, half);
         float *dx = (float *)(xa + l.dx);
         dx[lane] = dx[lane + GROUP] = d;
-        if (q32_has_min(kind))
-            ((float *)(xa + l.corr))[lane] = d * (float)sum;
-        else if (q32_offset(kind))
-            ((int32_t *)(xa + l.corr))[lane] = q32_offset(kind) * sum;
+        int32_t *corr = (int32_t *)(xa + l.corr);
+        if (q32_has_min(kind)) {
+            ((float *)corr)[lane] = d * (float)(half[0] + half[1]);
+        } else if (q32_is_signed(kind) && VNNI) {
+            corr[lane] = q32_offset(kind) * half[0];
+            corr[lane + GROUP] = q32_offset(kind) * half[1];
+        } else if (q32_offset(kind)) {
+            corr[lane] = q32_offset(kind) * (half[0] + half[1]);
+        }
     }
 }
 
-/* The values of the 16 IQ4_NL codes. */
-static const int8_t iq4nl_values[16] = {GRAFT_IQ4_NL_VALUES(GRAFT_QF_AS_IS)};
+/* The values of the 16 IQ4_NL codes as bytes: signed, or with VNNI value + 128 unsigned. */
+#define IQ4NL_BYTE(v) (uint8_t)((v) + 128 * VNNI)
+static const uint8_t iq4nl_values[16] = {GRAFT_IQ4_NL_VALUES(IQ4NL_BYTE)};
 
 /* 32 codes 0..15 in element order from the 16 bytes of nibbles at qs. */
 AVX2_INLINE __m256i nibbles32(const uint8_t *qs)
@@ -473,8 +537,8 @@ AVX2_INLINE __m256 f16x4_folded(const uint8_t *p, int stride, int n)
 
 /* One group of up to 4 weight blocks of one row, unpacked. */
 typedef struct q32_group {
-    __m256i q[GROUP]; /* unsigned codes (unsigned kinds) or |w| (signed kinds) */
-    __m256i s[GROUP]; /* signed w (signed kinds only) */
+    __m256i q[GROUP]; /* unsigned codes: the codes, w + 128 (signed kinds with VNNI) or |w| */
+    __m256i s[GROUP]; /* signed w (q32_sign_trick kinds only) */
     __m256 d, m;      /* folded scales and mins (m: Q4_1/Q5_1 only) */
 } q32_group;
 
@@ -491,11 +555,9 @@ AVX2_INLINE void q32_unpack(enum q32_kind kind, const uint8_t *b, int n, q32_gro
         switch (kind) {
         case KIND_Q8_0:
             g->s[j] = _mm256_loadu_si256((const __m256i *)(p + 2));
-            g->q[j] = _mm256_abs_epi8(g->s[j]);
             break;
-        case KIND_IQ4_NL:
+        case KIND_IQ4_NL: /* with VNNI already w + 128 */
             g->s[j] = _mm256_shuffle_epi8(values, nibbles32(p + 2));
-            g->q[j] = _mm256_abs_epi8(g->s[j]);
             break;
         case KIND_Q4_0:
             g->q[j] = nibbles32(p + 2);
@@ -510,6 +572,12 @@ AVX2_INLINE void q32_unpack(enum q32_kind kind, const uint8_t *b, int n, q32_gro
             g->q[j] = _mm256_or_si256(nibbles32(p + 8), fifth_bits32(p + 4));
             break;
         }
+        if (q32_sign_trick(kind))
+            g->q[j] = _mm256_abs_epi8(g->s[j]);
+        else if (kind == KIND_Q8_0)
+            g->q[j] = _mm256_xor_si256(g->s[j], _mm256_set1_epi8(-128));
+        else if (kind == KIND_IQ4_NL)
+            g->q[j] = g->s[j];
     }
     g->d = f16x4_folded(b, bb, n);
     g->m = q32_has_min(kind) ? f16x4_folded(b + 2, bb, n) : _mm256_setzero_ps();
@@ -534,23 +602,24 @@ AVX2_INLINE __m256i fold4(const __m256i *p, bool w16)
 }
 
 /* The integer dot products of the 4 blocks of g with the quants y (4, 32), folded.
- * Unsigned codes (at most 31) times |y| <= 127 give vpmaddubsw lanes of at most 7874, so
- * the fold runs in 16 bits (4 lanes per block: at most 31496) before the one widening
- * vpmaddwd. Signed weights (|w| up to 128) widen each block first. */
+ * Without VNNI, unsigned codes (at most 31) times |y| <= 127 give vpmaddubsw lanes of at
+ * most 7874, so the fold runs in 16 bits (4 lanes per block: at most 31496) before the one
+ * widening vpmaddwd; signed weights (|w| up to 128) widen each block first. With VNNI every
+ * block is widened by its vpdpbusd. Either way a lane ends with the same exact sum. */
 AVX2_INLINE __m256i q32_dot4(enum q32_kind kind, const q32_group *g, const int8_t *y)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i zero = _mm256_setzero_si256();
+    const bool w16 = !VNNI && !q32_sign_trick(kind);
     __m256i p[GROUP];
     for (int j = 0; j < GROUP; j++) {
         __m256i yv = _mm256_loadu_si256((const __m256i *)(y + j * QK));
-        if (q32_is_signed(kind))
-            p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(g->q[j], _mm256_sign_epi8(yv, g->s[j])), ones);
-        else
-            p[j] = _mm256_maddubs_epi16(g->q[j], yv);
+        if (q32_sign_trick(kind))
+            yv = _mm256_sign_epi8(yv, g->s[j]);
+        p[j] = w16 ? _mm256_maddubs_epi16(g->q[j], yv) : dot4_u8s8(zero, g->q[j], yv);
     }
-    if (q32_is_signed(kind))
-        return fold4(p, false);
-    return _mm256_madd_epi16(fold4(p, true), ones);
+    if (w16)
+        return _mm256_madd_epi16(fold4(p, true), _mm256_set1_epi16(1));
+    return fold4(p, false);
 }
 
 /* acc += the group g of one row times the group of one token (quants y, folded scales dx,
@@ -669,8 +738,9 @@ static void prepare_q8k(uint8_t *xa, const float *x, int64_t n_in)
         }
         float id = quant_multiplier(amax);
         d[b] = amax / 127.0f;
+        int32_t half[2]; /* not needed: block_sums16 makes the sums of 16 */
         for (int j = 0; j < QK_K / QK; j++)
-            quantize32(qs + b * QK_K + j * QK, x + b * QK_K + j * QK, id);
+            quantize32(qs + b * QK_K + j * QK, x + b * QK_K + j * QK, id, half);
         block_sums16(bsums + b * 16, qs + b * QK_K);
         for (int j = 0; j < 8; j++)
             bsums32[b * 8 + j] = (int16_t)(bsums[b * 16 + 2 * j] + bsums[b * 16 + 2 * j + 1]);
@@ -813,8 +883,7 @@ AVX2_INLINE __m256i kq_dot(const kq_codes *c, const int8_t *y, __m256i isum)
 {
     for (int i = 0; i < 2; i++) {
         __m256i yv = _mm256_loadu_si256((const __m256i *)(y + 32 * i));
-        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(c->q[i], yv), c->sc[i]);
-        isum = _mm256_add_epi32(isum, p);
+        isum = madd_add(isum, _mm256_maddubs_epi16(c->q[i], yv), c->sc[i]);
     }
     return isum;
 }
@@ -893,15 +962,42 @@ DEFINE_TILE(tile_q6_k, TILE_Q6_K, 4, 2, 1, 1, 1, 1)
 /* ------------------------------------------------------------------------------------
  * The path.
  */
-/* The packed form of Q4_K (matmul_q4k_r8_avx2.c). */
-enum { PACKED_Q4_K = GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_K };
+/* The packed forms of Q4_K (matmul_q4k_r8_avx2.c), Q8_0 and Q4_0 (matmul_q32_r8_avx2.c). */
+enum {
+    PACKED_Q4_K = GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_K,
+    PACKED_Q8_0 = GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q8_0,
+    PACKED_Q4_0 = GRAFT_TYPE_PACKED_BASE + GRAFT_TYPE_Q4_0
+};
 
 static const tiling tile_q4_k_r8_tiling = {graft__avx2_r8_tile, {0, 8, 8, 8, 8, 8, 8}};
+static const tiling tile_q8_0_r8_tiling = {GRAFT_AVX2_NAME(q32r8_tile_q8_0), {0, 8, 8, 8, 8, 8, 8}};
+static const tiling tile_q4_0_r8_tiling = {GRAFT_AVX2_NAME(q32r8_tile_q4_0), {0, 8, 8, 8, 8, 8, 8}};
 
-/* A GGUF type this path computes, or its packed form. */
+static bool is_packed_q32(uint32_t type)
+{
+    return type == PACKED_Q8_0 || type == PACKED_Q4_0;
+}
+
+/* A GGUF type this path computes, or one of its packed forms. */
 static bool type_known(uint32_t type)
 {
-    return graft__type_is_supported(type) || type == PACKED_Q4_K;
+    return graft__type_is_supported(type) || type == PACKED_Q4_K || is_packed_q32(type);
+}
+
+/* xa (graft__q32r8_layout) = x (n_in) quantized per block of 32 for the packed form of
+ * Q8_0 or Q4_0 (type). */
+static void prepare_q32r8(uint32_t type, uint8_t *xa, const float *x, int64_t n_in)
+{
+    const graft__q32r8_layout l = graft__q32r8_layout_of(n_in);
+    const int32_t offset = type == PACKED_Q4_0 ? 8 : VNNI ? 128 : 0;
+    memset(xa, 0, l.bytes);
+    for (int64_t b = 0; b < n_in / QK; b++) {
+        float amax = amax32(x + b * QK);
+        int32_t half[2];
+        quantize32((int8_t *)xa + b * QK, x + b * QK, quant_multiplier(amax), half);
+        ((float *)(xa + l.dx))[b] = amax / 127.0f;
+        ((int32_t *)(xa + l.bias))[b] = -offset * (half[0] + half[1]);
+    }
 }
 
 /* Whether a type's activations are prepared as Q8_K (the k-quants and the packed form). */
@@ -917,6 +1013,8 @@ static size_t act_bytes(uint32_t type, int64_t n_in)
         return round_up((size_t)n_in * sizeof(float), 64);
     if (takes_q8k(type))
         return graft__q8k_layout_of(n_in).bytes;
+    if (is_packed_q32(type))
+        return graft__q32r8_layout_of(n_in).bytes;
     return q32_layout_of(q32_kind_of(type), n_in).bytes;
 }
 
@@ -929,6 +1027,9 @@ static void act_prepare(uint32_t type, void *xa, const float *x, int64_t n_in)
     } else if (takes_q8k(type)) {
         GRAFT_ASSERT(n_in % QK_K == 0);
         prepare_q8k(xa, x, n_in);
+    } else if (is_packed_q32(type)) {
+        GRAFT_ASSERT(n_in % QK == 0);
+        prepare_q32r8(type, xa, x, n_in);
     } else {
         GRAFT_ASSERT(n_in % QK == 0);
         prepare_q32(q32_kind_of(type), xa, x, n_in);
@@ -964,6 +1065,10 @@ static const tiling *tiling_of(uint32_t type)
         return &tile_q6_k_tiling;
     case PACKED_Q4_K:
         return &tile_q4_k_r8_tiling;
+    case PACKED_Q8_0:
+        return &tile_q8_0_r8_tiling;
+    case PACKED_Q4_0:
+        return &tile_q4_0_r8_tiling;
     default:
         return NULL;
     }
@@ -979,10 +1084,14 @@ static void gemm(uint32_t type, float *y, int64_t ldy, const void *w, int64_t n_
             memset(y + t * ldy + o0, 0, (size_t)(o1 - o0) * sizeof(float));
         return;
     }
-    size_t row_bytes = type == PACKED_Q4_K ? (size_t)(n_in / QK_K) * GRAFT_AVX2_R8_BLOCK_BYTES /
-                                                 GRAFT_AVX2_R8_ROWS
-                                           : graft__type_row_bytes(type, (uint64_t)n_in);
-    GRAFT_ASSERT(type != PACKED_Q4_K || (o0 % GRAFT_AVX2_R8_ROWS == 0 && o1 % GRAFT_AVX2_R8_ROWS == 0));
+    /* a packed row's share of its group's bytes: the GGUF row size for every packed form
+     * but Q4_K's */
+    bool packed = type >= GRAFT_TYPE_PACKED_BASE;
+    size_t row_bytes = type == PACKED_Q4_K
+                           ? (size_t)(n_in / QK_K) * GRAFT_AVX2_R8_BLOCK_BYTES / GRAFT_AVX2_R8_ROWS
+                           : graft__type_row_bytes(packed ? type - GRAFT_TYPE_PACKED_BASE : type,
+                                                   (uint64_t)n_in);
+    GRAFT_ASSERT(!packed || (o0 % GRAFT_AVX2_R8_ROWS == 0 && o1 % GRAFT_AVX2_R8_ROWS == 0));
     gemm_args a = {y, ldy, w, row_bytes, o0, o1, xa, act_bytes(type, n_in), n_tok, n_in};
     GRAFT_ASSERT(a.row_bytes > 0);
     run_tiles(tiling_of(type), &a);
@@ -990,22 +1099,36 @@ static void gemm(uint32_t type, float *y, int64_t ldy, const void *w, int64_t n_
 
 static uint32_t packed_type(uint32_t type, int64_t n_in, int64_t n_out)
 {
-    return graft__avx2_r8_packs(type, n_in, n_out) ? PACKED_Q4_K : 0;
+    if (graft__avx2_r8_packs(type, n_in, n_out) || graft__avx2_q32r8_packs(type, n_in, n_out))
+        return GRAFT_TYPE_PACKED_BASE + type;
+    return 0;
 }
 
 static size_t packed_bytes(uint32_t ptype, int64_t n_in, int64_t n_out)
 {
-    GRAFT_ASSERT(ptype == PACKED_Q4_K);
-    return (size_t)(n_out / GRAFT_AVX2_R8_ROWS) * (size_t)(n_in / QK_K) * GRAFT_AVX2_R8_BLOCK_BYTES;
+    size_t groups = (size_t)(n_out / GRAFT_AVX2_R8_ROWS);
+    if (ptype == PACKED_Q4_K)
+        return groups * (size_t)(n_in / QK_K) * GRAFT_AVX2_R8_BLOCK_BYTES;
+    GRAFT_ASSERT(is_packed_q32(ptype));
+    return groups * (size_t)(n_in / QK) *
+           graft__avx2_q32r8_block_bytes(ptype - GRAFT_TYPE_PACKED_BASE);
 }
 
 static void pack(uint32_t ptype, void *dst, const void *w, int64_t n_in, int64_t n_out)
 {
-    GRAFT_ASSERT(ptype == PACKED_Q4_K);
-    graft__avx2_r8_pack(dst, w, n_in, n_out);
+    if (ptype == PACKED_Q4_K) {
+        graft__avx2_r8_pack(dst, w, n_in, n_out);
+        return;
+    }
+    GRAFT_ASSERT(is_packed_q32(ptype));
+    graft__avx2_q32r8_pack(ptype - GRAFT_TYPE_PACKED_BASE, dst, w, n_in, n_out);
 }
 
+#ifdef GRAFT_AVX_VNNI
+const graft__matmul_path graft__matmul_avxvnni = {.name = "avxvnni",
+#else
 const graft__matmul_path graft__matmul_avx2 = {.name = "avx2",
+#endif
                                                .act_bytes = act_bytes,
                                                .act_prepare = act_prepare,
                                                .gemm = gemm,

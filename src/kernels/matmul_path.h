@@ -15,10 +15,11 @@
  * row ranges.
  *
  * Paths: scalar (the reference: dequantize to float, sum in element order), avx2 (AVX2 +
- * FMA + F16C), avx512 (AVX-512 F/BW/VL/DQ + VNNI). Paths other than scalar agree
- * with scalar within a tolerance (they may quantize activations), and each is bit-exactly
- * batch invariant on its own. Files named *_avx2.c and *_avx512.c are compiled with their
- * instruction sets enabled (CMakeLists.txt); everything else must not assume them.
+ * FMA + F16C), avxvnni (the same with AVX-VNNI, same bits as avx2), avx512 (AVX-512
+ * F/BW/VL/DQ + VNNI). Paths other than scalar agree with scalar within a tolerance (they
+ * may quantize activations), and each is bit-exactly batch invariant on its own. Files
+ * named *_avx2.c, *_avxvnni.c and *_avx512.c are compiled with their instruction sets
+ * enabled (CMakeLists.txt); everything else must not assume them.
  */
 #ifndef GRAFT_MATMUL_PATH_H
 #define GRAFT_MATMUL_PATH_H
@@ -27,7 +28,7 @@
 #include <stdint.h>
 
 typedef struct graft__matmul_path {
-    const char *name; /* "scalar", "avx2", "avx512" */
+    const char *name; /* "scalar", "avx2", "avxvnni", "avx512" */
     /* Bytes of one token's prepared activations for weights of `type`, n_in inputs
      * (a multiple of 64 so rows stay aligned when packed one after the other). */
     size_t (*act_bytes)(uint32_t type, int64_t n_in);
@@ -58,6 +59,7 @@ enum { GRAFT_TYPE_PACKED_BASE = 0x10000 };
 
 extern const graft__matmul_path graft__matmul_scalar;
 extern const graft__matmul_path graft__matmul_avx2;
+extern const graft__matmul_path graft__matmul_avxvnni;
 extern const graft__matmul_path graft__matmul_avx512;
 
 #endif /* GRAFT_MATMUL_PATH_H */

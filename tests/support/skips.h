@@ -24,9 +24,9 @@
 /* The exit status ctest reads as "skipped". */
 enum { GRAFT_TEST_SKIPPED = 77 };
 
-/* Whether this processor runs the kernel path `path` ("scalar", "avx2", "avx512"; the CPUID
- * test the kernels' dispatch makes). When it does not, records the skip of `what` (a few
- * words naming the check). GRAFT_TEST_HIDE_PATHS=avx2,avx512 pretends the processor lacks
+/* Whether this processor runs the kernel path `path` ("scalar", "avx2", "avxvnni",
+ * "avx512"; the CPUID test the kernels' dispatch makes). When it does not, records the skip
+ * of `what` (a few words naming the check). GRAFT_TEST_HIDE_PATHS=avx2,avx512 pretends the processor lacks
  * those paths (to try the skip reporting on a machine that has them). */
 bool graft_test_path_runs(const char *path, const char *what);
 

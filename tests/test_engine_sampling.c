@@ -290,6 +290,51 @@ static void test_sampled_pick_matches_oracle(void **state)
     free(ranked);
 }
 
+/* A greedy sampler holds no vocabulary-sized buffer (a server creates one per request);
+ * one that uses every filter fails cleanly wherever an allocation fails, and then draws. */
+static void test_sampler_allocations(void **state)
+{
+    (void)state;
+    enum { V = 4099 };
+    long base = graft__alloc_live();
+    graft_sampler *s = NULL;
+    graft_sampling g = greedy_sampling();
+    assert_int_equal(graft_sampler_create(&g, V, &s), GRAFT_OK);
+    assert_int_equal(graft__alloc_live() - base, 1);
+    graft_sampler_free(s);
+
+    graft_sampling p = graft_sampling_default();
+    p.repetition_penalty = 1.3f;
+    p.presence_penalty = 0.5f;
+    p.top_k = 0;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    assert_non_null(logits);
+    const int32_t history[] = {5, 9, 5};
+    for (long n = 0;; n++) {
+        s = NULL;
+        graft__alloc_fail_after(n, false);
+        int rc = graft_sampler_create(&p, V, &s);
+        long failures = graft__alloc_failures();
+        graft__alloc_fail_after(-1, false);
+        if (rc == GRAFT_OK) {
+            assert_int_equal(failures, 0);
+            assert_true(n >= 6); /* the sampler and its six buffers */
+            break;
+        }
+        assert_int_equal(rc, GRAFT_ENOMEM);
+        assert_null(s);
+        assert_int_equal(graft__alloc_live(), base);
+    }
+    for (int step = 0; step < 4; step++) {
+        tied_logits(logits, V, (uint64_t)step);
+        int32_t got = graft_sampler_sample(s, logits, history, 3);
+        assert_true(got >= 0 && got < V);
+    }
+    graft_sampler_free(s);
+    assert_int_equal(graft__alloc_live(), base);
+    free(logits);
+}
+
 /* ---- log-probabilities through the engine ---------------------------------------------- */
 
 static graft_engine *new_engine(void)
@@ -515,6 +560,7 @@ int main(void)
         cmocka_unit_test(test_presence_and_frequency_penalties),
         cmocka_unit_test(test_penalised_sampling_is_deterministic),
         cmocka_unit_test(test_sampled_pick_matches_oracle),
+        cmocka_unit_test(test_sampler_allocations),
         cmocka_unit_test(test_logprobs_match_cold_logits),
         cmocka_unit_test(test_bias_changes_pick_not_logprobs),
         cmocka_unit_test(test_logprobs_batch_invariant),

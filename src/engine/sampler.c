@@ -27,7 +27,10 @@ struct graft_sampler {
     graft_sampling params;
     int32_t n_vocab;
     graft__rng rng;
-    candidate *cand; /* n_vocab: the first ones, best first, of the last draw */
+    /* Buffers exist only for the filters the parameters use (temperature > 0: cand, order,
+     * order_tmp; a repetition penalty: seen), so a greedy generation allocates none of them.
+     * A draw writes only the entries it needs, so the pages of the rest are never touched. */
+    candidate *cand; /* top-k (n_vocab without one): the best, best first, of the last draw */
     uint64_t *order, *order_tmp; /* n_vocab: sort keys of the last draw (rank_candidates) */
     uint8_t *seen;   /* n_vocab: marks for the repetition penalty, all 0 between calls */
     int32_t *picked; /* n_vocab: times each token was picked, and */
@@ -37,6 +40,12 @@ struct graft_sampler {
     graft_logit_bias *bias;
     size_t n_bias;
 };
+
+/* How many of the best candidates a draw keeps before the other filters. */
+static int32_t top_k_of(const graft_sampling *p, int32_t n_vocab)
+{
+    return p->top_k > 0 && p->top_k < n_vocab ? p->top_k : n_vocab;
+}
 
 graft_sampling graft_sampling_default(void)
 {
@@ -60,17 +69,22 @@ int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sa
     graft_sampler *s = graft__calloc(1, sizeof *s);
     if (s == NULL)
         return GRAFT_ENOMEM;
-    s->cand = graft__malloc((size_t)n_vocab * sizeof *s->cand);
-    s->order = graft__malloc((size_t)n_vocab * sizeof *s->order);
-    s->order_tmp = graft__malloc((size_t)n_vocab * sizeof *s->order_tmp);
-    s->seen = graft__calloc((size_t)n_vocab, 1);
+    bool draws = params->temperature != 0.0f;
+    if (draws) {
+        s->cand = graft__malloc((size_t)top_k_of(params, n_vocab) * sizeof *s->cand);
+        s->order = graft__malloc((size_t)n_vocab * sizeof *s->order);
+        s->order_tmp = graft__malloc((size_t)n_vocab * sizeof *s->order_tmp);
+    }
+    bool penalty = params->repetition_penalty != 1.0f;
+    if (penalty)
+        s->seen = graft__calloc((size_t)n_vocab, 1);
     bool counts = params->presence_penalty != 0.0f || params->frequency_penalty != 0.0f;
     if (counts) {
         s->picked = graft__calloc((size_t)n_vocab, sizeof *s->picked);
         s->distinct = graft__malloc((size_t)n_vocab * sizeof *s->distinct);
     }
-    if (s->cand == NULL || s->order == NULL || s->order_tmp == NULL || s->seen == NULL ||
-        (counts && (s->picked == NULL || s->distinct == NULL))) {
+    if ((draws && (s->cand == NULL || s->order == NULL || s->order_tmp == NULL)) ||
+        (penalty && s->seen == NULL) || (counts && (s->picked == NULL || s->distinct == NULL))) {
         graft_sampler_free(s);
         return GRAFT_ENOMEM;
     }
@@ -162,28 +176,33 @@ static uint32_t digit(uint64_t entry, int pass)
     return (uint32_t)(entry >> (32 + RADIX_BITS * pass)) & (RADIX_DIGITS - 1);
 }
 
+/* A sort entry: the key of the token's logit, then its id. */
+static uint64_t entry_of(const float *logits, int32_t id)
+{
+    return (uint64_t)descending_key(logits[id]) << 32 | (uint32_t)id;
+}
+
 /* s->cand[0 .. n) := the n best candidates in the order of descending logit, equal logits
  * lower id first (a total order, so the draw is defined by the logits alone). Entries are
  * key << 32 | id. Only the tokens whose key's top digit is among the first digits that hold
- * n tokens can be among the n best; those are gathered in id order and sorted by an LSD
- * radix sort, stable, so the whole step is O(n_vocab), not a comparison sort's. */
+ * n tokens can be among the n best; those are gathered in id order (only they are written)
+ * and sorted by an LSD radix sort, stable, so the whole step is O(n_vocab), not a comparison
+ * sort's. */
 static void rank_candidates(graft_sampler *s, const float *logits, int32_t n)
 {
     uint64_t *from = s->order, *to = s->order_tmp;
     int32_t start[RADIX_DIGITS] = {0};
-    for (int32_t i = 0; i < s->n_vocab; i++) {
-        from[i] = (uint64_t)descending_key(logits[i]) << 32 | (uint32_t)i;
-        start[digit(from[i], RADIX_PASSES - 1)]++;
-    }
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        start[digit(entry_of(logits, i), RADIX_PASSES - 1)]++;
     int32_t m = 0;
     uint32_t cut = 0;
     while (m < n)
         m += start[cut++];
-    if (m < s->n_vocab) {
-        int32_t kept = 0;
-        for (int32_t i = 0; i < s->n_vocab; i++)
-            if (digit(from[i], RADIX_PASSES - 1) < cut)
-                from[kept++] = from[i];
+    int32_t kept = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        uint64_t entry = entry_of(logits, i);
+        if (digit(entry, RADIX_PASSES - 1) < cut)
+            from[kept++] = entry;
     }
     for (int pass = 0; pass < RADIX_PASSES; pass++) {
         memset(start, 0, sizeof start);
@@ -235,8 +254,7 @@ static int32_t pick(graft_sampler *s, float *logits)
 {
     if (s->params.temperature == 0.0f)
         return graft__argmax(logits, s->n_vocab);
-    const int32_t top_k = s->params.top_k;
-    int32_t n = top_k > 0 && top_k < s->n_vocab ? top_k : s->n_vocab;
+    int32_t n = top_k_of(&s->params, s->n_vocab);
     rank_candidates(s, logits, n);
     n = filter(s, n);
     double total = 0.0;

@@ -8,7 +8,8 @@
  * Aggregate decode: --streams requests at once, each a distinct 16-token prompt given as
  * token ids and --gen greedy tokens (end of generation ignored), once through the engine in
  * this process (N sessions generating together) and once through `graft serve` (started on
- * a free port of 127.0.0.1, N streaming /v1/completions requests from N threads). Two
+ * a free port of 127.0.0.1, N streaming /v1/completions requests, all read by one client
+ * thread so that the client takes as little as it can of the machine it shares). Two
  * figures: generated tokens over the wall time from the first request to the last token
  * (prompts and arrivals included), and decode alone, the tokens that arrived while every
  * stream was decoding over that window (each token's arrival taken where its user sees it:
@@ -27,7 +28,6 @@
  * varies from request to request by more than HTTP costs. Never fails on a timing.
  */
 #include <curl/curl.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,9 +258,9 @@ static void stop_server(server *s)
 
 typedef struct call {
     const server *s;
-    CURL *keep; /* a connection kept alive between calls, or NULL: a new one per call */
+    CURL *keep; /* the connection of the cached-prompt requests, kept alive between them */
     char body[32768];
-    double t_send, t_first, t_end;
+    double t_send, t_first;
     double server_ttft; /* the usage event's graft.ttft_ms, in seconds; 0 when missing */
     char event[8192];   /* the event being received, up to its blank line */
     size_t event_len;
@@ -310,10 +310,9 @@ static size_t on_data(char *data, size_t size, size_t n, void *user)
     return bytes;
 }
 
-static void *post(void *arg)
+/* Sets up handle h to post c's body to s's /v1/completions, its events read into c. */
+static void prepare(CURL *h, call *c)
 {
-    call *c = arg;
-    CURL *h = c->keep ? c->keep : curl_easy_init();
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", c->s->port);
     curl_easy_setopt(h, CURLOPT_URL, url);
@@ -324,12 +323,14 @@ static void *post(void *arg)
     c->server_ttft = 0;
     c->event_len = 0;
     c->times.n = 0;
+}
+
+/* Posts c's body on its kept-alive connection and waits for the whole response. */
+static void post(call *c)
+{
+    prepare(c->keep, c);
     c->t_send = graft__bench_now_s();
-    curl_easy_perform(h);
-    c->t_end = graft__bench_now_s();
-    if (c->keep == NULL)
-        curl_easy_cleanup(h);
-    return NULL;
+    curl_easy_perform(c->keep);
 }
 
 static void body_of(char *out, size_t cap, const int32_t *p, int n, int max_tokens)
@@ -343,28 +344,42 @@ static void body_of(char *out, size_t cap, const int32_t *p, int n, int max_toke
              max_tokens);
 }
 
+/* The n streams are read by one thread (libcurl's multi interface), so the client wakes
+ * once for the tokens of a step rather than once per stream: the machine is shared with
+ * the server, and what the client spends is taken from the server's compute. */
 static aggregate http_aggregate(const opts *o, int n, int round)
 {
     server s = start_server(o, n, PROMPT + o->gen + 8);
     static call calls[MAX_STREAMS];
-    pthread_t t[MAX_STREAMS];
+    CURL *h[MAX_STREAMS];
+    CURLM *multi = curl_multi_init();
     for (int i = 0; i < n; i++) {
         int32_t p[PROMPT];
         prompt_of(i, round, p, PROMPT);
         calls[i].s = &s;
         body_of(calls[i].body, sizeof calls[i].body, p, PROMPT, o->gen);
+        h[i] = curl_easy_init();
+        prepare(h[i], &calls[i]);
+        curl_multi_add_handle(multi, h[i]);
     }
     double t0 = graft__bench_now_s();
-    for (int i = 0; i < n; i++)
-        pthread_create(&t[i], NULL, post, &calls[i]);
+    int running = n;
+    while (running > 0) {
+        if (curl_multi_perform(multi, &running) != CURLM_OK)
+            break;
+        if (running > 0)
+            curl_multi_poll(multi, NULL, 0, 1000, NULL);
+    }
     static stream_times times[MAX_STREAMS];
     for (int i = 0; i < n; i++) {
-        pthread_join(t[i], NULL);
+        curl_multi_remove_handle(multi, h[i]);
+        curl_easy_cleanup(h[i]);
         times[i] = calls[i].times;
         if (times[i].n != o->gen)
             fprintf(stderr, "bench_serve: stream %d counted %d tokens of %d\n", i, times[i].n,
                     o->gen);
     }
+    curl_multi_cleanup(multi);
     stop_server(&s);
     return aggregate_of(times, n, t0);
 }

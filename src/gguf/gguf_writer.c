@@ -217,18 +217,6 @@ static writer_kv *find_kv(graft__gguf_writer *w, const char *key, size_t len)
     return NULL;
 }
 
-/* Doubles an array's capacity; false when out of memory (the array is unchanged). */
-static bool grow(void **arr, size_t *cap, size_t elem)
-{
-    size_t n = *cap ? *cap * 2 : 16;
-    void *p = graft__realloc_array(*arr, n, elem);
-    if (p == NULL)
-        return false;
-    *arr = p;
-    *cap = n;
-    return true;
-}
-
 /* general.alignment may only restate the writer's own alignment, as a UINT32. */
 static bool alignment_value_ok(const graft__gguf_writer *w, const graft__gguf_value *v)
 {
@@ -259,7 +247,10 @@ static int store_kv(graft__gguf_writer *w, const char *key, size_t key_len,
         return GRAFT_OK;
     }
     char *copy = graft__strndup(key, key_len);
-    if (copy == NULL || (w->n_kv == w->cap_kv && !grow((void **)&w->kvs, &w->cap_kv, sizeof *w->kvs))) {
+    writer_kv *kvs = graft__grow_array(w->kvs, w->n_kv, &w->cap_kv, sizeof *kvs, 16);
+    if (kvs != NULL)
+        w->kvs = kvs;
+    if (copy == NULL || kvs == NULL) {
         graft__free(copy);
         graft__free(enc.p);
         return GRAFT_ENOMEM;
@@ -409,8 +400,11 @@ int graft__gguf_writer_add_tensor(graft__gguf_writer *w, const char *name, uint3
         end > (uint64_t)INT64_MAX)
         return GRAFT_EINVAL;
     char *copy = graft__strndup(name, strlen(name));
-    if (copy == NULL || (w->n_tensors == w->cap_tensors &&
-                         !grow((void **)&w->tensors, &w->cap_tensors, sizeof *w->tensors))) {
+    writer_tensor *tensors =
+        graft__grow_array(w->tensors, w->n_tensors, &w->cap_tensors, sizeof *tensors, 16);
+    if (tensors != NULL)
+        w->tensors = tensors;
+    if (copy == NULL || tensors == NULL) {
         graft__free(copy);
         return GRAFT_ENOMEM;
     }

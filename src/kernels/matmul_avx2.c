@@ -285,6 +285,21 @@ AVX2_INLINE size_t tile_prefetch(int R, size_t row_bytes)
     return ahead;
 }
 
+/* The start of a tile of R rows and T tokens: each row's weights (wr), each token's
+ * activations (xt), the accumulators zeroed; returns how far ahead the rows prefetch. */
+AVX2_INLINE size_t tile_begin(int R, int T, const uint8_t *w, size_t row_bytes, int nr,
+                              const uint8_t *xa, size_t ab, const uint8_t **wr,
+                              const uint8_t **xt, __m256 acc[RMAX][TMAX])
+{
+    tile_rows(R, w, row_bytes, nr, wr);
+    for (int t = 0; t < T; t++)
+        xt[t] = xa + (size_t)t * ab;
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    return tile_prefetch(R, row_bytes);
+}
+
 /* Prefetches the n bytes at p + ahead (an address computed as an integer: it may lie past
  * the end of w, which prefetching tolerates). */
 AVX2_INLINE void prefetch_ahead(const uint8_t *p, size_t ahead, int n)
@@ -666,13 +681,7 @@ AVX2_INLINE void tile_q32(int R, int T, enum q32_kind kind, float *y, int64_t ld
     __m256 acc[RMAX][TMAX];
     const uint8_t *wr[RMAX];
     const uint8_t *xt[TMAX];
-    tile_rows(R, w, row_bytes, nr, wr);
-    for (int t = 0; t < T; t++)
-        xt[t] = xa + (size_t)t * ab;
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
-    const size_t ahead = tile_prefetch(R, row_bytes);
+    const size_t ahead = tile_begin(R, T, w, row_bytes, nr, xa, ab, wr, xt, acc);
     int64_t k = 0;
     for (; (k + 1) * GROUP <= nb; k++)
         q32_step(R, T, kind, acc, wr, xt, &l, k, GROUP, ahead);
@@ -940,13 +949,7 @@ AVX2_INLINE void tile_kq(int R, int T, enum kq_kind kind, float *y, int64_t ldy,
     __m256 acc[RMAX][TMAX];
     const uint8_t *wr[RMAX];
     const uint8_t *xt[TMAX];
-    tile_rows(R, w, row_bytes, nr, wr);
-    for (int t = 0; t < T; t++)
-        xt[t] = xa + (size_t)t * ab;
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
-    const size_t ahead = tile_prefetch(R, row_bytes);
+    const size_t ahead = tile_begin(R, T, w, row_bytes, nr, xa, ab, wr, xt, acc);
     for (int64_t sb = 0; sb < n_in / QK_K; sb++)
         kq_step(R, T, kind, acc, wr, xt, &l, sb, ahead);
     store_tile(R, T, y, ldy, nr, acc);

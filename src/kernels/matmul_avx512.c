@@ -126,15 +126,8 @@ float_tile(uint32_t type, int R, int T, int prefetch, __m512 *acc, const graft__
     }
 }
 
-#define FLOAT_TILE(name, TYPE, R, T)                                                       \
-    static void name(const graft__avx512_job *job, int seg, int64_t k0, int64_t k1)        \
-    {                                                                                      \
-        __m512 acc[R * T];                                                                 \
-        if (job->prefetch)                                                                 \
-            float_tile(TYPE, R, T, 1, acc, job, seg, k0, k1);                              \
-        else                                                                               \
-            float_tile(TYPE, R, T, 0, acc, job, seg, k0, k1);                              \
-    }
+#define FLOAT_TILE(name, TYPE, R, T)                                                   \
+    GRAFT_AVX512_DEFINE_TILE(name, float_tile, TYPE, R, T, 1, 0)
 
 /* The rows are cut into FLOAT_SEGMENTS segments; the tile shapes (R rows x T tokens). */
 #define FLOAT_SEGMENTS 4

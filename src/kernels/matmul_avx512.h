@@ -150,6 +150,20 @@ void graft__r16_q4_k_act_prepare(void *xa, const float *x, int64_t n_in);
 #define GRAFT_AVX512_UNROLL _Pragma("GCC unroll 16")
 #endif
 
+/* Defines `name`, a tile (graft__avx512_tile.run) of R rows x T tokens that hands its
+ * accumulators to TILE_FN(TYPE, R, T, FROM, acc, job, seg, k0, k1): FROM is PREFETCHING on
+ * jobs that prefetch (graft__avx512_job.prefetch) and PLAIN on the others, each a constant
+ * so that the branch is compiled out of the loops. */
+#define GRAFT_AVX512_DEFINE_TILE(name, TILE_FN, TYPE, R, T, PREFETCHING, PLAIN)           \
+    static void name(const graft__avx512_job *job, int seg, int64_t k0, int64_t k1)        \
+    {                                                                                      \
+        __m512 acc[R * T];                                                                 \
+        if (job->prefetch)                                                                 \
+            TILE_FN(TYPE, R, T, PREFETCHING, acc, job, seg, k0, k1);                       \
+        else                                                                               \
+            TILE_FN(TYPE, R, T, PLAIN, acc, job, seg, k0, k1);                             \
+    }
+
 /* The sum of the 16 lanes of v, always added in the same order (halves folded onto each
  * other: 16 -> 8 -> 4 -> 2 -> 1). Every tile ends each (row, token) with this. */
 static inline float graft__avx512_hsum(__m512 v)

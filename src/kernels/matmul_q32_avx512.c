@@ -479,14 +479,7 @@ q32_pack(uint32_t type, const graft__avx512_job *job, int64_t k0, int64_t k1, ui
 }
 
 #define Q32_TILE(name, TYPE, R, T)                                                         \
-    static void name(const graft__avx512_job *job, int seg, int64_t k0, int64_t k1)        \
-    {                                                                                      \
-        __m512 acc[R * T];                                                                 \
-        if (job->prefetch)                                                                 \
-            q32_tile(TYPE, R, T, FROM_ROWS_PREFETCH, acc, job, seg, k0, k1);               \
-        else                                                                               \
-            q32_tile(TYPE, R, T, FROM_ROWS, acc, job, seg, k0, k1);                        \
-    }                                                                                      \
+    GRAFT_AVX512_DEFINE_TILE(name, q32_tile, TYPE, R, T, FROM_ROWS_PREFETCH, FROM_ROWS)    \
     static void name##_packed(const graft__avx512_job *job, int seg, int64_t k0,           \
                               int64_t k1)                                                  \
     {                                                                                      \

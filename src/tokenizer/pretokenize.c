@@ -278,14 +278,10 @@ static int span_push(span_list *l, size_t off, size_t len)
 {
     if (len == 0)
         return GRAFT_OK;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        graft__span *items = graft__realloc_array(l->items, cap, sizeof *items);
-        if (items == NULL)
-            return GRAFT_ENOMEM;
-        l->items = items;
-        l->cap = cap;
-    }
+    graft__span *items = graft__grow_array(l->items, l->n, &l->cap, sizeof *items, 64);
+    if (items == NULL)
+        return GRAFT_ENOMEM;
+    l->items = items;
     l->items[l->n++] = (graft__span){off, len};
     return GRAFT_OK;
 }

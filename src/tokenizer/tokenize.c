@@ -34,14 +34,10 @@
 
 int graft__tokbuf_push(graft__tokbuf *b, int32_t id)
 {
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        int32_t *ids = graft__realloc_array(b->ids, cap, sizeof *ids);
-        if (ids == NULL)
-            return GRAFT_ENOMEM;
-        b->ids = ids;
-        b->cap = cap;
-    }
+    int32_t *ids = graft__grow_array(b->ids, b->n, &b->cap, sizeof *ids, 64);
+    if (ids == NULL)
+        return GRAFT_ENOMEM;
+    b->ids = ids;
     b->ids[b->n++] = id;
     return GRAFT_OK;
 }
@@ -158,14 +154,10 @@ typedef struct hit_list {
 
 static int hit_push(hit_list *l, special_hit h)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        special_hit *items = graft__realloc_array(l->items, cap, sizeof *items);
-        if (items == NULL)
-            return GRAFT_ENOMEM;
-        l->items = items;
-        l->cap = cap;
-    }
+    special_hit *items = graft__grow_array(l->items, l->n, &l->cap, sizeof *items, 16);
+    if (items == NULL)
+        return GRAFT_ENOMEM;
+    l->items = items;
     l->items[l->n++] = h;
     return GRAFT_OK;
 }

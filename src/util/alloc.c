@@ -101,6 +101,17 @@ void *graft__realloc_array(void *ptr, size_t n, size_t elem)
     return graft__mul_size(n, elem, &bytes) ? graft__realloc(ptr, bytes) : NULL;
 }
 
+void *graft__grow_array(void *items, size_t n, size_t *cap, size_t elem, size_t first)
+{
+    if (n < *cap)
+        return items;
+    size_t want = *cap ? *cap * 2 : first;
+    void *grown = want > *cap ? graft__realloc_array(items, want, elem) : NULL;
+    if (grown != NULL)
+        *cap = want;
+    return grown;
+}
+
 void graft__free(void *ptr)
 {
     if (ptr == NULL)

@@ -29,6 +29,10 @@ void *graft__realloc(void *ptr, size_t size);
 /* graft__realloc to n items of elem bytes; NULL (ptr untouched) when n * elem overflows or
  * memory runs out. For the arrays that grow as they fill. */
 void *graft__realloc_array(void *ptr, size_t n, size_t elem);
+/* Room for one more item in an array of *cap items of elem bytes, n of them used: the array
+ * itself while n < *cap, else the array reallocated to twice *cap items (`first` items when
+ * *cap is 0) with *cap updated. NULL (array and *cap untouched) when memory runs out. */
+void *graft__grow_array(void *items, size_t n, size_t *cap, size_t elem, size_t first);
 void graft__free(void *ptr);
 char *graft__strndup(const char *s, size_t n);
 

@@ -75,8 +75,11 @@ void graft__channel_on_update(graft_generation *gen, const int32_t *tokens, size
         }
         ch->n++;
     }
-    pthread_cond_signal(&ch->cv);
     pthread_mutex_unlock(&ch->mu);
+    /* Signalled after the unlock, so the reader does not wake into a held mutex. The
+     * channel outlives this call: it is freed only after the generation settled, and
+     * on_settled comes after every update. */
+    pthread_cond_signal(&ch->cv);
 }
 
 void graft__channel_on_settled(graft_generation *gen, void *user)

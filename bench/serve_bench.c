@@ -6,16 +6,18 @@
  *                             [--cached N] [--reps N] [--samples N]
  *
  * Aggregate decode: --streams requests at once, each a distinct 16-token prompt given as
- * token ids and --gen greedy tokens (end of generation ignored), once through the engine in
+ * token ids and --gen greedy tokens (end of generation ignored), once through an engine in
  * this process (N sessions generating together) and once through `graft serve` (started on
  * a free port of 127.0.0.1, N streaming /v1/completions requests, all read by one client
- * thread so that the client takes as little as it can of the machine it shares). Two
- * figures: generated tokens over the wall time from the first request to the last token
- * (prompts and arrivals included), and decode alone, the tokens that arrived while every
- * stream was decoding over that window (each token's arrival taken where its user sees it:
- * the engine's update callback, the client's event carrying its id). Each is measured
- * --reps times, engine and HTTP alternated (the engine first in even rounds); the medians,
- * the median of the rounds' ratios and their spread are printed.
+ * thread so that the client takes as little as it can of the machine it shares). The engine
+ * and the server are each started once per stream count and serve all its rounds, as a
+ * server runs. Two figures: generated tokens over the wall time from the first request to
+ * the last token (prompts and arrivals included), and decode alone, the tokens that arrived
+ * while every stream was decoding over that window (each token's arrival taken where its
+ * user sees it: the engine's update callback, the client's event carrying its id). Each is
+ * measured --reps times, engine and HTTP alternated (the engine first in even rounds), each
+ * half after a pause in which the other's compute threads stop spinning; the medians, the
+ * median of the rounds' ratios and their spread are printed.
  *
  * Time to first token of a cached prompt: an engine with a prefix cache in this process
  * and a server, both running at once, each given a prompt of --cached token ids once cold
@@ -24,8 +26,9 @@
  * HTTP request to its first event minus the engine's own time to first token (the cache
  * lookup and the generation's TTFT); and minus that request's time to first token as the
  * server reports it (graft.ttft_ms), which is what HTTP costs it (on a connection kept
- * alive, as SDKs keep theirs). Pairs, not separate medians, because one token's compute
- * varies from request to request by more than HTTP costs. Never fails on a timing.
+ * alive, as SDKs keep theirs). Each request starts after the same pause. Pairs, not
+ * separate medians, because one token's compute varies from request to request by more
+ * than HTTP costs. Never fails on a timing.
  */
 #include <curl/curl.h>
 #include <signal.h>
@@ -39,6 +42,16 @@
 #include "graft.h"
 
 enum { PROMPT = 16, MAX_STREAMS = 64, MAX_REPS = 15, MAX_SAMPLES = 200, MAX_GEN = 1024 };
+
+/* The pause before each measured part, longer than the compute threads of either process
+ * spin after a job: each part meets an idle machine, as a server's requests do, rather
+ * than sharing the cores with the other process's spinning workers. */
+enum { IDLE_US = 5000 };
+
+/* How long the client waits, once a stream has data, for the other streams' events of the
+ * same engine step, so that it wakes about once a step rather than once a stream: a small
+ * part of a decode step of the models this measures. */
+enum { GATHER_US = 300 };
 
 /* The median of v[0..n), v left as it is. */
 static double median(const double *v, int n)
@@ -115,16 +128,20 @@ static void on_engine_tokens(graft_generation *gen, const int32_t *tokens, size_
     note_tokens(user, n);
 }
 
-static aggregate engine_aggregate(graft_model *m, const opts *o, int n, int round)
+/* An engine for n streams of --gen tokens; NULL when it cannot be made. */
+static graft_engine *aggregate_engine(graft_model *m, const opts *o, int n)
 {
-    static stream_times times[MAX_STREAMS];
     graft_engine_options eo = graft_engine_default_options();
     eo.max_sessions = n;
     eo.max_context = PROMPT + o->gen + 8;
     eo.n_threads = o->threads;
     graft_engine *e = NULL;
-    if (graft_engine_create(m, &eo, &e, NULL) != GRAFT_OK)
-        return (aggregate){0, 0};
+    return graft_engine_create(m, &eo, &e, NULL) == GRAFT_OK ? e : NULL;
+}
+
+static aggregate engine_aggregate(graft_engine *e, const opts *o, int n, int round)
+{
+    static stream_times times[MAX_STREAMS];
     graft_session *s[MAX_STREAMS];
     graft_generation *g[MAX_STREAMS];
     for (int i = 0; i < n; i++)
@@ -146,7 +163,6 @@ static aggregate engine_aggregate(graft_model *m, const opts *o, int n, int roun
         graft_generation_free(g[i]);
         graft_session_close(s[i]);
     }
-    graft_engine_free(e);
     return aggregate_of(times, n, t0);
 }
 
@@ -319,6 +335,7 @@ static void prepare(CURL *h, call *c)
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L); /* SIGPIPE is ignored once, not around each call */
     c->t_first = 0;
     c->server_ttft = 0;
     c->event_len = 0;
@@ -344,19 +361,18 @@ static void body_of(char *out, size_t cap, const int32_t *p, int n, int max_toke
              max_tokens);
 }
 
-/* The n streams are read by one thread (libcurl's multi interface), so the client wakes
- * once for the tokens of a step rather than once per stream: the machine is shared with
- * the server, and what the client spends is taken from the server's compute. */
-static aggregate http_aggregate(const opts *o, int n, int round)
+/* The n streams are read by one thread (libcurl's multi interface) that wakes about once
+ * for the tokens of a step rather than once per stream: the machine is shared with the
+ * server, and what the client spends is taken from the server's compute. */
+static aggregate http_aggregate(const server *s, const opts *o, int n, int round)
 {
-    server s = start_server(o, n, PROMPT + o->gen + 8);
     static call calls[MAX_STREAMS];
     CURL *h[MAX_STREAMS];
     CURLM *multi = curl_multi_init();
     for (int i = 0; i < n; i++) {
         int32_t p[PROMPT];
         prompt_of(i, round, p, PROMPT);
-        calls[i].s = &s;
+        calls[i].s = s;
         body_of(calls[i].body, sizeof calls[i].body, p, PROMPT, o->gen);
         h[i] = curl_easy_init();
         prepare(h[i], &calls[i]);
@@ -367,8 +383,10 @@ static aggregate http_aggregate(const opts *o, int n, int round)
     while (running > 0) {
         if (curl_multi_perform(multi, &running) != CURLM_OK)
             break;
-        if (running > 0)
+        if (running > 0) {
             curl_multi_poll(multi, NULL, 0, 1000, NULL);
+            usleep(GATHER_US);
+        }
     }
     static stream_times times[MAX_STREAMS];
     for (int i = 0; i < n; i++) {
@@ -380,7 +398,6 @@ static aggregate http_aggregate(const opts *o, int n, int round)
                     o->gen);
     }
     curl_multi_cleanup(multi);
-    stop_server(&s);
     return aggregate_of(times, n, t0);
 }
 
@@ -406,11 +423,16 @@ static int cached_pairs(graft_model *m, const opts *o, double *diff, double *cos
     post(&c);
     for (int i = 0; i < o->samples; i++) {
         double engine = 0;
-        if (i % 2 == 0)
+        if (i % 2 == 0) {
+            usleep(IDLE_US);
             engine = engine_ttft(&ce, p, o->cached);
+        }
+        usleep(IDLE_US);
         post(&c);
-        if (i % 2 == 1)
+        if (i % 2 == 1) {
+            usleep(IDLE_US);
             engine = engine_ttft(&ce, p, o->cached);
+        }
         double web = c.t_first - c.t_send;
         diff[i] = (web - engine) * 1e3;
         cost[i] = (web - c.server_ttft) * 1e3;
@@ -482,6 +504,7 @@ int main(int argc, char **argv)
                         "--cached 2..4000, --samples 1..200\n");
         return 2;
     }
+    signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     graft_model *m = NULL;
     char *err = NULL;
@@ -501,19 +524,33 @@ int main(int argc, char **argv)
         int n = o.streams[k];
         double eng[MAX_REPS], web[MAX_REPS], ratio[MAX_REPS];
         double eng_dec[MAX_REPS], web_dec[MAX_REPS], ratio_dec[MAX_REPS];
+        graft_engine *e = aggregate_engine(m, &o, n);
+        server s = start_server(&o, n, PROMPT + o.gen + 8);
+        if (e == NULL || s.port == 0) {
+            fprintf(stderr, "bench_serve: cannot start the %s for %d streams\n",
+                    e == NULL ? "engine" : "server", n);
+            if (s.pid > 0)
+                stop_server(&s);
+            graft_engine_free(e);
+            graft_model_free(m);
+            return 1;
+        }
         for (int r = 0; r < o.reps; r++) {
-            aggregate ea, ha;
-            if (r % 2 == 0) {
-                ea = engine_aggregate(m, &o, n, r);
-                ha = http_aggregate(&o, n, r);
-            } else {
-                ha = http_aggregate(&o, n, r);
-                ea = engine_aggregate(m, &o, n, r);
-            }
+            aggregate ea = {0, 0}, ha;
+            usleep(IDLE_US);
+            if (r % 2 == 0)
+                ea = engine_aggregate(e, &o, n, r);
+            usleep(IDLE_US);
+            ha = http_aggregate(&s, &o, n, r);
+            usleep(IDLE_US);
+            if (r % 2 == 1)
+                ea = engine_aggregate(e, &o, n, r);
             eng[r] = ea.wall, web[r] = ha.wall, ratio[r] = ea.wall > 0 ? ha.wall / ea.wall : 0;
             eng_dec[r] = ea.decode, web_dec[r] = ha.decode;
             ratio_dec[r] = ea.decode > 0 ? ha.decode / ea.decode : 0;
         }
+        stop_server(&s);
+        graft_engine_free(e);
         printf("| %d | %.1f | %.1f | ", n, median(eng, o.reps), median(web, o.reps));
         print_ratio(ratio, o.reps);
         printf(" | %.1f | %.1f | ", median(eng_dec, o.reps), median(web_dec, o.reps));

@@ -1,11 +1,13 @@
 #!/bin/sh
 # bench/replay.sh: the agent-replay benchmark, every mode of graft serve and llama-server on
 # one trace, in one session, one after another; the report goes to stdout and to a dated
-# file under bench/results/ with the command, commit and CPU.
+# file under bench/results/ with the command, commit and CPU:
+# DATE-replay-SHAPE.md, or DATE-replay-SHAPE-LABEL.md with --label (so that a second run the
+# same day, another kernel set say, does not overwrite the first).
 #
 #   bench/replay.sh -m MODEL [--shape agentic|chat|shared] [--sessions N] [--calls N] [--gap-ms N]
 #                   [--threads N] [--ctx N] [--slots N] [--max-output N]
-#                   [--llama-server PATH] [--modes "off cache active wait"]
+#                   [--llama-server PATH] [--modes "off cache active wait"] [--label NAME]
 #
 # Modes of graft serve: off (no prefix cache, no active reuse), cache (prefix cache only),
 # active (cache + taking running requests' prompts, no waiting), wait (cache + active +
@@ -19,8 +21,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 bin=${GRAFT_BIN:-$root/build/release/graft}
 replay=$root/build/release/bench_replay
-model= shape=agentic sessions=0 calls=0 gap=0 threads=2 ctx=8192 slots=4 max_output=0 llama=
-modes="off cache active wait"
+model='' shape=agentic sessions=0 calls=0 gap=0 threads=2 ctx=8192 slots=4 max_output=0 llama=''
+label=''
+all_modes="off cache active wait"
+modes=$all_modes
 while [ $# -gt 0 ]; do
     case $1 in
     -m|--model) model=$2; shift 2 ;;
@@ -34,10 +38,14 @@ while [ $# -gt 0 ]; do
     --max-output) max_output=$2; shift 2 ;;
     --llama-server) llama=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
+    --label) label=$2; shift 2 ;;
     *) echo "replay.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
 [ -n "$model" ] || { echo "replay.sh: -m MODEL is required" >&2; exit 2; }
+case $label in
+*[!A-Za-z0-9_-]*) echo "replay.sh: --label takes letters, digits, '-' and '_': $label" >&2; exit 2 ;;
+esac
 [ -x "$replay" ] || { echo "replay.sh: build/release/bench_replay is missing (make release)" >&2; exit 1; }
 
 work=$(mktemp -d)
@@ -97,11 +105,13 @@ fi
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-out=$root/bench/results/$(date +%Y-%m-%d)-replay-$shape.md
+out=$root/bench/results/$(date +%Y-%m-%d)-replay-$shape${label:+-$label}.md
+modes_arg=
+if [ "$modes" != "$all_modes" ]; then modes_arg=" --modes \"$modes\""; fi
 {
     echo "# Agent replay: $shape trace"
     echo
-    echo "Command: \`bench/replay.sh -m $(basename "$model") --shape $shape --sessions $sessions --calls $calls --gap-ms $gap --threads $threads --ctx $ctx --slots $slots --max-output $max_output${llama:+ --llama-server llama-server}\`"
+    echo "Command: \`${GRAFT_KERNELS:+GRAFT_KERNELS=$GRAFT_KERNELS }bench/replay.sh -m $(basename "$model") --shape $shape --sessions $sessions --calls $calls --gap-ms $gap --threads $threads --ctx $ctx --slots $slots --max-output $max_output${llama:+ --llama-server llama-server}$modes_arg${label:+ --label $label}\`"
     echo "Commit $commit; CPU: $cpu, $(nproc) online; $(date -u +%Y-%m-%dT%H:%MZ)."
     echo
     # shellcheck disable=SC2086

@@ -423,15 +423,12 @@ static int cached_pairs(graft_model *m, const opts *o, double *diff, double *cos
     post(&c);
     for (int i = 0; i < o->samples; i++) {
         double engine = 0;
-        if (i % 2 == 0) {
+        for (int half = 0; half < 2; half++) {
             usleep(IDLE_US);
-            engine = engine_ttft(&ce, p, o->cached);
-        }
-        usleep(IDLE_US);
-        post(&c);
-        if (i % 2 == 1) {
-            usleep(IDLE_US);
-            engine = engine_ttft(&ce, p, o->cached);
+            if ((half == 0) == (i % 2 == 0))
+                engine = engine_ttft(&ce, p, o->cached);
+            else
+                post(&c);
         }
         double web = c.t_first - c.t_send;
         diff[i] = (web - engine) * 1e3;
@@ -536,15 +533,14 @@ int main(int argc, char **argv)
             return 1;
         }
         for (int r = 0; r < o.reps; r++) {
-            aggregate ea = {0, 0}, ha;
-            usleep(IDLE_US);
-            if (r % 2 == 0)
-                ea = engine_aggregate(e, &o, n, r);
-            usleep(IDLE_US);
-            ha = http_aggregate(&s, &o, n, r);
-            usleep(IDLE_US);
-            if (r % 2 == 1)
-                ea = engine_aggregate(e, &o, n, r);
+            aggregate ea = {0, 0}, ha = {0, 0};
+            for (int half = 0; half < 2; half++) {
+                usleep(IDLE_US);
+                if ((half == 0) == (r % 2 == 0))
+                    ea = engine_aggregate(e, &o, n, r);
+                else
+                    ha = http_aggregate(&s, &o, n, r);
+            }
             eng[r] = ea.wall, web[r] = ha.wall, ratio[r] = ea.wall > 0 ? ha.wall / ea.wall : 0;
             eng_dec[r] = ea.decode, web_dec[r] = ha.decode;
             ratio_dec[r] = ea.decode > 0 ? ha.decode / ea.decode : 0;

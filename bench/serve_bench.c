@@ -5,47 +5,53 @@
  *   build/release/bench_serve -m MODEL [--threads N] [--streams 1,8,32] [--gen N]
  *                             [--cached N] [--reps N] [--samples N]
  *
- * Aggregate decode: --streams requests at once, each a distinct 16-token prompt given as
- * token ids and --gen greedy tokens (end of generation ignored), once through an engine in
- * this process (N sessions generating together) and once through `graft serve` (started on
- * a free port of 127.0.0.1, N streaming /v1/completions requests, all read by one client
- * thread so that the client takes as little as it can of the machine it shares). The engine
- * and the server are each started once per stream count and serve all its rounds, as a
- * server runs. Two figures: generated tokens over the wall time from the first request to
- * the last token (prompts and arrivals included), and decode alone, the tokens that arrived
- * while every stream was decoding over that window (each token's arrival taken where its
- * user sees it: the engine's update callback, the client's event carrying its id). Each is
- * measured --reps times, engine and HTTP alternated (the engine first in even rounds), each
- * half after a pause in which the other's compute threads stop spinning; the medians, the
- * median of the rounds' ratios and their spread are printed.
+ * Both sides run in this process on one engine: `graft serve`'s HTTP layer (libgraftserver,
+ * as the command starts it, with its default limits and a prefix cache of its default size)
+ * listens on a free port of 127.0.0.1 and serves from the engine the engine side calls
+ * directly, so the two share the weights, the KV pool and the compute threads and differ
+ * only in HTTP. (Two processes, each with its own copy of the packed weights, differ in
+ * their compute by more than HTTP costs, and by a different amount from run to run.) One
+ * engine and server per stream count serve all its rounds, as a server runs.
  *
- * Time to first token of a cached prompt: an engine with a prefix cache in this process
- * and a server, both running at once, each given a prompt of --cached token ids once cold
- * (computed and captured), then asked for it --samples times, the two alternated request by
- * request (the cache gives all but its last token). Per pair: the time from sending the
- * HTTP request to its first event minus the engine's own time to first token (the cache
- * lookup and the generation's TTFT); and minus that request's time to first token as the
- * server reports it (graft.ttft_ms), which is what HTTP costs it (on a connection kept
- * alive, as SDKs keep theirs). Each request starts after the same pause. Pairs, not
- * separate medians, because one token's compute varies from request to request by more
- * than HTTP costs. Never fails on a timing.
+ * Aggregate decode: --streams requests at once, each a distinct 16-token prompt given as
+ * token ids and --gen greedy tokens (end of generation ignored), once through the engine
+ * (N sessions generating together) and once through HTTP (N streaming /v1/completions
+ * requests, all read by one client thread so that the client takes as little as it can of
+ * the machine it shares). Two figures: generated tokens over the wall time from the first
+ * request to the last token (prompts and arrivals included), and decode alone, the tokens
+ * that arrived while every stream was decoding over that window (each token's arrival taken
+ * where its user sees it: the engine's update callback, the client's event carrying its
+ * id). Each is measured --reps times, engine and HTTP alternated (the engine first in even
+ * rounds), each half after a pause in which the compute threads stop spinning; the medians,
+ * the median of the rounds' ratios and their spread are printed.
+ *
+ * Time to first token of a cached prompt: the prompt of --cached token ids is computed and
+ * captured once, then asked for --samples times through the engine and through HTTP, the
+ * two alternated request by request (the cache gives all but its last token). Per pair: the
+ * time from the client's call to send the HTTP request to its first event minus the
+ * engine's own time to first token (the cache lookup and the generation's TTFT); and minus
+ * that request's time to first token as the server reports it (graft.ttft_ms), which is
+ * what HTTP costs it (on a connection kept alive, as SDKs keep theirs). Each request starts
+ * after the same pause. Pairs, not separate medians, because one token's compute varies
+ * from request to request by more than HTTP costs. Never fails on a timing.
  */
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench/bench_lib.h"
 #include "graft.h"
+#include "server/server.h"
 
 enum { PROMPT = 16, MAX_STREAMS = 64, MAX_REPS = 15, MAX_SAMPLES = 200, MAX_GEN = 1024 };
 
-/* The pause before each measured part, longer than the compute threads of either process
- * spin after a job: each part meets an idle machine, as a server's requests do, rather
- * than sharing the cores with the other process's spinning workers. */
+/* The pause before each measured part, longer than the compute threads spin after a job:
+ * each part meets an idle machine, as a server's requests do, rather than sharing the cores
+ * with workers still spinning after the other part. */
 enum { IDLE_US = 5000 };
 
 /* How long the client waits, once a stream has data, for the other streams' events of the
@@ -62,12 +68,13 @@ static double median(const double *v, int n)
 }
 
 typedef struct opts {
-    const char *model, *bin;
+    const char *model;
     int threads, gen, cached, reps, samples;
     int streams[8], n_streams;
 } opts;
 
 static int32_t n_vocab;
+static FILE *bench_err; /* the stderr this benchmark was started with */
 
 /* Token ids for stream `stream` of round `round`: distinct prompts, no special ids. */
 static void prompt_of(int stream, int round, int32_t *out, int n)
@@ -128,17 +135,6 @@ static void on_engine_tokens(graft_generation *gen, const int32_t *tokens, size_
     note_tokens(user, n);
 }
 
-/* An engine for n streams of --gen tokens; NULL when it cannot be made. */
-static graft_engine *aggregate_engine(graft_model *m, const opts *o, int n)
-{
-    graft_engine_options eo = graft_engine_default_options();
-    eo.max_sessions = n;
-    eo.max_context = PROMPT + o->gen + 8;
-    eo.n_threads = o->threads;
-    graft_engine *e = NULL;
-    return graft_engine_create(m, &eo, &e, NULL) == GRAFT_OK ? e : NULL;
-}
-
 static aggregate engine_aggregate(graft_engine *e, const opts *o, int n, int round)
 {
     static stream_times times[MAX_STREAMS];
@@ -166,46 +162,21 @@ static aggregate engine_aggregate(graft_engine *e, const opts *o, int n, int rou
     return aggregate_of(times, n, t0);
 }
 
-/* An engine with a prefix cache in this process, for the cached-prompt figure. */
-typedef struct cached_engine {
-    graft_engine *engine;
-    graft_prefix_cache *cache;
-} cached_engine;
-
-static int cached_engine_create(graft_model *m, const opts *o, cached_engine *ce)
-{
-    graft_engine_options eo = graft_engine_default_options();
-    eo.max_sessions = 4;
-    eo.max_context = o->cached + 8;
-    eo.n_threads = o->threads;
-    ce->engine = NULL;
-    ce->cache = NULL;
-    if (graft_engine_create(m, &eo, &ce->engine, NULL) != GRAFT_OK)
-        return -1;
-    return graft_prefix_cache_create(ce->engine, 2, 0, &ce->cache, NULL) == GRAFT_OK ? 0 : -1;
-}
-
-static void cached_engine_free(cached_engine *ce)
-{
-    graft_prefix_cache_free(ce->cache);
-    graft_engine_free(ce->engine);
-}
-
 /* One request for prompt p through the engine as the server makes it (a cache lookup, the
  * prompt captured at the first output, one token); returns the lookup plus the
  * generation's time to first token. */
-static double engine_ttft(cached_engine *ce, const int32_t *p, int n)
+static double engine_ttft(graft_engine *e, graft_prefix_cache *cache, const int32_t *p, int n)
 {
     double t0 = graft__bench_now_s();
     graft_session *s = NULL;
     int32_t matched = 0;
-    if (graft_prefix_cache_lookup(ce->cache, p, (size_t)n, &s, &matched) != GRAFT_OK) {
-        graft_session_open(ce->engine, &s, NULL);
+    if (graft_prefix_cache_lookup(cache, p, (size_t)n, &s, &matched) != GRAFT_OK) {
+        graft_session_open(e, &s, NULL);
         matched = 0;
     }
     double lookup = graft__bench_now_s() - t0;
     graft_prompt_capture *cap = NULL;
-    graft_prompt_capture_create(ce->cache, s, p, (size_t)n, &cap);
+    graft_prompt_capture_create(cache, s, p, (size_t)n, &cap);
     graft_update_cb up = NULL;
     graft_settled_cb st = NULL;
     void *user = NULL;
@@ -227,53 +198,51 @@ static double engine_ttft(cached_engine *ce, const int32_t *p, int n)
 
 /* ---- the HTTP side -------------------------------------------------------------------------- */
 
-typedef struct server {
-    pid_t pid;
+/* An engine with a prefix cache, and graft serve's HTTP layer started in this process on a
+ * free port of 127.0.0.1 serving from that engine: the engine side and the HTTP side share
+ * the weights, the KV pool and the compute threads, and differ only in HTTP. */
+typedef struct served {
+    graft_engine *engine;
+    graft_prefix_cache *cache;
+    graft__server *http;
     int port;
-} server;
+} served;
 
-static server start_server(const opts *o, int slots, int ctx)
+/* Cache entries and server limits as `graft serve` has them by default; the engine sized as
+ * it sizes its own for `slots` requests of `ctx` positions. 0 when all of it started. */
+static int serve_start(graft_model *m, const opts *o, int slots, int ctx, served *sv)
 {
-    server s = {0};
-    char log[] = "/tmp/bench_serve_XXXXXX";
-    int fd = mkstemp(log);
-    close(fd);
-    s.pid = fork();
-    if (s.pid == 0) {
-        char threads[16], sl[16], cx[16];
-        snprintf(threads, sizeof threads, "%d", o->threads);
-        snprintf(sl, sizeof sl, "%d", slots);
-        snprintf(cx, sizeof cx, "%d", ctx);
-        if (freopen(log, "w", stderr) == NULL)
-            _exit(126);
-        execl(o->bin, o->bin, "serve", "-m", o->model, "--port", "0", "--threads", threads,
-              "--max-sessions", sl, "--ctx", cx, (char *)NULL);
-        _exit(127);
+    enum { CACHE_ENTRIES = 32, QUEUE = 64 };
+    *sv = (served){NULL, NULL, NULL, 0};
+    graft_engine_options eo = graft_engine_default_options();
+    eo.max_context = ctx;
+    eo.max_sessions = 2 * slots;
+    eo.n_threads = o->threads;
+    eo.kv_mem = graft_engine_default_kv_mem(m, &eo);
+    eo.max_sessions = 2 * slots + CACHE_ENTRIES + 1;
+    if (graft_engine_create(m, &eo, &sv->engine, NULL) != GRAFT_OK ||
+        graft_prefix_cache_create(sv->engine, CACHE_ENTRIES, 0, &sv->cache, NULL) != GRAFT_OK)
+        return -1;
+    graft__server_config cfg = {"127.0.0.1", 0, "bench", NULL, 1 << 20, QUEUE, slots,
+                                2 * (slots + QUEUE) + 16, 600, 30, 16, 600, 5000, 16, 30000};
+    char *err = NULL;
+    if (graft__server_start(&cfg, &sv->http, &sv->port, &err) != GRAFT_OK) {
+        free(err);
+        return -1;
     }
-    const char *mark = "graft: listening on http://127.0.0.1:";
-    for (int i = 0; i < 12000 && s.port == 0; i++) {
-        FILE *f = fopen(log, "r");
-        char line[512];
-        while (f && fgets(line, sizeof line, f))
-            if (strncmp(line, mark, strlen(mark)) == 0)
-                s.port = atoi(line + strlen(mark));
-        if (f)
-            fclose(f);
-        if (s.port == 0)
-            usleep(10000);
-    }
-    unlink(log);
-    return s;
+    graft__server_set_ready(sv->http, m, sv->engine, sv->cache, NULL);
+    return 0;
 }
 
-static void stop_server(server *s)
+static void serve_stop(served *sv)
 {
-    kill(s->pid, SIGTERM);
-    waitpid(s->pid, NULL, 0);
+    graft__server_stop(sv->http);
+    graft_prefix_cache_free(sv->cache);
+    graft_engine_free(sv->engine);
 }
 
 typedef struct call {
-    const server *s;
+    int port;
     CURL *keep; /* the connection of the cached-prompt requests, kept alive between them */
     char body[32768];
     double t_send, t_first;
@@ -330,7 +299,7 @@ static size_t on_data(char *data, size_t size, size_t n, void *user)
 static void prepare(CURL *h, call *c)
 {
     char url[128];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", c->s->port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", c->port);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
@@ -364,7 +333,7 @@ static void body_of(char *out, size_t cap, const int32_t *p, int n, int max_toke
 /* The n streams are read by one thread (libcurl's multi interface) that wakes about once
  * for the tokens of a step rather than once per stream: the machine is shared with the
  * server, and what the client spends is taken from the server's compute. */
-static aggregate http_aggregate(const server *s, const opts *o, int n, int round)
+static aggregate http_aggregate(int port, const opts *o, int n, int round)
 {
     static call calls[MAX_STREAMS];
     CURL *h[MAX_STREAMS];
@@ -372,7 +341,7 @@ static aggregate http_aggregate(const server *s, const opts *o, int n, int round
     for (int i = 0; i < n; i++) {
         int32_t p[PROMPT];
         prompt_of(i, round, p, PROMPT);
-        calls[i].s = s;
+        calls[i].port = port;
         body_of(calls[i].body, sizeof calls[i].body, p, PROMPT, o->gen);
         h[i] = curl_easy_init();
         prepare(h[i], &calls[i]);
@@ -394,8 +363,8 @@ static aggregate http_aggregate(const server *s, const opts *o, int n, int round
         curl_easy_cleanup(h[i]);
         times[i] = calls[i].times;
         if (times[i].n != o->gen)
-            fprintf(stderr, "bench_serve: stream %d counted %d tokens of %d\n", i, times[i].n,
-                    o->gen);
+            fprintf(bench_err, "bench_serve: stream %d counted %d tokens of %d\n", i,
+                    times[i].n, o->gen);
     }
     curl_multi_cleanup(multi);
     return aggregate_of(times, n, t0);
@@ -407,26 +376,25 @@ static aggregate http_aggregate(const server *s, const opts *o, int n, int round
  * (diff) and minus the server's own graft.ttft_ms (cost). */
 static int cached_pairs(graft_model *m, const opts *o, double *diff, double *cost)
 {
-    cached_engine ce;
-    if (cached_engine_create(m, o, &ce) != 0) {
-        cached_engine_free(&ce);
+    served sv;
+    if (serve_start(m, o, 1, o->cached + 8, &sv) != 0) {
+        serve_stop(&sv);
         return -1;
     }
-    server s = start_server(o, 1, o->cached + 8);
     int32_t *p = malloc((size_t)o->cached * sizeof *p);
     static call c;
-    c.s = &s;
+    c.port = sv.port;
     c.keep = curl_easy_init(); /* as SDKs do: one connection, kept alive */
     prompt_of(999, 0, p, o->cached);
     body_of(c.body, sizeof c.body, p, o->cached, 1);
-    engine_ttft(&ce, p, o->cached);
+    engine_ttft(sv.engine, sv.cache, p, o->cached);
     post(&c);
     for (int i = 0; i < o->samples; i++) {
         double engine = 0;
         for (int half = 0; half < 2; half++) {
             usleep(IDLE_US);
             if ((half == 0) == (i % 2 == 0))
-                engine = engine_ttft(&ce, p, o->cached);
+                engine = engine_ttft(sv.engine, sv.cache, p, o->cached);
             else
                 post(&c);
         }
@@ -437,8 +405,7 @@ static int cached_pairs(graft_model *m, const opts *o, double *diff, double *cos
     curl_easy_cleanup(c.keep);
     c.keep = NULL;
     free(p);
-    stop_server(&s);
-    cached_engine_free(&ce);
+    serve_stop(&sv);
     return 0;
 }
 
@@ -470,9 +437,7 @@ static void parse_list(const char *s, opts *o)
 
 int main(int argc, char **argv)
 {
-    opts o = {NULL, getenv("GRAFT_BIN"), 2, 32, 2048, 3, 31, {1, 8, 32}, 3};
-    if (o.bin == NULL)
-        o.bin = "build/release/graft";
+    opts o = {NULL, 2, 32, 2048, 3, 31, {1, 8, 32}, 3};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(argv[i], "-m") == 0)
@@ -512,6 +477,15 @@ int main(int argc, char **argv)
     graft_model_info info;
     graft_model_get_info(m, &info);
     n_vocab = info.n_vocab;
+    /* The server's log, a line per request on stderr, goes to /dev/null; the benchmark's
+     * own messages go to the stderr it was started with. */
+    bench_err = fdopen(dup(STDERR_FILENO), "w");
+    int devnull = open("/dev/null", O_WRONLY);
+    if (bench_err == NULL || devnull < 0 || dup2(devnull, STDERR_FILENO) < 0) {
+        fprintf(stderr, "bench_serve: cannot set the server's log aside\n");
+        return 1;
+    }
+    close(devnull);
     printf("model %s, %d threads, %d reps (engine and HTTP alternated)\n\n", o.model, o.threads,
            o.reps);
     printf("| streams | engine tok/s | HTTP tok/s | HTTP / engine (median, min-max) | engine "
@@ -521,14 +495,11 @@ int main(int argc, char **argv)
         int n = o.streams[k];
         double eng[MAX_REPS], web[MAX_REPS], ratio[MAX_REPS];
         double eng_dec[MAX_REPS], web_dec[MAX_REPS], ratio_dec[MAX_REPS];
-        graft_engine *e = aggregate_engine(m, &o, n);
-        server s = start_server(&o, n, PROMPT + o.gen + 8);
-        if (e == NULL || s.port == 0) {
-            fprintf(stderr, "bench_serve: cannot start the %s for %d streams\n",
-                    e == NULL ? "engine" : "server", n);
-            if (s.pid > 0)
-                stop_server(&s);
-            graft_engine_free(e);
+        served sv;
+        if (serve_start(m, &o, n, PROMPT + o.gen + 8, &sv) != 0) {
+            fprintf(bench_err, "bench_serve: cannot start the engine and server for %d streams\n",
+                    n);
+            serve_stop(&sv);
             graft_model_free(m);
             return 1;
         }
@@ -537,16 +508,15 @@ int main(int argc, char **argv)
             for (int half = 0; half < 2; half++) {
                 usleep(IDLE_US);
                 if ((half == 0) == (r % 2 == 0))
-                    ea = engine_aggregate(e, &o, n, r);
+                    ea = engine_aggregate(sv.engine, &o, n, r);
                 else
-                    ha = http_aggregate(&s, &o, n, r);
+                    ha = http_aggregate(sv.port, &o, n, r);
             }
             eng[r] = ea.wall, web[r] = ha.wall, ratio[r] = ea.wall > 0 ? ha.wall / ea.wall : 0;
             eng_dec[r] = ea.decode, web_dec[r] = ha.decode;
             ratio_dec[r] = ea.decode > 0 ? ha.decode / ea.decode : 0;
         }
-        stop_server(&s);
-        graft_engine_free(e);
+        serve_stop(&sv);
         printf("| %d | %.1f | %.1f | ", n, median(eng, o.reps), median(web, o.reps));
         print_ratio(ratio, o.reps);
         printf(" | %.1f | %.1f | ", median(eng_dec, o.reps), median(web_dec, o.reps));
@@ -556,7 +526,8 @@ int main(int argc, char **argv)
     }
     double diff[MAX_SAMPLES], cost[MAX_SAMPLES];
     if (cached_pairs(m, &o, diff, cost) != 0) {
-        fprintf(stderr, "bench_serve: cannot create the engine for the cached prompt\n");
+        fprintf(bench_err, "bench_serve: cannot start the engine and server for the cached "
+                           "prompt\n");
         graft_model_free(m);
         return 1;
     }

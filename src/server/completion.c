@@ -711,7 +711,7 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, gra
 /* Appends "data: <json>\n\n" to the pending output. */
 static void emit(completion *c, json_t *j)
 {
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = json_dumps(j, GRAFT__JSON_OUT);
     json_decref(j);
     if (s == NULL)
         return;

@@ -68,7 +68,7 @@ enum { EP_COMPLETIONS, EP_CHAT, EP_OTHER, EP_UNKNOWN };
 void graft__reply_json(graft__reply *reply, int status, json_t *j)
 {
     reply->status = status;
-    reply->body = json_dumps(j, JSON_COMPACT);
+    reply->body = json_dumps(j, GRAFT__JSON_OUT);
     reply->len = reply->body ? strlen(reply->body) : 0;
     reply->content_type = "application/json";
     json_decref(j);

@@ -349,6 +349,11 @@ char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
 
 /* ---- http.c: what completion.c needs of the server ----------------------------------------- */
 
+/* How responses and stream events are written: compact, numbers with 9 significant digits,
+ * enough for a float (a log-probability) to read back as the same float, without the noise
+ * digits of a double's shortest form (2.260685, not 2.2606850000000001). */
+#define GRAFT__JSON_OUT (JSON_COMPACT | JSON_REAL_PRECISION(9))
+
 /* A response under construction, sent by http.c. */
 typedef struct graft__reply {
     int status;

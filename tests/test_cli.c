@@ -265,6 +265,15 @@ static void test_usage_errors(void **state)
                 "99999999999G");
     USAGE_ERROR("option --threads: -1 is out of range", "run", "--threads", "-1");
     USAGE_ERROR("option --kernels needs a value", "run", "--kernels");
+    USAGE_ERROR("option --port: 70000 is out of range", "serve", "--port", "70000");
+    USAGE_ERROR("option --max-sessions: 0 is out of range", "serve", "--max-sessions", "0");
+    USAGE_ERROR("option --api-key: the key is empty", "serve", "--api-key", "");
+    USAGE_ERROR("option --allow-origin: 'http://ui/path' is not a list of origins", "serve",
+                "--allow-origin", "http://ui/path");
+    USAGE_ERROR("option --allow-origin: 'http://a,' is not a list", "serve", "--allow-origin",
+                "http://a,");
+    USAGE_ERROR("option --allow-origin: 'localhost:3000'", "serve", "--allow-origin",
+                "localhost:3000");
     USAGE_ERROR("unknown subcommand 'frob'", "bench", "frob");
     USAGE_ERROR("missing -m MODEL", "bench", "clone");
     USAGE_ERROR("option --max-context: 10 is out of range", "bench", "clone", "-m", "x.gguf",

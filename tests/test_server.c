@@ -2,13 +2,14 @@
  * test_server.c: `graft serve` as clients see it: the real binary started on a free port of
  * 127.0.0.1, spoken to with libcurl.
  *
- * Checked: health and models; completions whole and streamed (SSE framing, the deltas add up
+ * Checked: health and models (one by its id, HEAD); completions whole and streamed (SSE framing, the deltas add up
  * to the whole text, usage chunk, [DONE]); answers that never change: greedy and seeded
  * requests give the same text cold, from the prefix cache and among concurrent requests;
  * stop strings; every error with its status and JSON shape (400 naming the field or both
  * numbers, 404, 405, 413, 401, 429 with Retry-After); a client that disconnects mid-stream
  * cancels its generation; 64 concurrent streams with random hang-ups leave the server at its
- * baseline; SIGTERM lets a running request finish and exits 0.
+ * baseline; SIGTERM lets a running request finish and exits 0; browsers' CORS preflights
+ * and headers for --allow-origin's origins only.
  *
  * Each server runs in a child process with its stderr (its port, then one line per request)
  * in a file under GRAFT_TEST_TMP, where the test reads the port.
@@ -52,6 +53,17 @@ static int teardown(void **state)
     return graft_test_serve_end(&main_server);
 }
 
+/* Checks that r has header `name` with value `want` (NULL: has no such header). */
+static void expect_header(const response *r, const char *name, const char *want)
+{
+    char *got = graft_test_header(r, name);
+    if (want == NULL && got != NULL)
+        fail_msg("%s: '%s', expected none", name, got);
+    if (want != NULL && (got == NULL || strcmp(got, want) != 0))
+        fail_msg("%s: '%s', expected '%s'", name, got ? got : "(none)", want);
+    free(got);
+}
+
 static void test_health_and_models(void **state)
 {
     (void)state;
@@ -68,6 +80,26 @@ static void test_health_and_models(void **state)
     json_t *m = json_array_get(json_object_get(j, "data"), 0);
     assert_string_equal(json_string_value(json_object_get(m, "id")), "stories260K");
     json_decref(j);
+    graft_test_response_free(&r);
+    /* one model by its id, as the SDKs' models.retrieve asks */
+    r = graft_test_request(&main_server, "GET", "/v1/models/stories260K", NULL);
+    assert_int_equal(r.status, 200);
+    j = graft_test_json_of(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "id")), "stories260K");
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "model");
+    json_decref(j);
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "GET", "/v1/models/gpt-4o", NULL);
+    free(graft_test_expect_error(&r, 404, "model"));
+    graft_test_response_free(&r);
+    /* HEAD: GET's status and headers, no body */
+    r = graft_test_request(&main_server, "HEAD", "/health", NULL);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.len, 0);
+    expect_header(&r, "Content-Type", "application/json");
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "HEAD", "/v1/completions", NULL);
+    assert_int_equal(r.status, 405);
     graft_test_response_free(&r);
 }
 
@@ -374,6 +406,80 @@ static void test_api_key(void **state)
     free(graft_test_expect_error(&r, 404, NULL));
     graft_test_response_free(&r);
     assert_int_equal(graft_test_stop_server(&s), 0);
+}
+
+/* Browsers (CORS): a page of an --allow-origin origin has its preflight answered without the
+ * API key, then reads whole, streamed and refused responses; a page of another origin, and
+ * a client that sends no Origin, are named in none. Without --allow-origin no origin is. */
+static void test_cors(void **state)
+{
+    (void)state;
+    const char *args[] = {"--api-key", "sekret", "--allow-origin",
+                          "http://localhost:3000,https://ui.example", "--ctx", "256", NULL};
+    server s = graft_test_start_server(args);
+    const char *preflight[] = {"Origin: http://localhost:3000",
+                               "Access-Control-Request-Method: POST",
+                               "Access-Control-Request-Headers: authorization, content-type",
+                               NULL};
+    response r = graft_test_request_headers(&s, "OPTIONS", "/v1/chat/completions", NULL, NULL,
+                                            preflight);
+    assert_int_equal(r.status, 204);
+    expect_header(&r, "Access-Control-Allow-Origin", "http://localhost:3000");
+    expect_header(&r, "Access-Control-Allow-Methods", "POST, OPTIONS");
+    expect_header(&r, "Access-Control-Allow-Headers", "authorization, content-type");
+    expect_header(&r, "Vary", "Origin");
+    graft_test_response_free(&r);
+    const char *stranger[] = {"Origin: http://evil.example", "Access-Control-Request-Method: POST",
+                              NULL};
+    r = graft_test_request_headers(&s, "OPTIONS", "/v1/chat/completions", NULL, NULL, stranger);
+    assert_int_equal(r.status, 204);
+    expect_header(&r, "Allow", "POST, OPTIONS");
+    expect_header(&r, "Access-Control-Allow-Origin", NULL);
+    expect_header(&r, "Access-Control-Allow-Methods", NULL);
+    graft_test_response_free(&r);
+    const char *page[] = {"Origin: https://ui.example", NULL};
+    const char *body = "{\"prompt\": \"Once\", \"max_tokens\": 3}";
+    const char *streamed = "{\"prompt\": \"Once\", \"max_tokens\": 3, \"stream\": true}";
+    r = graft_test_request_headers(&s, "POST", "/v1/completions", body, "sekret", page);
+    assert_int_equal(r.status, 200);
+    expect_header(&r, "Access-Control-Allow-Origin", "https://ui.example");
+    graft_test_response_free(&r);
+    r = graft_test_request_headers(&s, "POST", "/v1/completions", streamed, "sekret", page);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "data: [DONE]"));
+    expect_header(&r, "Access-Control-Allow-Origin", "https://ui.example");
+    graft_test_response_free(&r);
+    r = graft_test_request_headers(&s, "POST", "/v1/completions", body, NULL, page);
+    free(graft_test_expect_error(&r, 401, NULL));
+    expect_header(&r, "Access-Control-Allow-Origin", "https://ui.example");
+    graft_test_response_free(&r);
+    r = graft_test_request_headers(&s, "POST", "/v1/completions", body, "sekret", stranger);
+    assert_int_equal(r.status, 200);
+    expect_header(&r, "Access-Control-Allow-Origin", NULL);
+    graft_test_response_free(&r);
+    r = graft_test_request_full(&s, "POST", "/v1/completions", body, "sekret", 0);
+    assert_int_equal(r.status, 200);
+    expect_header(&r, "Access-Control-Allow-Origin", NULL);
+    graft_test_response_free(&r);
+    assert_int_equal(graft_test_stop_server(&s), 0);
+
+    const char *any_args[] = {"--allow-origin", "*", "--ctx", "256", NULL};
+    s = graft_test_start_server(any_args);
+    r = graft_test_request_headers(&s, "GET", "/v1/models", NULL, NULL, stranger);
+    assert_int_equal(r.status, 200);
+    expect_header(&r, "Access-Control-Allow-Origin", "*");
+    expect_header(&r, "Vary", NULL);
+    graft_test_response_free(&r);
+    assert_int_equal(graft_test_stop_server(&s), 0);
+
+    r = graft_test_request_headers(&main_server, "OPTIONS", "/v1/models", NULL, NULL, page);
+    assert_int_equal(r.status, 204);
+    expect_header(&r, "Allow", "GET, HEAD, OPTIONS");
+    expect_header(&r, "Access-Control-Allow-Origin", NULL);
+    graft_test_response_free(&r);
+    r = graft_test_request_headers(&main_server, "OPTIONS", "/nowhere", NULL, NULL, page);
+    free(graft_test_expect_error(&r, 404, NULL));
+    graft_test_response_free(&r);
 }
 
 typedef struct long_call {
@@ -856,6 +962,7 @@ int main(void)
         cmocka_unit_test(test_chat_qwen_template),
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_api_key),
+        cmocka_unit_test(test_cors),
         cmocka_unit_test(test_queue_limit_and_drain),
         cmocka_unit_test(test_load_with_disconnects),
         cmocka_unit_test(test_named_sessions_give_kv_back),

@@ -40,8 +40,9 @@ static const char serve_usage[] =
     "\n"
     "Serves the model over HTTP with an OpenAI-compatible API: POST /v1/completions and\n"
     "/v1/chat/completions (streamed as server-sent events with \"stream\": true), GET\n"
-    "/v1/models, /health, /metrics (Prometheus), /v1/sessions and /props; POST /tokenize,\n"
-    "/detokenize, /apply-template and llama-server's /completion; DELETE /v1/sessions/ID.\n"
+    "/v1/models[/ID], /health, /metrics (Prometheus), /v1/sessions and /props; POST\n"
+    "/tokenize, /detokenize, /apply-template and llama-server's /completion; DELETE\n"
+    "/v1/sessions/ID.\n"
     "Prompts that begin as an earlier one did reuse its KV from the prefix cache, or from a\n"
     "request still running (active reuse); the answer is the same bits either way. Runs\n"
     "until SIGINT or SIGTERM, then finishes running requests.\n"
@@ -67,6 +68,9 @@ static const char serve_usage[] =
     "  --kernels K             scalar, avx2, avxvnni or avx512 (default: the best this CPU runs)\n"
     "  --api-key KEY[,KEY...]  require 'Authorization: Bearer KEY', one of these keys (not on\n"
     "                          /health); a named session belongs to the key that made it\n"
+    "  --allow-origin ORIGIN[,ORIGIN...]\n"
+    "                          let web pages of these origins (http://host:port, or * for\n"
+    "                          any) call the API from a browser (CORS); default: none\n"
     "  --chat-template FILE    the Jinja chat template for /v1/chat/completions (default:\n"
     "                          the model's own, else ChatML)\n"
     "  --max-body SIZE         request body bytes at most (default 1M); more get 413\n"
@@ -93,6 +97,7 @@ typedef struct serve_options {
     const char *api_key;
     const char *kernels;
     const char *chat_template;
+    const char *allow_origins;
     int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, request_timeout_s,
         grace_ms;
     int32_t named, ttl_s, reuse_min_tokens, reuse_wait_ms;
@@ -124,6 +129,7 @@ static int parse(int argc, char **argv, serve_options *o)
         {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
         {"--api-key", NULL, GRAFT_CLI_STRING, &o->api_key, 0, 0, 0},
+        {"--allow-origin", NULL, GRAFT_CLI_STRING, &o->allow_origins, 0, 0, 0},
         {"--chat-template", NULL, GRAFT_CLI_STRING, &o->chat_template, 0, 0, 0},
         {"--max-body", NULL, GRAFT_CLI_SIZE, &o->max_body, 64, (double)SIZE_MAX, 0},
         {"--timeout", NULL, GRAFT_CLI_INT, &o->timeout_s, 1, 86400, 0},
@@ -139,6 +145,11 @@ static int parse(int argc, char **argv, serve_options *o)
         return rc;
     if (o->api_key != NULL && o->api_key[0] == '\0') {
         graft__cli_error("serve", "option --api-key: the key is empty");
+        return GRAFT_CLI_USAGE;
+    }
+    if (o->allow_origins != NULL && !graft__cors_valid_list(o->allow_origins)) {
+        graft__cli_error("serve", "option --allow-origin: '%s' is not a list of origins such "
+                                  "as http://localhost:3000, or *", o->allow_origins);
         return GRAFT_CLI_USAGE;
     }
     return GRAFT_CLI_RUN;
@@ -268,7 +279,7 @@ int graft__cli_serve(int argc, char **argv)
     graft__server_config cfg = {o.host, o.port, alias, o.api_key, o.max_body, o.queue, o.slots,
                                 2 * (o.slots + o.queue) + 16, o.timeout_s, o.request_timeout_s,
                                 o.named, o.ttl_s, o.grace_ms, o.reuse_min_tokens,
-                                o.reuse_wait_ms};
+                                o.reuse_wait_ms, o.allow_origins};
     graft__server *server = NULL;
     int port = 0;
     char *err = NULL;

@@ -107,7 +107,14 @@ static void log_request(graft__server *s, int endpoint, uint64_t t_start, const 
         fprintf(stderr, "graft: %s %s %d total %.1f ms\n", method, url, status, total_ms);
 }
 
-static enum MHD_Result send_reply(struct MHD_Connection *conn, graft__reply *reply)
+/* The request's Origin header (a browser's page), or NULL. */
+static const char *origin_of(struct MHD_Connection *conn)
+{
+    return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+}
+
+static enum MHD_Result send_reply(graft__server *s, struct MHD_Connection *conn,
+                                  graft__reply *reply)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(
         reply->len, reply->body ? reply->body : (char *)"", reply->body ? MHD_RESPMEM_MUST_FREE
@@ -120,6 +127,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, graft__reply *rep
                                                                    : "application/json");
     if (reply->status == 429)
         MHD_add_response_header(r, "Retry-After", "1");
+    graft__cors_add_headers(r, s->config.allow_origins, origin_of(conn));
     enum MHD_Result rc = MHD_queue_response(conn, (unsigned)reply->status, r);
     MHD_destroy_response(r);
     return rc;
@@ -233,6 +241,7 @@ static enum MHD_Result send_stream(struct MHD_Connection *conn, request *rq, con
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
+    graft__cors_add_headers(r, rq->server->config.allow_origins, origin_of(conn));
     enum MHD_Result rc = MHD_queue_response(conn, 200, r);
     MHD_destroy_response(r);
     return rc;
@@ -240,11 +249,27 @@ static enum MHD_Result send_stream(struct MHD_Connection *conn, request *rq, con
 
 /* ---- routes ----------------------------------------------------------------------------------- */
 
+static json_t *model_object(const graft__server *s)
+{
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", s->config.alias, "object", "model",
+                     "created", (json_int_t)time(NULL), "owned_by", "graft");
+}
+
 static void route_models(graft__server *s, graft__reply *reply)
 {
-    json_t *model = json_pack("{s:s, s:s, s:I, s:s}", "id", s->config.alias, "object", "model",
-                              "created", (json_int_t)time(NULL), "owned_by", "graft");
-    graft__reply_json(reply, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model));
+    graft__reply_json(reply, 200,
+                      json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s)));
+}
+
+/* GET /v1/models/{id}: the served model by its id (--alias). */
+static void route_model(graft__server *s, const char *id, graft__reply *reply)
+{
+    if (strcmp(id, s->config.alias) == 0)
+        graft__reply_json(reply, 200, model_object(s));
+    else
+        graft__reply_error(reply, 404, "not_found_error", "model",
+                           "the model '%s' does not exist; this server serves '%s'", id,
+                           s->config.alias);
 }
 
 static void route_metrics(graft__server *s, graft__reply *reply)
@@ -332,7 +357,7 @@ static void route_detokenize(graft__server *s, const json_t *body, graft__reply 
 
 typedef enum route {
     R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_SESSIONS,
-    R_SESSION, R_APPLY_TEMPLATE, R_PROPS, R_LLAMA_COMPLETION, R_NONE
+    R_SESSION, R_APPLY_TEMPLATE, R_PROPS, R_LLAMA_COMPLETION, R_MODEL, R_NONE
 } route;
 
 static const struct {
@@ -343,7 +368,8 @@ static const struct {
                     {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"},
                     {"/detokenize", "POST"},      {"/v1/sessions", "GET"},
                     {"/v1/sessions/", "DELETE"},  {"/apply-template", "POST"},
-                    {"/props", "GET"},            {"/completion", "POST"}};
+                    {"/props", "GET"},            {"/completion", "POST"},
+                    {"/v1/models/", "GET"}};
 
 static route find_route(const char *url)
 {
@@ -451,6 +477,26 @@ static int client_fd(struct MHD_Connection *conn)
     return ci ? ci->connect_fd : -1;
 }
 
+/* The answer to OPTIONS on a route: the methods it takes, and for a browser's preflight from
+ * an allowed origin, what it may send (cors.c). */
+static enum MHD_Result send_preflight(graft__server *s, struct MHD_Connection *conn, route r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (char *)"",
+                                                                MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL)
+        return MHD_NO;
+    bool get = strcmp(routes[r].method, "GET") == 0;
+    char allow[32];
+    snprintf(allow, sizeof allow, "%s%s, OPTIONS", routes[r].method, get ? ", HEAD" : "");
+    MHD_add_response_header(resp, "Allow", allow);
+    graft__cors_add_preflight(resp, s->config.allow_origins, origin_of(conn), allow,
+                              MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                          "Access-Control-Request-Headers"));
+    enum MHD_Result rc = MHD_queue_response(conn, 204, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
 /* The request with its whole body: routes it and answers. */
 static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connection *conn,
                                 const char *url, const char *method)
@@ -463,10 +509,17 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
                                       : EP_OTHER;
     graft__request_log log = {0};
     bool logged_generation = false;
+    if (r != R_NONE && strcmp(method, "OPTIONS") == 0) {
+        log_request(s, rq->endpoint, rq->t_start, method, url, 204, NULL);
+        return send_preflight(s, conn, r);
+    }
+    /* HEAD is GET without the body, which libmicrohttpd leaves out. */
+    bool head_of_get = r != R_NONE && strcmp(method, "HEAD") == 0 &&
+                       strcmp(routes[r].method, "GET") == 0;
     if (r == R_NONE) {
         graft__reply_error(&reply, 404, "not_found_error", NULL, "no route for %s %s", method,
                            url);
-    } else if (strcmp(method, routes[r].method) != 0) {
+    } else if (strcmp(method, routes[r].method) != 0 && !head_of_get) {
         graft__reply_error(&reply, 405, "invalid_request_error", NULL,
                            "%s takes %s, not %s", url, routes[r].method, method);
     } else if (r == R_HEALTH) {
@@ -483,6 +536,8 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
                            "the request body is over %zu bytes (--max-body)", s->config.max_body);
     } else if (r == R_MODELS) {
         route_models(s, &reply);
+    } else if (r == R_MODEL) {
+        route_model(s, url + strlen(routes[R_MODEL].path), &reply);
     } else if (r == R_METRICS) {
         route_metrics(s, &reply);
     } else if (r == R_SESSIONS) {
@@ -538,7 +593,7 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
     }
     log_request(s, rq->endpoint, rq->t_start, method, url, reply.status,
                 logged_generation ? &log : NULL);
-    return send_reply(conn, &reply);
+    return send_reply(s, conn, &reply);
 }
 
 /* The connection's deadline watch (deadlines.c), NULL when it has none. */

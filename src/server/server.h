@@ -18,6 +18,7 @@
  *   sessions.c    named sessions: a conversation's KV kept between its requests
  *   channel.c     tokens from the engine thread to the request's HTTP thread
  *   metrics.c     counters and the Prometheus text of /metrics
+ *   cors.c        which web pages may call the API from a browser (--allow-origin)
  *
  * Locking: each channel has its mutex; metrics are atomics; the server's admission count
  * (http.c) has its own mutex. No lock is held while calling the engine.
@@ -84,6 +85,8 @@ typedef struct graft__server_config {
     int32_t grace_ms;       /* shutdown: how long running requests may finish */
     int32_t reuse_min_tokens; /* active reuse: tokens a donor must save beyond the cache */
     int32_t reuse_wait_ms;    /* active reuse: how long to wait for a prefilling donor */
+    const char *allow_origins; /* CORS: origins allowed, comma-separated, "*" for any;
+                                * NULL: none (cors.c) */
 } graft__server_config;
 
 typedef struct graft__server graft__server;
@@ -117,6 +120,23 @@ void graft__server_set_ready(graft__server *server, graft_model *model, graft_en
 /* Stops accepting, lets running requests finish within the grace period, cancels the rest,
  * and frees the server. */
 void graft__server_stop(graft__server *server);
+
+/* ---- cors.c ---------------------------------------------------------------------------------- */
+
+struct MHD_Response;
+
+/* Whether origin (a request's Origin header, NULL when it has none) is one of allowed
+ * (--allow-origin's list, NULL for none). */
+bool graft__cors_allowed(const char *allowed, const char *origin);
+/* Whether list is a valid --allow-origin: comma-separated entries, each "*" or
+ * http(s)://host[:port]. */
+bool graft__cors_valid_list(const char *list);
+/* Adds Access-Control-Allow-Origin (and Vary) to a response when origin is allowed. */
+void graft__cors_add_headers(struct MHD_Response *r, const char *allowed, const char *origin);
+/* The same for the answer to a preflight, with the method the route takes and the headers
+ * the browser asked to send (Access-Control-Request-Headers, NULL when none). */
+void graft__cors_add_preflight(struct MHD_Response *r, const char *allowed, const char *origin,
+                               const char *method, const char *request_headers);
 
 /* ---- deadlines.c ---------------------------------------------------------------------------- */
 

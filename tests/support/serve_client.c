@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +32,10 @@ server graft_test_start_server(const char *const *extra)
     s.pid = fork();
     assert_true(s.pid >= 0);
     if (s.pid == 0) {
+        /* A failed check ends the test program without stopping its servers: they end with
+         * it rather than keep the test's output open until ctest's timeout. */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0)
+            _exit(125);
         const char *argv[32] = {bin ? bin : "graft", "serve", "--port", "0", "--threads", "1"};
         int argc = 6;
         for (int i = 0; extra && extra[i]; i++)
@@ -97,8 +103,11 @@ static size_t on_header(char *data, size_t size, size_t n, void *user)
     return size * n;
 }
 
-response graft_test_request_full(const server *s, const char *method, const char *path,
-                                 const char *body, const char *auth, int abort_after)
+/* One request with the headers given (each "Name: value", NULL-terminated; NULL for
+ * none). */
+static response request(const server *s, const char *method, const char *path,
+                        const char *body, const char *auth, int abort_after,
+                        const char *const *headers)
 {
     response r = {0};
     r.abort_after = abort_after;
@@ -118,7 +127,11 @@ response graft_test_request_full(const server *s, const char *method, const char
         snprintf(bearer, sizeof bearer, "Authorization: Bearer %s", auth);
         h = curl_slist_append(h, bearer);
     }
+    for (int i = 0; headers != NULL && headers[i] != NULL; i++)
+        h = curl_slist_append(h, headers[i]);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    if (strcmp(method, "HEAD") == 0)
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L); /* else libcurl waits for a body */
     if (body != NULL)
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_perform(c);
@@ -126,6 +139,38 @@ response graft_test_request_full(const server *s, const char *method, const char
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     return r;
+}
+
+response graft_test_request_full(const server *s, const char *method, const char *path,
+                                 const char *body, const char *auth, int abort_after)
+{
+    return request(s, method, path, body, auth, abort_after, NULL);
+}
+
+response graft_test_request_headers(const server *s, const char *method, const char *path,
+                                    const char *body, const char *auth,
+                                    const char *const *headers)
+{
+    return request(s, method, path, body, auth, 0, headers);
+}
+
+char *graft_test_header(const response *r, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *line = r->headers; line != NULL && *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        if (strncasecmp(line, name, n) == 0 && line[n] == ':') {
+            const char *v = line + n + 1;
+            while (*v == ' ')
+                v++;
+            size_t len = end ? (size_t)(end - v) : strlen(v);
+            while (len > 0 && (v[len - 1] == '\r' || v[len - 1] == ' '))
+                len--;
+            return strndup(v, len);
+        }
+        line = end ? end + 1 : NULL;
+    }
+    return NULL;
 }
 
 response graft_test_request(const server *s, const char *method, const char *path,

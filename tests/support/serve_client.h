@@ -44,6 +44,13 @@ int graft_test_stop_server(server *s);
  * abort_after writes of it (0: to its end). */
 response graft_test_request_full(const server *s, const char *method, const char *path,
                                  const char *body, const char *auth, int abort_after);
+/* One request with more headers (each "Name: value", NULL-terminated), read to the end. */
+response graft_test_request_headers(const server *s, const char *method, const char *path,
+                                    const char *body, const char *auth,
+                                    const char *const *headers);
+/* The value of the response's header `name` (matched in any case), to free; NULL without
+ * one. */
+char *graft_test_header(const response *r, const char *name);
 /* The same without a key, read to the end. */
 response graft_test_request(const server *s, const char *method, const char *path,
                             const char *body);

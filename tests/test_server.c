@@ -100,6 +100,7 @@ static void test_health_and_models(void **state)
     graft_test_response_free(&r);
     r = graft_test_request(&main_server, "HEAD", "/v1/completions", NULL);
     assert_int_equal(r.status, 405);
+    expect_header(&r, "Allow", "POST, OPTIONS");
     graft_test_response_free(&r);
 }
 

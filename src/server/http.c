@@ -127,6 +127,8 @@ static enum MHD_Result send_reply(graft__server *s, struct MHD_Connection *conn,
                                                                    : "application/json");
     if (reply->status == 429)
         MHD_add_response_header(r, "Retry-After", "1");
+    if (reply->status == 405)
+        MHD_add_response_header(r, "Allow", reply->allow);
     graft__cors_add_headers(r, s->config.allow_origins, origin_of(conn));
     enum MHD_Result rc = MHD_queue_response(conn, (unsigned)reply->status, r);
     MHD_destroy_response(r);
@@ -477,6 +479,13 @@ static int client_fd(struct MHD_Connection *conn)
     return ci ? ci->connect_fd : -1;
 }
 
+/* The methods route r takes, as an Allow header says them. */
+static void allow_of(route r, char *out, size_t cap)
+{
+    bool get = strcmp(routes[r].method, "GET") == 0;
+    snprintf(out, cap, "%s%s, OPTIONS", routes[r].method, get ? ", HEAD" : "");
+}
+
 /* The answer to OPTIONS on a route: the methods it takes, and for a browser's preflight from
  * an allowed origin, what it may send (cors.c). */
 static enum MHD_Result send_preflight(graft__server *s, struct MHD_Connection *conn, route r)
@@ -485,9 +494,8 @@ static enum MHD_Result send_preflight(graft__server *s, struct MHD_Connection *c
                                                                 MHD_RESPMEM_PERSISTENT);
     if (resp == NULL)
         return MHD_NO;
-    bool get = strcmp(routes[r].method, "GET") == 0;
     char allow[32];
-    snprintf(allow, sizeof allow, "%s%s, OPTIONS", routes[r].method, get ? ", HEAD" : "");
+    allow_of(r, allow, sizeof allow);
     MHD_add_response_header(resp, "Allow", allow);
     graft__cors_add_preflight(resp, s->config.allow_origins, origin_of(conn), allow,
                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
@@ -522,6 +530,7 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
     } else if (strcmp(method, routes[r].method) != 0 && !head_of_get) {
         graft__reply_error(&reply, 405, "invalid_request_error", NULL,
                            "%s takes %s, not %s", url, routes[r].method, method);
+        allow_of(r, reply.allow, sizeof reply.allow);
     } else if (r == R_HEALTH) {
         bool ready = atomic_load(&s->ready);
         graft__reply_json(&reply, ready ? 200 : 503,

@@ -380,6 +380,7 @@ typedef struct graft__reply {
     char *body;  /* JSON or text, to free */
     size_t len;
     const char *content_type;
+    char allow[32]; /* a 405's Allow header: the methods the route takes */
     /* Streaming: instead of a body, a reader called on the connection's thread. */
     void *stream; /* completion.c's stream state, or NULL */
 } graft__reply;

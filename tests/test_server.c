@@ -295,6 +295,21 @@ static void test_errors(void **state)
                 "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}");
     free(graft_test_expect_error(&r, 400, "response_format"));
     graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/v1/completions",
+                           "{\"prompt\": \"x\", \"max_tokens\": 2, \"best_of\": 2}");
+    free(graft_test_expect_error(&r, 400, "best_of"));
+    graft_test_response_free(&r);
+    r = graft_test_request(&main_server, "POST", "/v1/completions",
+                           "{\"prompt\": \"x\", \"max_tokens\": 2, \"suffix\": \"end\"}");
+    free(graft_test_expect_error(&r, 400, "suffix"));
+    graft_test_response_free(&r);
+    /* the same fields at the values OpenAI takes when they are absent ask for nothing more */
+    r = graft_test_request(&main_server, "POST", "/v1/completions",
+                           "{\"prompt\": \"x\", \"max_tokens\": 2, \"response_format\": "
+                           "{\"type\": \"text\"}, \"best_of\": 1, \"suffix\": \"\", "
+                           "\"echo\": false}");
+    assert_int_equal(r.status, 200);
+    graft_test_response_free(&r);
     r = graft_test_request(&main_server, "POST", "/v1/completions", "{\"prompt\": [1, 99999]}");
     free(graft_test_expect_error(&r, 400, "prompt[1]"));
     graft_test_response_free(&r);

@@ -161,10 +161,27 @@ static bool is_set(const json_t *v)
            !(json_is_object(v) && json_object_size(v) == 0);
 }
 
+/* Whether an unsupported field asks for nothing beyond the default: unset, or set to the
+ * value OpenAI takes when it is absent (some clients send those explicitly). */
+static bool neutral(const char *name, const json_t *v)
+{
+    if (!is_set(v))
+        return true;
+    if (strcmp(name, "response_format") == 0)
+        return json_is_object(v) && json_object_size(v) == 1 &&
+               json_is_string(json_object_get(v, "type")) &&
+               strcmp(json_string_value(json_object_get(v, "type")), "text") == 0;
+    if (strcmp(name, "best_of") == 0)
+        return json_is_integer(v) && json_integer_value(v) == 1;
+    if (strcmp(name, "suffix") == 0)
+        return json_is_string(v) && json_string_length(v) == 0;
+    return false;
+}
+
 static int check_unsupported(const json_t *body, char **param, char **message)
 {
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
-        if (is_set(json_object_get(body, unsupported[i])))
+        if (!neutral(unsupported[i], json_object_get(body, unsupported[i])))
             return bad(param, message, unsupported[i], "'%s' is not supported by this server",
                        unsupported[i]);
     return GRAFT_OK;

@@ -854,6 +854,16 @@ static void test_default_template(void **state)
                      GRAFT_OK);
     assert_string_equal(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     graft_free(text);
+    /* a tool-calling assistant turn has null content */
+    assert_int_equal(render(graft_template_default(),
+                            "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, "
+                            "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": []}, "
+                            "{\"role\": \"tool\", \"content\": \"42\"}]}",
+                            &text),
+                     GRAFT_OK);
+    assert_string_equal(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+                              "<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n");
+    graft_free(text);
 }
 
 /* Every allocation of a parse and a render failing in turn: a clean GRAFT_ENOMEM, nothing

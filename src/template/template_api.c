@@ -21,9 +21,11 @@ struct graft_template {
 #define DEFAULT_MAX_STEPS 1000000u
 #define DEFAULT_MAX_DEPTH 100
 
+/* ChatML. An assistant message that only calls tools has no content (null in OpenAI's
+ * shape): it renders as an empty turn rather than failing. */
 static const char chatml[] =
     "{%- for message in messages -%}\n"
-    "  {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\n"
+    "  {{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' -}}\n"
     "{%- endfor -%}\n"
     "{%- if add_generation_prompt -%}\n"
     "  {{- '<|im_start|>assistant\\n' -}}\n"

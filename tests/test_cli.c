@@ -17,12 +17,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "fixtures.h"
@@ -239,6 +242,25 @@ static void expect_failure(const char *const *args, const char *words)
 }
 
 #define FAILURE(words, ...) expect_failure((const char *const[]){__VA_ARGS__, NULL}, words)
+
+/* A port another socket listens on: `graft serve` says so, with the reason, and exits 1. */
+static void test_serve_port_taken(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    char port[16], want[96];
+    snprintf(port, sizeof port, "%d", (int)ntohs(a.sin_port));
+    snprintf(want, sizeof want, "cannot listen on 127.0.0.1:%s: Address already in use", port);
+    FAILURE(want, "serve", "--port", port);
+    close(fd);
+}
 
 static void test_usage_errors(void **state)
 {
@@ -998,6 +1020,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_serve_port_taken),
         cmocka_unit_test(test_missing_model),
         cmocka_unit_test(test_info),
         cmocka_unit_test(test_tokenize),

@@ -424,6 +424,18 @@ static void test_api_key(void **state)
     assert_int_equal(graft_test_stop_server(&s), 0);
 }
 
+/* --host takes a name as well as an address. */
+static void test_host_name(void **state)
+{
+    (void)state;
+    const char *args[] = {"--host", "localhost", NULL};
+    server s = graft_test_start_server(args);
+    response r = graft_test_request(&s, "GET", "/health", NULL);
+    assert_int_equal(r.status, 200);
+    graft_test_response_free(&r);
+    assert_int_equal(graft_test_stop_server(&s), 0);
+}
+
 /* Browsers (CORS): a page of an --allow-origin origin has its preflight answered without the
  * API key, then reads whole, streamed and refused responses; a page of another origin, and
  * a client that sends no Origin, are named in none. Without --allow-origin no origin is. */
@@ -979,6 +991,7 @@ int main(void)
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_cors),
+        cmocka_unit_test(test_host_name),
         cmocka_unit_test(test_queue_limit_and_drain),
         cmocka_unit_test(test_load_with_disconnects),
         cmocka_unit_test(test_named_sessions_give_kv_back),

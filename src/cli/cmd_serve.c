@@ -50,7 +50,7 @@ static const char serve_usage[] =
     "options:\n"
     "  -m, --model FILE        GGUF model (default: $GRAFT_MODEL, else stories260K.gguf in\n"
     "                          $GRAFT_MODELS_DIR, ../shared/models/ or next to the binary)\n"
-    "  --host ADDR             IPv4 address to listen on (default 127.0.0.1)\n"
+    "  --host ADDR             IPv4 address or host name to listen on (default 127.0.0.1)\n"
     "  --port N                port (default 8080; 0: any free port)\n"
     "  --alias NAME            the model id in responses (default: the file's name)\n"
     "  --ctx N                 positions per request, prompt and output (default: the\n"

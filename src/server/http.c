@@ -22,6 +22,8 @@
  * end, stop the daemon.
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -690,6 +692,56 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+enum { LISTEN_BACKLOG = 128 };
+
+/* Sets *errmsg (when asked for) to a message made from fmt. */
+static void set_errmsg(char **errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_errmsg(char **errmsg, const char *fmt, ...)
+{
+    if (errmsg == NULL)
+        return;
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    *errmsg = strdup(buf);
+}
+
+/* The listening socket on host (an IPv4 address, or a name that resolves to one) and port
+ * (0: any free one), opened here rather than by libmicrohttpd so that a failure says why:
+ * -1 and *errmsg when it cannot be; *bound is the port it took. */
+static int open_listener(const char *host, int port, int *bound, char **errmsg)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *found = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &found);
+    if (rc != 0) {
+        set_errmsg(errmsg, "option --host: '%s' is not an IPv4 address or a name with one (%s)",
+                   host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int on = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+        bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
+        int err = errno;
+        set_errmsg(errmsg, "cannot listen on %s:%d: %s", host, port, strerror(err));
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(found);
+    struct sockaddr_in at;
+    socklen_t len = sizeof at;
+    *bound = fd >= 0 && getsockname(fd, (struct sockaddr *)&at, &len) == 0 ? ntohs(at.sin_port)
+                                                                           : port;
+    return fd;
+}
+
 int graft__server_start(const graft__server_config *config, graft__server **out, int *port_out,
                         char **errmsg)
 {
@@ -722,13 +774,10 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)config->port);
-    if (inet_pton(AF_INET, config->host, &addr.sin_addr) != 1) {
-        if (errmsg)
-            *errmsg = strdup("option --host: must be an IPv4 address such as 127.0.0.1");
+    int listener = open_listener(config->host, config->port, port_out, errmsg);
+    if (listener < 0) {
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
         graft__deadlines_stop(s->deadlines);
         graft__donors_free(&s->donors);
         graft__sessions_store_free(&s->sessions);
@@ -738,17 +787,14 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     s->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
             MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, listener,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)config->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)config->timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_NOTIFY_COMPLETED,
         on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (s->daemon == NULL) {
-        if (errmsg) {
-            char buf[160];
-            snprintf(buf, sizeof buf, "cannot listen on %s:%d", config->host, config->port);
-            *errmsg = strdup(buf);
-        }
+        /* the listener is left open: libmicrohttpd may have closed it already */
+        set_errmsg(errmsg, "cannot start libmicrohttpd on %s:%d", config->host, config->port);
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
         graft__deadlines_stop(s->deadlines);
@@ -757,8 +803,6 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
         free(s);
         return GRAFT_EIO;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    *port_out = di ? di->port : config->port;
     *out = s;
     return GRAFT_OK;
 }

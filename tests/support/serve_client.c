@@ -46,13 +46,13 @@ server graft_test_start_server(const char *const *extra)
         execv(argv[0], (char **)argv);
         _exit(127);
     }
-    const char *mark = "graft: listening on http://127.0.0.1:";
+    const char *mark = "graft: listening on http://"; /* then HOST:PORT */
     for (int tries = 0; tries < 6000 && s.port == 0; tries++) {
         FILE *log = fopen(s.log, "r");
         char line[1024];
         while (log != NULL && fgets(line, sizeof line, log) != NULL)
             if (strncmp(line, mark, strlen(mark)) == 0)
-                s.port = atoi(line + strlen(mark));
+                s.port = atoi(strrchr(line, ':') + 1);
         if (log != NULL)
             fclose(log);
         int status;

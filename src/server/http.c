@@ -754,35 +754,22 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     s->ctx.metrics = &s->metrics;
     s->ctx.sessions = &s->sessions;
     s->ctx.donors = &s->donors;
+    int rc = GRAFT_ENOMEM;
     if (graft__sessions_store_init(&s->sessions, config->named_sessions,
-                                   config->session_ttl_s) != GRAFT_OK) {
-        free(s);
-        return GRAFT_ENOMEM;
-    }
+                                   config->session_ttl_s) != GRAFT_OK)
+        goto no_sessions;
     if (graft__donors_init(&s->donors, config->reuse_min_tokens, config->reuse_wait_ms) !=
-        GRAFT_OK) {
-        graft__sessions_store_free(&s->sessions);
-        free(s);
-        return GRAFT_ENOMEM;
-    }
+        GRAFT_OK)
+        goto no_donors;
     if (graft__deadlines_start(config->request_timeout_s, config->timeout_s,
-                               &s->metrics.connections_cut, &s->deadlines) != GRAFT_OK) {
-        graft__donors_free(&s->donors);
-        graft__sessions_store_free(&s->sessions);
-        free(s);
-        return GRAFT_ENOMEM;
-    }
+                               &s->metrics.connections_cut, &s->deadlines) != GRAFT_OK)
+        goto no_deadlines;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     int listener = open_listener(config->host, config->port, port_out, errmsg);
     if (listener < 0) {
-        pthread_cond_destroy(&s->cv);
-        pthread_mutex_destroy(&s->mu);
-        graft__deadlines_stop(s->deadlines);
-        graft__donors_free(&s->donors);
-        graft__sessions_store_free(&s->sessions);
-        free(s);
-        return GRAFT_EINVAL;
+        rc = GRAFT_EINVAL;
+        goto no_daemon;
     }
     s->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
@@ -795,16 +782,22 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     if (s->daemon == NULL) {
         /* the listener is left open: libmicrohttpd may have closed it already */
         set_errmsg(errmsg, "cannot start libmicrohttpd on %s:%d", config->host, config->port);
-        pthread_cond_destroy(&s->cv);
-        pthread_mutex_destroy(&s->mu);
-        graft__deadlines_stop(s->deadlines);
-        graft__donors_free(&s->donors);
-        graft__sessions_store_free(&s->sessions);
-        free(s);
-        return GRAFT_EIO;
+        rc = GRAFT_EIO;
+        goto no_daemon;
     }
     *out = s;
     return GRAFT_OK;
+no_daemon:
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    graft__deadlines_stop(s->deadlines);
+no_deadlines:
+    graft__donors_free(&s->donors);
+no_donors:
+    graft__sessions_store_free(&s->sessions);
+no_sessions:
+    free(s);
+    return rc;
 }
 
 void graft__server_set_ready(graft__server *s, graft_model *model, graft_engine *engine,

@@ -347,8 +347,7 @@ tval graft__tpl_binop(graft__tpl_render *r, int op, tval a, tval b, const graft_
     }
 }
 
-/* Python's `a in b`. */
-static bool contains(graft__tpl_render *r, const graft__tpl_node *at, tval a, tval b)
+bool graft__tpl_contains(graft__tpl_render *r, const graft__tpl_node *at, tval a, tval b)
 {
     switch (b.kind) {
     case TV_STR:
@@ -394,9 +393,9 @@ static bool compare_one(graft__tpl_render *r, const graft__tpl_node *at, int op,
     case OP_NE:
         return !graft__tpl_equal(a, b);
     case OP_IN:
-        return contains(r, at, a, b);
+        return graft__tpl_contains(r, at, a, b);
     case OP_NOTIN:
-        return !contains(r, at, a, b);
+        return !graft__tpl_contains(r, at, a, b);
     default:
         break;
     }

@@ -131,29 +131,7 @@ TEST(t_ge) { (void)kwargs; return compare_test(r, v, args, n, at, OP_GE); }
 TEST(t_in)
 {
     (void)kwargs;
-    tval seq = one_arg(r, args, n, at, "in");
-    switch (seq.kind) {
-    case TV_STR:
-        if (v.kind != TV_STR)
-            graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
-                            "TypeError: 'in <string>' requires string as left operand, not %s",
-                            graft__tpl_type_name(v));
-        return v.n == 0 || memmem(seq.u.s, seq.n, v.u.s, v.n) != NULL;
-    case TV_LIST:
-        graft__tpl_charge(r, seq.u.list->n / 16, at); /* a long scan counts (render.c) */
-        for (size_t i = 0; i < seq.u.list->n; i++)
-            if (graft__tpl_equal(v, seq.u.list->items[i]))
-                return true;
-        return false;
-    case TV_DICT:
-        return graft__tpl_dict_find(seq.u.dict, v) != NULL;
-    case TV_UNDEF:
-        return false;
-    default:
-        graft__tpl_fail(r->c, GRAFT_EINVAL, at->line, at->col,
-                        "TypeError: argument of type '%s' is not iterable",
-                        graft__tpl_type_name(seq));
-    }
+    return graft__tpl_contains(r, at, v, one_arg(r, args, n, at, "in"));
 }
 
 TEST(t_filter)

@@ -347,7 +347,8 @@ tval graft__tpl_binop(graft__tpl_render *r, int op, tval a, tval b, const graft_
     }
 }
 
-bool graft__tpl_contains(graft__tpl_render *r, const graft__tpl_node *at, tval a, tval b)
+/* Python's `a in b`. */
+static bool contains(graft__tpl_render *r, const graft__tpl_node *at, tval a, tval b)
 {
     switch (b.kind) {
     case TV_STR:
@@ -384,7 +385,7 @@ static void charge_items(graft__tpl_render *r, const graft__tpl_node *at, tval a
         graft__tpl_charge(r, (a.kind == TV_LIST ? a.u.list->n : a.u.dict->n) / 16, at);
 }
 
-static bool compare_one(graft__tpl_render *r, const graft__tpl_node *at, int op, tval a, tval b)
+bool graft__tpl_compare_op(graft__tpl_render *r, const graft__tpl_node *at, int op, tval a, tval b)
 {
     charge_items(r, at, a, b);
     switch (op) {
@@ -393,9 +394,9 @@ static bool compare_one(graft__tpl_render *r, const graft__tpl_node *at, int op,
     case OP_NE:
         return !graft__tpl_equal(a, b);
     case OP_IN:
-        return graft__tpl_contains(r, at, a, b);
+        return contains(r, at, a, b);
     case OP_NOTIN:
-        return !graft__tpl_contains(r, at, a, b);
+        return !contains(r, at, a, b);
     default:
         break;
     }
@@ -516,7 +517,7 @@ static tval eval_compare(graft__tpl_render *r, graft__tpl_scope *s, const graft_
     for (uint32_t i = 0; i < n->args.n; i++) {
         const graft__tpl_node *operand = n->args.v[i];
         tval right = graft__tpl_eval(r, s, operand->a);
-        if (!compare_one(r, operand, operand->op, left, right))
+        if (!graft__tpl_compare_op(r, operand, operand->op, left, right))
             return graft__tpl_bool(false);
         left = right;
     }

@@ -344,8 +344,9 @@ tval graft__tpl_call(graft__tpl_render *r, tval fn, tval *args, size_t n_args,
 /* obj.name and obj[key] as jinja2's sandboxed getattr / getitem do them. */
 tval graft__tpl_getattr(graft__tpl_render *r, tval obj, const char *name, size_t n);
 tval graft__tpl_getitem(graft__tpl_render *r, tval obj, tval key, const graft__tpl_node *at);
-/* Python's `a in b`: the operator and the `in` test. */
-bool graft__tpl_contains(graft__tpl_render *r, const graft__tpl_node *at, tval a, tval b);
+/* `a op b` for a comparison or membership operator (OP_EQ ... OP_NOTIN): the operators and
+ * the tests of the same meaning (jinja2's tests are the operators). */
+bool graft__tpl_compare_op(graft__tpl_render *r, const graft__tpl_node *at, int op, tval a, tval b);
 /* Fails with "'x' is undefined" (or the sandbox's refusal) for an undefined value. */
 _Noreturn void graft__tpl_undefined_error(graft__tpl_render *r, tval v,
                                           const graft__tpl_node *at);

@@ -102,23 +102,12 @@ TEST(t_sameas)
     }
 }
 
-/* Comparison tests: the operator of the same meaning. */
+/* Comparison and membership tests: the operator of the same meaning. */
 static bool compare_test(graft__tpl_render *r, tval v, tval *args, size_t n,
                          const graft__tpl_node *at, int op)
 {
-    tval other = one_arg(r, args, n, at, "comparison");
-    if (v.kind == TV_LIST && other.kind == TV_LIST)
-        graft__tpl_charge(r, v.u.list->n / 16, at);
-    if (op == OP_EQ)
-        return graft__tpl_equal(v, other);
-    if (op == OP_NE)
-        return !graft__tpl_equal(v, other);
-    if (v.kind == TV_UNDEF)
-        graft__tpl_undefined_error(r, v, at);
-    if (other.kind == TV_UNDEF)
-        graft__tpl_undefined_error(r, other, at);
-    int c = graft__tpl_compare(r->c, v, other, at->line, at->col);
-    return op == OP_LT ? c < 0 : op == OP_LE ? c <= 0 : op == OP_GT ? c > 0 : c >= 0;
+    return graft__tpl_compare_op(r, at, op, v,
+                                 one_arg(r, args, n, at, op == OP_IN ? "in" : "comparison"));
 }
 
 TEST(t_eq) { (void)kwargs; return compare_test(r, v, args, n, at, OP_EQ); }
@@ -128,11 +117,7 @@ TEST(t_le) { (void)kwargs; return compare_test(r, v, args, n, at, OP_LE); }
 TEST(t_gt) { (void)kwargs; return compare_test(r, v, args, n, at, OP_GT); }
 TEST(t_ge) { (void)kwargs; return compare_test(r, v, args, n, at, OP_GE); }
 
-TEST(t_in)
-{
-    (void)kwargs;
-    return graft__tpl_contains(r, at, v, one_arg(r, args, n, at, "in"));
-}
+TEST(t_in) { (void)kwargs; return compare_test(r, v, args, n, at, OP_IN); }
 
 TEST(t_filter)
 {

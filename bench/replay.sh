@@ -49,18 +49,34 @@ esac
 [ -x "$replay" ] || { echo "replay.sh: build/release/bench_replay is missing (make release)" >&2; exit 1; }
 
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 trace=$work/trace.jsonl
 "$replay" generate --shape "$shape" --sessions "$sessions" --calls "$calls" --gap-ms "$gap" \
     -o "$trace"
 
-# Waits for "listening on http://127.0.0.1:PORT" in a graft serve log; prints the port.
+# Waits for "listening on http://127.0.0.1:PORT" in the log $1 of graft serve's process $2;
+# prints the port. Fails as soon as the process has exited (a bad option, say): it is then a
+# zombie, or gone, since this shell reaps it only later.
 graft_port() {
     for _ in $(seq 1 6000); do
         p=$(sed -n 's|^graft: listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$1")
         [ -n "$p" ] && { echo "$p"; return 0; }
+        case $(sed -n 's/^State:[[:space:]]*//p' "/proc/$2/status" 2>/dev/null) in
+        '' | Z*) return 1 ;;
+        esac
         sleep 0.05
     done
     return 1
+}
+
+# Replays the trace against the server of process $1 on port $2; the run is labelled $3 and
+# saved as $4. The server is stopped afterwards.
+replay_against() {
+    "$replay" run --trace "$trace" --url "http://127.0.0.1:$2" --label "$3" \
+        --max-output "$max_output" -o "$4" || true
+    kill -TERM "$1"
+    wait "$1" || true
+    results="$results $4"
 }
 
 results=
@@ -77,13 +93,9 @@ for mode in $modes; do
     "$bin" serve -m "$model" --port 0 --threads "$threads" --ctx "$ctx" --max-sessions "$slots" \
         $flags 2>"$log" &
     pid=$!
-    port=$(graft_port "$log") || { cat "$log" >&2; kill "$pid"; exit 1; }
+    port=$(graft_port "$log" "$pid") || { cat "$log" >&2; kill "$pid" 2>/dev/null; exit 1; }
     echo "replay.sh: graft serve ($mode) on port $port" >&2
-    "$replay" run --trace "$trace" --url "http://127.0.0.1:$port" --label "graft $mode" \
-        --max-output "$max_output" -o "$work/$mode.json" || true
-    kill -TERM "$pid"
-    wait "$pid" || true
-    results="$results $work/$mode.json"
+    replay_against "$pid" "$port" "graft $mode" "$work/$mode.json"
 done
 
 if [ -n "$llama" ]; then
@@ -96,11 +108,7 @@ if [ -n "$llama" ]; then
         sleep 0.1
     done
     echo "replay.sh: llama-server on port $port" >&2
-    "$replay" run --trace "$trace" --url "http://127.0.0.1:$port" --label "llama-server" \
-        --max-output "$max_output" -o "$work/llama.json" || true
-    kill -TERM "$pid"
-    wait "$pid" || true
-    results="$results $work/llama.json"
+    replay_against "$pid" "$port" "llama-server" "$work/llama.json"
 fi
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
@@ -134,4 +142,3 @@ if command -v gnuplot >/dev/null; then
         set key bottom right; set title 'TTFT CDF: $shape trace'; plot $plots"
     echo "replay.sh: wrote ${out%.md}-ttft.png" >&2
 fi
-rm -rf "$work"

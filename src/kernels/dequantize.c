@@ -210,41 +210,19 @@ static void dequantize_bf16(const uint8_t *src, float *dst, int64_t n) // dst (n
 
 typedef void (*dequantize_block_fn)(const uint8_t *block, float *y);
 
-/* The block decoder of a block type, with its block size in elements and bytes. */
-static dequantize_block_fn block_decoder(uint32_t type, int *elems, int *bytes)
-{
-    switch (type) {
-    case GRAFT_TYPE_Q4_0:
-        *elems = QK, *bytes = BLOCK_BYTES_Q4_0;
-        return dequantize_q4_0;
-    case GRAFT_TYPE_Q4_1:
-        *elems = QK, *bytes = BLOCK_BYTES_Q4_1;
-        return dequantize_q4_1;
-    case GRAFT_TYPE_Q5_0:
-        *elems = QK, *bytes = BLOCK_BYTES_Q5_0;
-        return dequantize_q5_0;
-    case GRAFT_TYPE_Q5_1:
-        *elems = QK, *bytes = BLOCK_BYTES_Q5_1;
-        return dequantize_q5_1;
-    case GRAFT_TYPE_Q8_0:
-        *elems = QK, *bytes = BLOCK_BYTES_Q8_0;
-        return dequantize_q8_0;
-    case GRAFT_TYPE_IQ4_NL:
-        *elems = QK, *bytes = BLOCK_BYTES_IQ4_NL;
-        return dequantize_iq4_nl;
-    case GRAFT_TYPE_Q4_K:
-        *elems = QK_K, *bytes = BLOCK_BYTES_Q4_K;
-        return dequantize_q4_k;
-    case GRAFT_TYPE_Q5_K:
-        *elems = QK_K, *bytes = BLOCK_BYTES_Q5_K;
-        return dequantize_q5_k;
-    case GRAFT_TYPE_Q6_K:
-        *elems = QK_K, *bytes = BLOCK_BYTES_Q6_K;
-        return dequantize_q6_k;
-    default:
-        return NULL;
-    }
-}
+/* The block decoder of each block type graft computes with, NULL for the others; the block
+ * sizes are the GGUF type table's (graft__type_traits_of). */
+static const dequantize_block_fn block_decoders[GRAFT_TYPE_COUNT] = {
+    [GRAFT_TYPE_Q4_0] = dequantize_q4_0,
+    [GRAFT_TYPE_Q4_1] = dequantize_q4_1,
+    [GRAFT_TYPE_Q5_0] = dequantize_q5_0,
+    [GRAFT_TYPE_Q5_1] = dequantize_q5_1,
+    [GRAFT_TYPE_Q8_0] = dequantize_q8_0,
+    [GRAFT_TYPE_IQ4_NL] = dequantize_iq4_nl,
+    [GRAFT_TYPE_Q4_K] = dequantize_q4_k,
+    [GRAFT_TYPE_Q5_K] = dequantize_q5_k,
+    [GRAFT_TYPE_Q6_K] = dequantize_q6_k,
+};
 
 void graft__dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 {
@@ -261,10 +239,10 @@ void graft__dequantize_row(uint32_t type, const void *src, float *dst, int64_t n
         dequantize_bf16(bytes, dst, n);
         return;
     }
-    int block_elems = 0, block_bytes = 0;
-    dequantize_block_fn decode = block_decoder(type, &block_elems, &block_bytes);
-    GRAFT_ASSERT(decode != NULL);
-    GRAFT_ASSERT(n % block_elems == 0);
-    for (int64_t i = 0; i < n / block_elems; i++)
-        decode(bytes + i * block_bytes, dst + i * block_elems);
+    GRAFT_ASSERT(type < GRAFT_TYPE_COUNT && block_decoders[type] != NULL);
+    dequantize_block_fn decode = block_decoders[type];
+    const graft__type_traits *block = graft__type_traits_of(type);
+    GRAFT_ASSERT(n % block->block_elems == 0);
+    for (int64_t i = 0; i < n / block->block_elems; i++)
+        decode(bytes + i * block->block_bytes, dst + i * block->block_elems);
 }

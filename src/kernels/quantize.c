@@ -283,41 +283,19 @@ static void quantize_q5_1(const float *x, uint8_t *b) { quantize_min_scale(x, b,
 
 typedef void (*quantize_block_fn)(const float *x, uint8_t *block);
 
-/* The block encoder of a block type, with its block size in elements and bytes. */
-static quantize_block_fn block_encoder(uint32_t type, int *elems, int *bytes)
-{
-    switch (type) {
-    case GRAFT_TYPE_Q4_0:
-        *elems = QK, *bytes = BLOCK_BYTES_Q4_0;
-        return quantize_q4_0;
-    case GRAFT_TYPE_Q4_1:
-        *elems = QK, *bytes = BLOCK_BYTES_Q4_1;
-        return quantize_q4_1;
-    case GRAFT_TYPE_Q5_0:
-        *elems = QK, *bytes = BLOCK_BYTES_Q5_0;
-        return quantize_q5_0;
-    case GRAFT_TYPE_Q5_1:
-        *elems = QK, *bytes = BLOCK_BYTES_Q5_1;
-        return quantize_q5_1;
-    case GRAFT_TYPE_Q8_0:
-        *elems = QK, *bytes = BLOCK_BYTES_Q8_0;
-        return quantize_q8_0;
-    case GRAFT_TYPE_IQ4_NL:
-        *elems = QK, *bytes = BLOCK_BYTES_IQ4_NL;
-        return quantize_iq4_nl;
-    case GRAFT_TYPE_Q4_K:
-        *elems = QK_K, *bytes = BLOCK_BYTES_Q4_K;
-        return quantize_q4_k;
-    case GRAFT_TYPE_Q5_K:
-        *elems = QK_K, *bytes = BLOCK_BYTES_Q5_K;
-        return quantize_q5_k;
-    case GRAFT_TYPE_Q6_K:
-        *elems = QK_K, *bytes = BLOCK_BYTES_Q6_K;
-        return quantize_q6_k;
-    default:
-        return NULL;
-    }
-}
+/* The block encoder of each block type graft computes with, NULL for the others; the block
+ * sizes are the GGUF type table's (graft__type_traits_of). */
+static const quantize_block_fn block_encoders[GRAFT_TYPE_COUNT] = {
+    [GRAFT_TYPE_Q4_0] = quantize_q4_0,
+    [GRAFT_TYPE_Q4_1] = quantize_q4_1,
+    [GRAFT_TYPE_Q5_0] = quantize_q5_0,
+    [GRAFT_TYPE_Q5_1] = quantize_q5_1,
+    [GRAFT_TYPE_Q8_0] = quantize_q8_0,
+    [GRAFT_TYPE_IQ4_NL] = quantize_iq4_nl,
+    [GRAFT_TYPE_Q4_K] = quantize_q4_k,
+    [GRAFT_TYPE_Q5_K] = quantize_q5_k,
+    [GRAFT_TYPE_Q6_K] = quantize_q6_k,
+};
 
 int graft__quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
 {
@@ -337,13 +315,13 @@ int graft__quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
             put_u16(out + 2 * i, graft__f32_to_bf16(src[i]));
         return GRAFT_OK;
     }
-    int block_elems = 0, block_bytes = 0;
-    quantize_block_fn encode = block_encoder(type, &block_elems, &block_bytes);
+    quantize_block_fn encode = type < GRAFT_TYPE_COUNT ? block_encoders[type] : NULL;
     if (encode == NULL)
         return GRAFT_EUNSUPPORTED;
-    if (n % block_elems != 0)
+    const graft__type_traits *block = graft__type_traits_of(type);
+    if (n % block->block_elems != 0)
         return GRAFT_EINVAL;
-    for (int64_t i = 0; i < n / block_elems; i++)
-        encode(src + i * block_elems, out + i * block_bytes);
+    for (int64_t i = 0; i < n / block->block_elems; i++)
+        encode(src + i * block->block_elems, out + i * block->block_bytes);
     return GRAFT_OK;
 }

@@ -19,27 +19,6 @@
 /* The 16 values a 4-bit IQ4_NL code stands for (before scaling by d). */
 static const int8_t iq4nl_values[16] = {GRAFT_IQ4_NL_VALUES(GRAFT_QF_AS_IS)};
 
-bool graft__type_is_supported(uint32_t type)
-{
-    switch (type) {
-    case GRAFT_TYPE_F32:
-    case GRAFT_TYPE_F16:
-    case GRAFT_TYPE_BF16:
-    case GRAFT_TYPE_Q8_0:
-    case GRAFT_TYPE_Q4_0:
-    case GRAFT_TYPE_Q4_1:
-    case GRAFT_TYPE_Q5_0:
-    case GRAFT_TYPE_Q5_1:
-    case GRAFT_TYPE_IQ4_NL:
-    case GRAFT_TYPE_Q4_K:
-    case GRAFT_TYPE_Q5_K:
-    case GRAFT_TYPE_Q6_K:
-        return true;
-    default:
-        return false;
-    }
-}
-
 static float load_f16(const uint8_t *p)
 {
     return graft__f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
@@ -212,17 +191,15 @@ typedef void (*dequantize_block_fn)(const uint8_t *block, float *y);
 
 /* The block decoder of each block type graft computes with, NULL for the others; the block
  * sizes are the GGUF type table's (graft__type_traits_of). */
-static const dequantize_block_fn block_decoders[GRAFT_TYPE_COUNT] = {
-    [GRAFT_TYPE_Q4_0] = dequantize_q4_0,
-    [GRAFT_TYPE_Q4_1] = dequantize_q4_1,
-    [GRAFT_TYPE_Q5_0] = dequantize_q5_0,
-    [GRAFT_TYPE_Q5_1] = dequantize_q5_1,
-    [GRAFT_TYPE_Q8_0] = dequantize_q8_0,
-    [GRAFT_TYPE_IQ4_NL] = dequantize_iq4_nl,
-    [GRAFT_TYPE_Q4_K] = dequantize_q4_k,
-    [GRAFT_TYPE_Q5_K] = dequantize_q5_k,
-    [GRAFT_TYPE_Q6_K] = dequantize_q6_k,
-};
+#define DECODER(TYPE, name, elems) [GRAFT_TYPE_##TYPE] = dequantize_##name,
+static const dequantize_block_fn block_decoders[GRAFT_TYPE_COUNT] = {GRAFT_BLOCK_TYPES(DECODER)};
+#undef DECODER
+
+bool graft__type_is_supported(uint32_t type)
+{
+    return type == GRAFT_TYPE_F32 || type == GRAFT_TYPE_F16 || type == GRAFT_TYPE_BF16 ||
+           (type < GRAFT_TYPE_COUNT && block_decoders[type] != NULL);
+}
 
 void graft__dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
 {

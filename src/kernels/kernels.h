@@ -25,8 +25,8 @@ uint16_t graft__f32_to_f16(float f);
 float graft__bf16_to_f32(uint16_t b);
 uint16_t graft__f32_to_bf16(float f);
 
-/* Whether graft computes with weights of this type: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
- * Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K. */
+/* Whether graft computes with weights of this type: F32, F16, BF16 and the block types of
+ * GRAFT_BLOCK_TYPES (quant_formats.h). */
 bool graft__type_is_supported(uint32_t type);
 
 /* dst (n) = the n elements stored at src in `type`. n is a multiple of the block size. */

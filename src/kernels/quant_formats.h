@@ -57,19 +57,25 @@ enum {
     BLOCK_BYTES_Q6_K = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2 /* ql, qh, scales, d */
 };
 
-#define GRAFT_QF_CHECK(type, elems)                                                        \
+/* The block types graft computes with, each as X(TYPE, name, elems): TYPE is the suffix of
+ * its GRAFT_TYPE_ id and its BLOCK_BYTES_ size, name that of its block coders
+ * (dequantize_name in dequantize.c, quantize_name in quantize.c), elems its block's elements. */
+#define GRAFT_BLOCK_TYPES(X)                                                               \
+    X(Q4_0, q4_0, QK)                                                                      \
+    X(Q4_1, q4_1, QK)                                                                      \
+    X(Q5_0, q5_0, QK)                                                                      \
+    X(Q5_1, q5_1, QK)                                                                      \
+    X(Q8_0, q8_0, QK)                                                                      \
+    X(IQ4_NL, iq4_nl, QK)                                                                  \
+    X(Q4_K, q4_k, QK_K)                                                                    \
+    X(Q5_K, q5_k, QK_K)                                                                    \
+    X(Q6_K, q6_k, QK_K)
+
+#define GRAFT_QF_CHECK(type, name, elems)                                                  \
     _Static_assert((int)BLOCK_BYTES_##type == (int)GRAFT_GGUF_BYTES_##type &&              \
                        (int)(elems) == (int)GRAFT_GGUF_ELEMS_##type,                       \
-                   #type " block differs from the GGUF type table")
-GRAFT_QF_CHECK(Q4_0, QK);
-GRAFT_QF_CHECK(Q4_1, QK);
-GRAFT_QF_CHECK(Q5_0, QK);
-GRAFT_QF_CHECK(Q5_1, QK);
-GRAFT_QF_CHECK(Q8_0, QK);
-GRAFT_QF_CHECK(IQ4_NL, QK);
-GRAFT_QF_CHECK(Q4_K, QK_K);
-GRAFT_QF_CHECK(Q5_K, QK_K);
-GRAFT_QF_CHECK(Q6_K, QK_K);
+                   #type " block differs from the GGUF type table");
+GRAFT_BLOCK_TYPES(GRAFT_QF_CHECK)
 #undef GRAFT_QF_CHECK
 
 /* The values of the 16 IQ4_NL codes (before scaling by d), code 0 first, each as X(value):

@@ -285,17 +285,9 @@ typedef void (*quantize_block_fn)(const float *x, uint8_t *block);
 
 /* The block encoder of each block type graft computes with, NULL for the others; the block
  * sizes are the GGUF type table's (graft__type_traits_of). */
-static const quantize_block_fn block_encoders[GRAFT_TYPE_COUNT] = {
-    [GRAFT_TYPE_Q4_0] = quantize_q4_0,
-    [GRAFT_TYPE_Q4_1] = quantize_q4_1,
-    [GRAFT_TYPE_Q5_0] = quantize_q5_0,
-    [GRAFT_TYPE_Q5_1] = quantize_q5_1,
-    [GRAFT_TYPE_Q8_0] = quantize_q8_0,
-    [GRAFT_TYPE_IQ4_NL] = quantize_iq4_nl,
-    [GRAFT_TYPE_Q4_K] = quantize_q4_k,
-    [GRAFT_TYPE_Q5_K] = quantize_q5_k,
-    [GRAFT_TYPE_Q6_K] = quantize_q6_k,
-};
+#define ENCODER(TYPE, name, elems) [GRAFT_TYPE_##TYPE] = quantize_##name,
+static const quantize_block_fn block_encoders[GRAFT_TYPE_COUNT] = {GRAFT_BLOCK_TYPES(ENCODER)};
+#undef ENCODER
 
 int graft__quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
 {

@@ -20,10 +20,10 @@
  *           heads x 4 keys run 8 independent FMA chains side by side (one chain alone
  *           waits on the FMA latency at every step). A dot product is q_0 k_0, then fused
  *           multiply-adds of the 8-lane vectors 1 .. nvec - 1 in order, then its 8 lanes
- *           summed by reduce_add's fixed tree, times the scale.
+ *           summed by graft__hsum8_ps's fixed tree, times the scale.
  *   softmax Per head over its keys of the chunk, 8 keys at a time: the maximum,
  *           p_j = exp(s_j - max) with a vectorised exp (graft__exp8_ps, within 2 ulp of
- *           expf) and their sum (8 lane sums, then reduce_add).
+ *           expf) and their sum (8 lane sums, then graft__hsum8_ps).
  *   values  For each block of values, each head's weighted values p_j v_j added in key order
  *           to its chunk sum (from zero), in tiles of 2 heads x 4 vectors of 8 lanes; then
  *           the chunk sum is merged into the head's output.
@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "kernels/exp_avx2.h"
+#include "kernels/hsum_avx2.h"
 #include "kernels/kernels.h"
 #include "util/util.h"
 
@@ -86,15 +87,6 @@ AVX2_INLINE block_rows rows_from(block_rows r, int32_t dim, int d)
     else
         r.buf += (size_t)d * (size_t)dim;
     return r;
-}
-
-/* The 8 lanes summed in one fixed order: halves, then pairs, then the last two. */
-AVX2_INLINE float reduce_add(__m256 x)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* Asks for the cache lines of bytes [col, col + bytes) of rows[i], if i < n_rows. Rows are
@@ -159,7 +151,7 @@ AVX2_INLINE void score_tile(int NH, int NK, float *const *s, const float *const 
     }
     for (int h = 0; h < NH; h++)
         for (int k = 0; k < NK; k++)
-            s[h][k] = scale * reduce_add(acc[h][k]);
+            s[h][k] = scale * graft__hsum8_ps(acc[h][k]);
 }
 
 /* scores[h][j0 + k] for the m keys of the block kr (k < m), every head: keys a tile at a
@@ -194,7 +186,7 @@ AVX2_INLINE void block_scores(float (*scores)[GRAFT_ATTN_CHUNK], const float *co
     }
 }
 
-/* The largest of the 8 lanes, in one fixed order (as reduce_add). */
+/* The largest of the 8 lanes, in one fixed order (as graft__hsum8_ps). */
 AVX2_INLINE float reduce_max(__m256 x)
 {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
@@ -211,7 +203,7 @@ AVX2_INLINE __m256i live_lanes(int j, int n)
 
 /* One head's chunk: its n scores s become the weights p = exp(s - m), m the chunk's
  * maximum (graft__exp8_ps, 8 keys at a time); returns m, and the sum of the weights in
- * *sum (8 lane sums in key order, then reduce_add). s has room for whole vectors up to
+ * *sum (8 lane sums in key order, then graft__hsum8_ps). s has room for whole vectors up to
  * GRAFT_ATTN_CHUNK; entries from n to the next multiple of 8 become 0. */
 static float chunk_softmax(float *s, int n, float *sum)
 {
@@ -233,7 +225,7 @@ static float chunk_softmax(float *s, int n, float *sum)
         _mm256_storeu_ps(s + j, e);
         vsum = _mm256_add_ps(vsum, e);
     }
-    *sum = reduce_add(vsum);
+    *sum = graft__hsum8_ps(vsum);
     return chunk_max;
 }
 

@@ -34,19 +34,20 @@
  * overlap streaming with compute.
  *
  * Batch invariance (DESIGN.md invariant 1): every (row, token) pair owns one 8-lane f32
- * accumulator that goes through the same instructions in the same order whatever tile it
- * is computed in -- the tile only decides which pairs run side by side -- over the blocks
- * in row order, and is reduced at the end by hsum8's fixed tree. Ragged tiles repeat their
- * last row (computed, not stored) or use the instantiation for fewer tokens, never a
- * different algorithm. Integer partial sums are exact, so their grouping does not matter.
- * A tail group of fewer than 4 blocks is padded with zero weights and zero scales, the same
- * for every pair. The float operations are written as separate intrinsics, never as one
- * a * b + c expression, so no compiler contracts them differently in different tiles (GCC
- * in ISO C mode does not contract at all; clang only within one expression).
+ * accumulator that goes through the same instructions in the same order whatever tile it is
+ * computed in -- the tile only decides which pairs run side by side -- over the blocks in row
+ * order, and is reduced at the end by graft__hsum8_ps's fixed tree (hsum_avx2.h). Ragged tiles
+ * repeat their last row (computed, not stored) or use the instantiation for fewer tokens, never
+ * a different algorithm. Integer partial sums are exact, so their grouping does not matter. A
+ * tail group of fewer than 4 blocks is padded with zero weights and zero scales, the same for
+ * every pair. The float operations are written as separate intrinsics, never as one a * b + c
+ * expression, so no compiler contracts them differently in different tiles (GCC in ISO C mode
+ * does not contract at all; clang only within one expression).
  */
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/hsum_avx2.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_avx2.h"
 #include "kernels/matmul_path.h"
@@ -83,15 +84,6 @@ static uint16_t load_u16(const uint8_t *p)
     uint16_t v;
     memcpy(&v, p, sizeof v);
     return v;
-}
-
-/* The sum of the 8 lanes, always in the same tree: (0+4, 1+5, 2+6, 3+7), then pairs. */
-AVX2_INLINE float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -270,7 +262,7 @@ AVX2_INLINE void store_tile(int R, int T, float *y, int64_t ldy, int nr,
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++)
             if (r < nr)
-                y[t * ldy + r] = hsum8(acc[r][t]);
+                y[t * ldy + r] = graft__hsum8_ps(acc[r][t]);
 }
 
 /* How far ahead a tile of R rows prefetches its weights: the same offset in the rows a

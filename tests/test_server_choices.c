@@ -177,6 +177,124 @@ static void test_choices_streamed(void **state)
     json_decref(whole);
 }
 
+/* ---- several prompts ------------------------------------------------------------------------ */
+
+/* The prompt's token ids as a text prompt gets them (BOS first). */
+static json_t *token_ids(const char *text)
+{
+    json_t *j = post("/tokenize", json_pack("{s:s, s:b}", "content", text, "add_special", 1), 200);
+    json_t *ids = json_incref(json_object_get(j, "tokens"));
+    json_decref(j);
+    assert_true(json_array_size(ids) > 1);
+    return ids;
+}
+
+/* Three prompts with n = 2, sampled: choice p * 2 + j is the single request with prompt p
+ * and seed + j, bit for bit, whether the prompts are given as text or as token ids, and again
+ * when the batch finds them in the prefix cache; usage counts every prompt. */
+static void test_batch_of_prompts(void **state)
+{
+    (void)state;
+    const char *prompts[3] = {"The little cat looked at the big moon and",
+                              "The little cat looked at the big moon and then it",
+                              "Tom had a blue ball that he liked"};
+    json_t *as_text = json_pack("[s, s, s]", prompts[0], prompts[1], prompts[2]);
+    json_t *as_ids = json_pack("[o, o, o]", token_ids(prompts[0]), token_ids(prompts[1]),
+                               token_ids(prompts[2]));
+    json_t *batches[3];
+    json_t *shapes[3] = {as_text, as_ids, as_text};
+    for (int b = 0; b < 3; b++)
+        batches[b] = post("/v1/completions",
+                          json_pack("{s:O, s:i, s:i, s:f, s:i}", "prompt", shapes[b],
+                                    "max_tokens", 12, "n", 2, "temperature", 1.0, "seed", 7),
+                          200);
+    json_int_t prompt_tokens = 0, completion_tokens = 0;
+    for (size_t p = 0; p < 3; p++) {
+        for (size_t j = 0; j < 2; j++) {
+            json_t *one = post("/v1/completions",
+                               json_pack("{s:s, s:i, s:f, s:i}", "prompt", prompts[p],
+                                         "max_tokens", 12, "temperature", 1.0, "seed",
+                                         7 + (int)j),
+                               200);
+            json_t *usage = json_object_get(one, "usage");
+            completion_tokens += json_integer_value(json_object_get(usage, "completion_tokens"));
+            if (j == 0)
+                prompt_tokens += json_integer_value(json_object_get(usage, "prompt_tokens"));
+            for (int b = 0; b < 3; b++) {
+                json_t *c = json_array_get(json_object_get(batches[b], "choices"), p * 2 + j);
+                assert_int_equal(json_integer_value(json_object_get(c, "index")),
+                                 (json_int_t)(p * 2 + j));
+                assert_string_equal(choice_text(batches[b], p * 2 + j), choice_text(one, 0));
+            }
+            json_decref(one);
+        }
+    }
+    for (int b = 0; b < 3; b++) {
+        assert_int_equal(json_array_size(json_object_get(batches[b], "choices")), 6);
+        json_t *usage = json_object_get(batches[b], "usage");
+        assert_int_equal(json_integer_value(json_object_get(usage, "prompt_tokens")),
+                         prompt_tokens);
+        assert_int_equal(json_integer_value(json_object_get(usage, "completion_tokens")),
+                         completion_tokens);
+        json_t *each = json_object_get(json_object_get(batches[b], "graft"), "prompts");
+        assert_int_equal(json_array_size(each), 3);
+    }
+    /* the last batch came after all of them: every prompt from the cache */
+    json_t *each = json_object_get(json_object_get(batches[2], "graft"), "prompts");
+    for (size_t p = 0; p < 3; p++)
+        assert_string_equal(
+            json_string_value(json_object_get(json_array_get(each, p), "source")), "cache");
+    for (int b = 0; b < 3; b++)
+        json_decref(batches[b]);
+    json_decref(as_text);
+    json_decref(as_ids);
+}
+
+/* A batch is refused whole, naming the prompt at fault; what cannot go with several prompts
+ * is refused; nothing of it stays running. */
+static void test_batch_refusals(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body, *param, *message;
+    } cases[] = {
+        {"{\"prompt\": [[1, 2], [3, -4]]}", "prompt[1][1]", "'prompt[1][1]' must be a token id"},
+        {"{\"prompt\": [\"a\", 5]}", "prompt[1]", "must be a string or a non-empty array"},
+        {"{\"prompt\": [\"a\", []]}", "prompt[1]", "must be a string or a non-empty array"},
+        {"{\"prompt\": [[1, 2], [3, 100000]]}", "prompt[1][1]", "outside the vocabulary"},
+        {"{\"prompt\": [\"a\", \"b\", \"c\"], \"n\": 6}", "prompt",
+         "holds 3 prompts and 'n' is 6: a request makes at most 16 completions"},
+        {"{\"prompt\": [\"a\", \"b\"], \"stream\": true}", "stream", "not streamed"},
+        {"{\"prompt\": [\"a\", \"b\"], \"session_id\": \"s\"}", "prompt",
+         "a named session takes one prompt"},
+        {"{\"prompt\": [\"a\", \"b\"], \"max_tokens\": 5000}", "max_tokens", "exceed the context"},
+        {"{\"prompt\": [\"a\", \"b\"], \"temperature\": -1}", "temperature", "temperature"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        response r = graft_test_request(&srv, "POST", "/v1/completions", cases[i].body);
+        if (r.status != 400)
+            fail_msg("%s: status %ld, expected 400: %s", cases[i].body, r.status,
+                     r.body ? r.body : "");
+        json_t *j = graft_test_json_of(&r);
+        json_t *err = json_object_get(j, "error");
+        const char *param = json_string_value(json_object_get(err, "param"));
+        const char *message = json_string_value(json_object_get(err, "message"));
+        if (param == NULL || strcmp(param, cases[i].param) != 0 || message == NULL ||
+            strstr(message, cases[i].message) == NULL)
+            fail_msg("%s: param %s, message %s", cases[i].body, param ? param : "(none)",
+                     message ? message : "(none)");
+        json_decref(j);
+        graft_test_response_free(&r);
+    }
+    assert_true(graft_test_metric(&srv, "graft_generations_live") == 0);
+    /* POST /completion (llama-server's) takes one prompt */
+    json_t *one = post("/completion", json_pack("{s:[s, s]}", "prompt", "a", "b"), 400);
+    assert_non_null(strstr(
+        json_string_value(json_object_get(json_object_get(one, "error"), "message")),
+        "POST /completion takes one prompt"));
+    json_decref(one);
+}
+
 /* ---- log-probabilities ------------------------------------------------------------------- */
 
 /* The completions API's shape: tokens that spell the text, offsets where each begins, the
@@ -480,6 +598,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choices_share_one_prefill),
         cmocka_unit_test(test_choices_streamed),
+        cmocka_unit_test(test_batch_of_prompts),
+        cmocka_unit_test(test_batch_refusals),
         cmocka_unit_test(test_logprobs_completions_shape),
         cmocka_unit_test(test_logprobs_chat_stream_matches_whole),
         cmocka_unit_test(test_logit_bias_and_penalties),

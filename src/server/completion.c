@@ -15,9 +15,10 @@
  * string is held back; a match ends that choice's generation (cancelled) and cuts the text
  * before it. With tools, text from the first "<tool_call>" on is parsed into tool calls
  * (tool_calls.c) rather than given as content. A whole response waits on the channel in
- * slices of 50 ms and looks at the client's socket between them, so a client that went
- * away cancels its generations within one slice; a streamed one finds out when a write
- * fails (http.c frees the stream, which cancels).
+ * slices of GRAFT__SLICE_MS and looks at the client's socket between them, so a client that
+ * went away cancels its generations within one slice; a streamed one finds out when a write
+ * fails (http.c frees the stream, which cancels). Several prompts in one request are
+ * batch.c's: one completion each.
  *
  * Named sessions (sessions.c): a request with a session id takes its conversation's
  * session: the session itself when the prompt extends its committed history, else a clone at
@@ -26,8 +27,8 @@
  * reply committed) becomes the conversation's.
  *
  * Ownership: the request's sessions, capture and generations belong to this request alone,
- * and are released when it ends (finish_request), whatever the outcome; it waits for the
- * fork's clone callbacks first, so none can outlive it.
+ * and are released when it ends (graft__completion_finish), whatever the outcome; it waits
+ * for the fork's clone callbacks first, so none can outlive it.
  */
 #include <poll.h>
 #include <stdio.h>
@@ -38,7 +39,7 @@
 
 #include "server/completion.h"
 
-enum { SLICE_MS = 50, TAKE = 64 };
+enum { TAKE = 64 };
 
 static atomic_ullong next_id;
 
@@ -194,8 +195,8 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
         }
         for (size_t i = 0; i < c->n_prompt; i++) {
             if (r->prompt_tokens[i] >= info.n_vocab) {
-                char path[40];
-                snprintf(path, sizeof path, "prompt[%zu]", i);
+                char path[64];
+                snprintf(path, sizeof path, "%s[%zu]", c->prompt_path, i);
                 graft__reply_error(reply, 400, "invalid_request_error", path,
                                    "token id %d is outside the vocabulary of %d tokens",
                                    (int)r->prompt_tokens[i], (int)info.n_vocab);
@@ -214,14 +215,15 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
             return -1;
         }
     if (c->n_prompt == 0) {
-        graft__reply_error(reply, 400, "invalid_request_error", r->chat ? "messages" : "prompt",
-                           "the prompt is empty");
+        graft__reply_error(reply, 400, "invalid_request_error",
+                           r->chat ? "messages" : c->prompt_path, "the prompt is empty");
         return -1;
     }
     int32_t max_context = c->ctx->max_context;
     if ((int64_t)c->n_prompt + (int64_t)r->max_tokens > max_context) {
-        graft__reply_error(reply, 400, "invalid_request_error",
-                           r->max_tokens > 0 ? "max_tokens" : r->chat ? "messages" : "prompt",
+        const char *param = r->max_tokens > 0 ? "max_tokens" : r->chat ? "messages"
+                                                                       : c->prompt_path;
+        graft__reply_error(reply, 400, "invalid_request_error", param,
                            "the prompt's %zu tokens and max_tokens %d exceed the context of "
                            "%d tokens", c->n_prompt, (int)r->max_tokens, (int)max_context);
         return -1;
@@ -406,7 +408,7 @@ static void start_forked(completion *c, bool cancelled)
     }
 }
 
-static void cancel_all(completion *c)
+void graft__completion_cancel(completion *c)
 {
     c->cancelled = true;
     for (int32_t i = 0; i < c->n_choices; i++)
@@ -416,7 +418,7 @@ static void cancel_all(completion *c)
 
 /* Takes what the engine sent to every choice: text appended, stop strings checked, choices
  * that ended marked done. False once all are done. */
-static bool pump(completion *c, int timeout_ms)
+bool graft__completion_pump(completion *c, int timeout_ms)
 {
     graft__channel_entry entries[TAKE];
     graft_token_logprob *lp = c->take_logprobs;
@@ -469,7 +471,7 @@ static bool pump(completion *c, int timeout_ms)
     return !all_done;
 }
 
-static void finish_request(completion *c, graft__request_log *log)
+void graft__completion_finish(completion *c, graft__request_log *log)
 {
     uint64_t computed = 0, generated = 0;
     for (int32_t i = 0; i < c->n_choices; i++) {
@@ -539,7 +541,7 @@ static void finish_request(completion *c, graft__request_log *log)
 
 /* The first status that is not OK among the choices (a choice stopped by a stop string is
  * fine), or GRAFT_OK; *message its text. */
-static int choices_status(const completion *c, const char **message)
+int graft__completion_status(const completion *c, const char **message)
 {
     for (int32_t i = 0; i < c->n_choices; i++) {
         const choice *ch = &c->choices[i];
@@ -559,7 +561,7 @@ static int choices_status(const completion *c, const char **message)
 static void whole_reply(completion *c, graft__reply *reply)
 {
     const char *message = NULL;
-    int status = choices_status(c, &message);
+    int status = graft__completion_status(c, &message);
     if (status != GRAFT_OK) {
         graft__reply_error(reply, status == GRAFT_ECAPACITY ? 503 : 500, "server_error", NULL,
                            "generation failed: %s", message ? message : graft_status_str(status));
@@ -583,7 +585,7 @@ static void whole_reply(completion *c, graft__reply *reply)
 }
 
 /* Whether the client closed its end of the connection. */
-static bool client_gone(int fd)
+bool graft__client_gone(int fd)
 {
     if (fd < 0)
         return false;
@@ -596,7 +598,7 @@ static bool client_gone(int fd)
     return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-static void record_ttft(completion *c)
+void graft__completion_record_ttft(completion *c)
 {
     graft_generation_metrics m;
     graft_generation_metrics_get(c->choices[0].gen, &m);
@@ -607,8 +609,8 @@ static void record_ttft(completion *c)
 /* ---- the entry points ------------------------------------------------------------------------ */
 
 /* Parses, tokenizes, finds choice 0's session and starts it; -1 with the reply set. */
-static int begin(completion *c, const json_t *body, graft__api api, const char *session_header,
-                 const char *owner, graft__reply *reply)
+int graft__completion_begin(completion *c, const json_t *body, graft__api api,
+                            const char *session_header, const char *owner, graft__reply *reply)
 {
     bool chat = api == GRAFT__API_CHAT;
     char *param = NULL, *message = NULL;
@@ -664,24 +666,38 @@ static int begin(completion *c, const json_t *body, graft__api api, const char *
     return 0;
 }
 
-void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, graft__api api, int fd,
-                           const char *session_header, const char *owner, graft__reply *reply,
-                           graft__request_log *log)
+completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
+                                  graft__reply *reply)
 {
     completion *c = calloc(1, sizeof *c);
     if (c == NULL) {
         graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
-        return;
+        return NULL;
     }
     c->ctx = ctx;
     c->llama = api == GRAFT__API_LLAMA;
     c->created = (long long)time(NULL);
     snprintf(c->id, sizeof c->id, "%s-%llu", api == GRAFT__API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
-    c->n_choices = 1; /* until parsed: what finish_request walks */
+    c->n_choices = 1; /* until parsed: what graft__completion_finish walks */
     c->source_index = -1;
-    if (begin(c, body, api, session_header, owner, reply) != 0) {
-        finish_request(c, log);
+    strcpy(c->prompt_path, "prompt");
+    return c;
+}
+
+void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, graft__api api, int fd,
+                           const char *session_header, const char *owner, graft__reply *reply,
+                           graft__request_log *log)
+{
+    if (api == GRAFT__API_TEXT && graft__batch_is(body)) {
+        graft__batch_run(ctx, body, fd, session_header, owner, reply, log);
+        return;
+    }
+    completion *c = graft__completion_new(ctx, api, reply);
+    if (c == NULL)
+        return;
+    if (graft__completion_begin(c, body, api, session_header, owner, reply) != 0) {
+        graft__completion_finish(c, log);
         return;
     }
     if (c->req.stream) {
@@ -690,20 +706,20 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, gra
         reply->stream = c;
         return;
     }
-    while (pump(c, SLICE_MS)) {
-        if (client_gone(fd)) {
+    while (graft__completion_pump(c, GRAFT__SLICE_MS)) {
+        if (graft__client_gone(fd)) {
             atomic_fetch_add(&ctx->metrics->disconnects, 1);
-            cancel_all(c);
+            graft__completion_cancel(c);
         }
         if (atomic_load(&ctx->cancel_all))
-            cancel_all(c);
+            graft__completion_cancel(c);
     }
     if (c->cancelled)
         graft__reply_error(reply, 499, "client_closed", NULL, "the client went away");
     else
         whole_reply(c, reply);
-    record_ttft(c);
-    finish_request(c, log);
+    graft__completion_record_ttft(c);
+    graft__completion_finish(c, log);
 }
 
 /* ---- streams ---------------------------------------------------------------------------------- */
@@ -759,13 +775,13 @@ static void produce(completion *c)
         c->out_len = c->out_off = 0;
         if (!c->sent_final) {
             if (atomic_load(&c->ctx->cancel_all))
-                cancel_all(c);
+                graft__completion_cancel(c);
             bool was_first = c->choices[0].n_tokens == 0;
-            bool going = pump(c, SLICE_MS);
+            bool going = graft__completion_pump(c, GRAFT__SLICE_MS);
             if (was_first && c->choices[0].n_tokens > 0)
-                record_ttft(c);
+                graft__completion_record_ttft(c);
             const char *message = NULL;
-            int status = going ? GRAFT_OK : choices_status(c, &message);
+            int status = going ? GRAFT_OK : graft__completion_status(c, &message);
             if (status != GRAFT_OK) {
                 emit(c, json_pack("{s:{s:s, s:s}}", "error", "message",
                                   message ? message : graft_status_str(status), "type",
@@ -816,5 +832,5 @@ void graft__completion_stream_free(void *stream, graft__request_log *log)
     completion *c = stream;
     if (!c->sent_final)
         atomic_fetch_add(&c->ctx->metrics->disconnects, 1);
-    finish_request(c, log);
+    graft__completion_finish(c, log);
 }

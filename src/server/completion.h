@@ -16,6 +16,9 @@
 
 typedef struct completion completion;
 
+/* How long a whole response waits on its channel between looks at the client's socket. */
+enum { GRAFT__SLICE_MS = 50 };
+
 typedef struct choice {
     completion *c;
     int32_t index;
@@ -80,6 +83,8 @@ struct completion {
     int32_t max_new;
     choice choices[GRAFT__MAX_CHOICES];
     int32_t n_choices;
+    int32_t index_base;    /* the response's index of choice 0 (a batch's prompt p: p * n) */
+    char prompt_path[32];  /* the prompt's JSON path in the body: "prompt", "prompt[p]" */
     bool cancelled;        /* the client went away, or shutdown: nothing more starts */
     /* the fork (n > 1), under channel.mu */
     graft_update_cb inner_update;
@@ -94,7 +99,38 @@ struct completion {
     bool sent_final, sent_done;
 };
 
-/* completion.c */
+/* completion.c: a request's steps, which graft__completion_run takes in turn for one prompt
+ * and batch.c for each prompt of a batch. */
+/* A new request of that API, its id drawn; NULL with the reply set when out of memory. */
+completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
+                                  graft__reply *reply);
+/* Parses the body, tokenizes, finds choice 0's session and starts it; -1 with the reply set
+ * (then graft__completion_finish it all the same). */
+int graft__completion_begin(completion *c, const json_t *body, graft__api api,
+                            const char *session_header, const char *owner, graft__reply *reply);
+/* Takes what the engine sent, waiting up to timeout_ms for it; false once every choice is
+ * done. */
+bool graft__completion_pump(completion *c, int timeout_ms);
+/* Cancels every choice's generation; nothing more starts. */
+void graft__completion_cancel(completion *c);
+/* The first status that is not OK among the choices, or GRAFT_OK; *message its text. */
+int graft__completion_status(const completion *c, const char **message);
+/* Counts choice 0's time to first token in the metrics once it has a token. */
+void graft__completion_record_ttft(completion *c);
+/* Ends the request: generations waited for, KV given back or kept (capture, named session),
+ * metrics and log counted, c freed. */
+void graft__completion_finish(completion *c, graft__request_log *log);
+/* Whether the client closed its end of the connection fd (-1: never). */
+bool graft__client_gone(int fd);
+
+/* batch.c */
+/* Whether a completions body holds several prompts: `prompt` an array of strings (more
+ * than one) or of token-id arrays. */
+bool graft__batch_is(const json_t *body);
+/* Runs such a request as graft__completion_run runs one prompt (a whole response). */
+void graft__batch_run(const graft__server_ctx *ctx, const json_t *body, int fd,
+                      const char *session_header, const char *owner, graft__reply *reply,
+                      graft__request_log *log);
 /* Bytes of ch's text that may be given out now as content: all of it but a suffix that
  * could still grow into a stop string, and (with tools) nothing from the tool calls on,
  * which are parsed into ch->calls as they complete; with a stop string's match, the text is
@@ -107,6 +143,11 @@ void graft__choice_settle_tools(choice *ch);
 /* response.c */
 /* The finish reason of a finished choice ("stop", "length", "tool_calls"), or NULL. */
 const char *graft__choice_finish_reason(const choice *ch);
+/* Tokens generated over every choice. */
+size_t graft__generated_tokens(const completion *c);
+/* OpenAI's usage object: prompt, completion and total tokens, and the cached ones. */
+json_t *graft__usage_counts_json(size_t prompt, size_t generated, size_t cached);
+/* The usage of a request: its prompt, every choice's tokens, choice 0's reused ones. */
 json_t *graft__usage_json(const completion *c);
 json_t *graft__graft_json(const completion *c);
 json_t *graft__envelope_json(const completion *c, const char *object);

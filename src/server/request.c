@@ -3,7 +3,8 @@
  * graft__completion_request (server.h).
  *
  * What OpenAI clients send and what llama-server users add is accepted: prompt (a string,
- * an array of one string, or token ids), messages (through the chat template), max_tokens /
+ * an array of one string, or token ids; batch.c splits several prompts into one body each
+ * before they come here), messages (through the chat template), max_tokens /
  * max_completion_tokens / n_predict, n, temperature, top_p, top_k, min_p, seed,
  * repetition_penalty / repeat_penalty, presence_penalty, frequency_penalty, logit_bias,
  * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
@@ -85,6 +86,14 @@ static int get_bool(const json_t *body, const char *key, bool *out, char **param
     return GRAFT_OK;
 }
 
+bool graft__json_token_id(const json_t *t, int32_t *id)
+{
+    if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+        return false;
+    *id = (int32_t)json_integer_value(t);
+    return true;
+}
+
 static int parse_prompt(const json_t *body, graft__completion_request *r, char **param,
                         char **message)
 {
@@ -97,12 +106,14 @@ static int parse_prompt(const json_t *body, graft__completion_request *r, char *
     }
     if (!json_is_array(p) || json_array_size(p) == 0)
         return bad(param, message, "prompt",
-                   "'prompt' must be a string, an array of one string or of token ids");
+                   "'prompt' must be a string, token ids, or an array of strings or of "
+                   "token-id arrays");
     const json_t *first = json_array_get(p, 0);
     if (json_is_string(first)) {
         if (json_array_size(p) > 1)
             return bad(param, message, "prompt",
-                       "'prompt' holds %zu strings: one prompt per request is supported",
+                       "'prompt' holds %zu strings: POST /completion takes one prompt "
+                       "(POST /v1/completions takes several)",
                        json_array_size(p));
         r->prompt_text = strdup(json_string_value(first));
         return GRAFT_OK;
@@ -112,14 +123,11 @@ static int parse_prompt(const json_t *body, graft__completion_request *r, char *
     if (r->prompt_tokens == NULL)
         return GRAFT_ENOMEM;
     for (size_t i = 0; i < r->n_prompt_tokens; i++) {
-        const json_t *t = json_array_get(p, i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-            json_integer_value(t) > INT32_MAX) {
+        if (!graft__json_token_id(json_array_get(p, i), &r->prompt_tokens[i])) {
             char path[48];
             snprintf(path, sizeof path, "prompt[%zu]", i);
             return bad(param, message, path, "'%s' must be a token id", path);
         }
-        r->prompt_tokens[i] = (int32_t)json_integer_value(t);
     }
     return GRAFT_OK;
 }

@@ -30,15 +30,26 @@ const char *graft__choice_finish_reason(const choice *ch)
     }
 }
 
-json_t *graft__usage_json(const completion *c)
+size_t graft__generated_tokens(const completion *c)
 {
     size_t generated = 0;
     for (int32_t i = 0; i < c->n_choices; i++)
         generated += c->choices[i].n_tokens;
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)c->n_prompt,
+    return generated;
+}
+
+json_t *graft__usage_counts_json(size_t prompt, size_t generated, size_t cached)
+{
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt,
                      "completion_tokens", (json_int_t)generated, "total_tokens",
-                     (json_int_t)(c->n_prompt + generated), "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)c->choices[0].reused);
+                     (json_int_t)(prompt + generated), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)cached);
+}
+
+json_t *graft__usage_json(const completion *c)
+{
+    return graft__usage_counts_json(c->n_prompt, graft__generated_tokens(c),
+                                    (size_t)c->choices[0].reused);
 }
 
 json_t *graft__graft_json(const completion *c)
@@ -188,7 +199,7 @@ static json_t *content_json(const choice *ch, size_t from, size_t upto, bool fin
 json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, bool delta,
                            bool final)
 {
-    json_t *j = json_pack("{s:i}", "index", (int)ch->index);
+    json_t *j = json_pack("{s:i}", "index", (int)(c->index_base + ch->index));
     json_t *content = content_json(ch, from, upto, final);
     size_t calls = ch->calls ? json_array_size(ch->calls) : 0;
     if (c->req.chat) {

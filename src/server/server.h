@@ -242,6 +242,9 @@ int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
                          void *render_user, graft__completion_request *r, char **param,
                          char **message);
 void graft__request_free(graft__completion_request *r);
+/* Whether t is a token id as a request may give one (an integer in [0, INT32_MAX]), into *id;
+ * the vocabulary is checked later. */
+bool graft__json_token_id(const json_t *t, int32_t *id);
 
 /* ---- tool_calls.c --------------------------------------------------------------------------- */
 

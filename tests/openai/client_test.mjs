@@ -86,6 +86,21 @@ await check('n choices: choice i is the answer of seed + i alone', async () => {
     assert.equal(many.usage.completion_tokens, 3 * 16);
 });
 
+await check('several prompts: choice p is the answer of prompt p alone', async () => {
+    const prompts = ['Once upon a time', 'The dog ran'];
+    const params = { model: 'stories260K', max_tokens: 12, temperature: 0 };
+    const batch = await client.completions.create({ ...params, prompt: prompts });
+    assert.equal(batch.choices.length, 2);
+    let promptTokens = 0;
+    for (let p = 0; p < 2; p++) {
+        assert.equal(batch.choices[p].index, p);
+        const one = await client.completions.create({ ...params, prompt: prompts[p] });
+        assert.equal(batch.choices[p].text, one.choices[0].text);
+        promptTokens += one.usage.prompt_tokens;
+    }
+    assert.equal(batch.usage.prompt_tokens, promptTokens);
+});
+
 await check('logprobs: one entry per token, spelling the text, streamed alike', async () => {
     const params = { model: 'stories260K', messages, max_tokens: 10, temperature: 0, logprobs: true, top_logprobs: 2 };
     const whole = await client.chat.completions.create(params);

@@ -1,6 +1,8 @@
 /*
  * test_server_choices.c: what a request asks of its answer beyond text: n choices (one
- * prefill, each the answer a single request with seed + index gets), log-probabilities in
+ * prefill, each the answer a single request with seed + index gets), several prompts in one
+ * request (each choice the answer of its prompt alone, whole and streamed, refused whole,
+ * cancelled whole), log-probabilities in
  * both OpenAI shapes, logit biases and penalties, and tools (rendered by the template,
  * generated calls parsed into tool_calls).
  *
@@ -69,6 +71,27 @@ static const char *choice_text(json_t *reply, size_t i)
 static json_int_t graft_field(json_t *reply, const char *key)
 {
     return json_integer_value(json_object_get(json_object_get(reply, "graft"), key));
+}
+
+/* The events of a streamed reply, in order (to free); it must end with one [DONE]. */
+static json_t *events_of(response *r)
+{
+    json_t *events = json_array();
+    int dones = 0;
+    for (char *line = strtok(r->body, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: ", 6) != 0)
+            continue;
+        assert_int_equal(dones, 0); /* nothing after [DONE] */
+        if (strcmp(line + 6, "[DONE]") == 0) {
+            dones++;
+            continue;
+        }
+        json_t *ev = json_loads(line + 6, 0, NULL);
+        assert_non_null(ev);
+        json_array_append_new(events, ev);
+    }
+    assert_int_equal(dones, 1);
+    return events;
 }
 
 /* ---- n choices ---------------------------------------------------------------------------- */
@@ -141,16 +164,10 @@ static void test_choices_streamed(void **state)
     assert_int_equal(r.status, 200);
     char *acc[3] = {calloc(1, 1), calloc(1, 1), calloc(1, 1)};
     int finishes[3] = {0}, roles[3] = {0};
-    bool done = false;
-    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
-        if (strncmp(line, "data: ", 6) != 0)
-            continue;
-        if (strcmp(line + 6, "[DONE]") == 0) {
-            done = true;
-            continue;
-        }
-        json_t *ev = json_loads(line + 6, 0, NULL);
-        assert_non_null(ev);
+    json_t *events = events_of(&r);
+    size_t e;
+    json_t *ev;
+    json_array_foreach(events, e, ev) {
         json_t *c = json_array_get(json_object_get(ev, "choices"), 0);
         size_t i = (size_t)json_integer_value(json_object_get(c, "index"));
         assert_true(i < 3);
@@ -162,9 +179,8 @@ static void test_choices_streamed(void **state)
             strcat(acc[i], piece);
         }
         finishes[i] += json_is_string(json_object_get(c, "finish_reason"));
-        json_decref(ev);
     }
-    assert_true(done);
+    json_decref(events);
     for (size_t i = 0; i < 3; i++) {
         assert_string_equal(acc[i], choice_text(whole, i));
         assert_int_equal(finishes[i], 1);
@@ -250,6 +266,100 @@ static void test_batch_of_prompts(void **state)
     json_decref(as_ids);
 }
 
+/* A batch streamed: each index's deltas add up to the whole batch's choice, with one final
+ * chunk each; one id throughout; one usage chunk, counting the tokens the whole batch
+ * counts; one [DONE]. */
+static void test_batch_streamed(void **state)
+{
+    (void)state;
+    json_t *body = json_pack("{s:[s, s, s], s:i, s:i, s:f, s:i}", "prompt", "A frog sat",
+                             "The sun was hot and", "Lily and Ben went to the", "max_tokens", 14,
+                             "n", 2, "temperature", 0.9, "seed", 3);
+    json_t *whole = post("/v1/completions", json_incref(body), 200);
+    json_object_set_new(body, "stream", json_true());
+    json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    char *text = json_dumps(body, JSON_COMPACT);
+    response r = graft_test_request(&srv, "POST", "/v1/completions", text);
+    assert_int_equal(r.status, 200);
+    enum { N = 6 };
+    char *acc[N];
+    int finishes[N] = {0}, usages = 0;
+    for (int i = 0; i < N; i++)
+        acc[i] = calloc(1, 1);
+    json_t *events = events_of(&r);
+    const char *id = json_string_value(json_object_get(json_array_get(events, 0), "id"));
+    size_t e;
+    json_t *ev;
+    json_array_foreach(events, e, ev) {
+        assert_string_equal(json_string_value(json_object_get(ev, "id")), id);
+        json_t *usage = json_object_get(ev, "usage");
+        if (usage != NULL) {
+            usages++;
+            /* all but cached_tokens, which differ: the stream came second */
+            static const char *const counts[] = {"prompt_tokens", "completion_tokens",
+                                                 "total_tokens"};
+            json_t *want = json_object_get(whole, "usage");
+            for (size_t k = 0; k < 3; k++)
+                assert_int_equal(json_integer_value(json_object_get(usage, counts[k])),
+                                 json_integer_value(json_object_get(want, counts[k])));
+            assert_int_equal(json_array_size(json_object_get(json_object_get(ev, "graft"),
+                                                             "prompts")), 3);
+        }
+        json_t *c = json_array_get(json_object_get(ev, "choices"), 0);
+        if (c != NULL) {
+            json_int_t i = json_integer_value(json_object_get(c, "index"));
+            assert_true(i >= 0 && i < N);
+            const char *piece = json_string_value(json_object_get(c, "text"));
+            acc[i] = realloc(acc[i], strlen(acc[i]) + strlen(piece) + 1);
+            strcat(acc[i], piece);
+            finishes[i] += json_is_string(json_object_get(c, "finish_reason"));
+        }
+    }
+    json_decref(events);
+    assert_int_equal(usages, 1);
+    for (int i = 0; i < N; i++) {
+        assert_string_equal(acc[i], choice_text(whole, (size_t)i));
+        assert_int_equal(finishes[i], 1);
+        free(acc[i]);
+    }
+    graft_test_response_free(&r);
+    free(text);
+    json_decref(body);
+    json_decref(whole);
+}
+
+/* A client that hangs up after the first event of a streamed batch cancels every prompt's
+ * generations, and the same for a whole batch whose client goes away: nothing stays live. */
+static void test_batch_disconnect_cancels(void **state)
+{
+    (void)state;
+    for (int streamed = 1; streamed >= 0; streamed--) {
+        json_t *body = json_pack("{s:[s, [i, i, i]], s:i, s:i, s:b, s:i, s:b}", "prompt", "Once",
+                                 1, 20, 30, "max_tokens", 300, "temperature", 0, "ignore_eos", 1,
+                                 "n", 2, "stream", streamed);
+        char *text = json_dumps(body, JSON_COMPACT);
+        double before = graft_test_metric(&srv, "graft_client_disconnects_total");
+        if (streamed) { /* hang up after the first event */
+            response r = graft_test_request_full(&srv, "POST", "/v1/completions", text, NULL, 1);
+            graft_test_response_free(&r);
+        } else { /* give up waiting for the whole answer after 100 ms */
+            char url[64];
+            snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", srv.port);
+            CURL *h = curl_easy_init();
+            assert_non_null(h);
+            curl_easy_setopt(h, CURLOPT_URL, url);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
+            curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 100L);
+            assert_int_equal(curl_easy_perform(h), CURLE_OPERATION_TIMEDOUT);
+            curl_easy_cleanup(h);
+        }
+        graft_test_expect_cancelled(&srv, before);
+        assert_true(graft_test_metric(&srv, "graft_client_disconnects_total") == before + 1);
+        free(text);
+        json_decref(body);
+    }
+}
+
 /* A batch is refused whole, naming the prompt at fault; what cannot go with several prompts
  * is refused; nothing of it stays running. */
 static void test_batch_refusals(void **state)
@@ -264,7 +374,6 @@ static void test_batch_refusals(void **state)
         {"{\"prompt\": [[1, 2], [3, 100000]]}", "prompt[1][1]", "outside the vocabulary"},
         {"{\"prompt\": [\"a\", \"b\", \"c\"], \"n\": 6}", "prompt",
          "holds 3 prompts and 'n' is 6: a request makes at most 16 completions"},
-        {"{\"prompt\": [\"a\", \"b\"], \"stream\": true}", "stream", "not streamed"},
         {"{\"prompt\": [\"a\", \"b\"], \"session_id\": \"s\"}", "prompt",
          "a named session takes one prompt"},
         {"{\"prompt\": [\"a\", \"b\"], \"max_tokens\": 5000}", "max_tokens", "exceed the context"},
@@ -599,6 +708,8 @@ int main(void)
         cmocka_unit_test(test_choices_share_one_prefill),
         cmocka_unit_test(test_choices_streamed),
         cmocka_unit_test(test_batch_of_prompts),
+        cmocka_unit_test(test_batch_streamed),
+        cmocka_unit_test(test_batch_disconnect_cancels),
         cmocka_unit_test(test_batch_refusals),
         cmocka_unit_test(test_logprobs_completions_shape),
         cmocka_unit_test(test_logprobs_chat_stream_matches_whole),

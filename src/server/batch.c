@@ -10,10 +10,14 @@
  * gets (DESIGN.md invariant 1). `usage` counts every prompt; `graft.prompts` holds each
  * prompt's `graft` object.
  *
+ * Streamed, the prompts' events are interleaved as they come, each chunk carrying its
+ * choice's index, under the one id of the request; then one usage chunk (when asked for)
+ * and one [DONE]. The stream waits on the first prompt still going and takes what came for
+ * the others at each wake.
+ *
  * A request makes at most GRAFT__MAX_CHOICES completions (prompts times n), the bound that
  * n alone has. One refused prompt refuses the request, naming that prompt's path
- * ("prompt[2][5]"). Several prompts are not streamed, and do not go with a named session:
- * both are refused with 400.
+ * ("prompt[2][5]"). Several prompts do not go with a named session: that is refused.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,6 +25,16 @@
 #include <string.h>
 
 #include "server/completion.h"
+
+typedef struct batch {
+    const graft__server_ctx *ctx;
+    completion *cs[GRAFT__MAX_CHOICES]; /* prompt p's completion */
+    size_t k;
+    /* streaming */
+    char *out;             /* pending event bytes */
+    size_t len, cap, off;
+    bool ended;            /* the usage chunk and [DONE] are out */
+} batch;
 
 bool graft__batch_is(const json_t *body)
 {
@@ -32,8 +46,7 @@ bool graft__batch_is(const json_t *body)
 }
 
 /* Checks what the completions cannot check alone: the prompts' shapes (with their paths in
- * the batch), their count against n, no stream, no named session. 0, or -1 with the reply
- * set. */
+ * the batch), their count against n, no named session. 0, or -1 with the reply set. */
 static int check_batch(const json_t *body, const char *session_header, graft__reply *reply)
 {
     const json_t *prompts = json_object_get(body, "prompt");
@@ -67,12 +80,6 @@ static int check_batch(const json_t *body, const char *session_header, graft__re
                            "most %d completions", k, (long long)choices, GRAFT__MAX_CHOICES);
         return -1;
     }
-    if (json_is_true(json_object_get(body, "stream"))) {
-        graft__reply_error(reply, 400, "invalid_request_error", "stream",
-                           "several prompts are not streamed: send one request per prompt, "
-                           "or leave out 'stream'");
-        return -1;
-    }
     const json_t *sid = json_object_get(body, "session_id");
     if ((sid != NULL && !json_is_null(sid)) ||
         (session_header != NULL && session_header[0] != '\0')) {
@@ -86,8 +93,11 @@ static int check_batch(const json_t *body, const char *session_header, graft__re
 /* Waits until every prompt's choices are done: each pass takes what came for every prompt,
  * then waits a slice on the first that is still going (the others' tokens wait in their
  * channels meanwhile). A client that went away, or a shutdown, cancels them all. */
-static void wait_all(const graft__server_ctx *ctx, completion **cs, size_t k, int fd)
+static void wait_all(const batch *b, int fd)
 {
+    const graft__server_ctx *ctx = b->ctx;
+    completion *const *cs = b->cs;
+    size_t k = b->k;
     bool done[GRAFT__MAX_CHOICES] = {false};
     bool gone = false;
     for (;;) {
@@ -111,8 +121,25 @@ static void wait_all(const graft__server_ctx *ctx, completion **cs, size_t k, in
     }
 }
 
-static void batch_reply(completion **cs, size_t k, graft__reply *reply)
+/* Sets j's usage (every prompt's) and graft object ({prompts: [each prompt's]}). */
+static void set_totals(json_t *j, completion *const *cs, size_t k)
 {
+    json_t *each = json_array();
+    size_t prompt = 0, generated = 0, cached = 0;
+    for (size_t p = 0; p < k; p++) {
+        json_array_append_new(each, graft__graft_json(cs[p]));
+        prompt += cs[p]->n_prompt;
+        generated += graft__generated_tokens(cs[p]);
+        cached += (size_t)cs[p]->choices[0].reused;
+    }
+    json_object_set_new(j, "usage", graft__usage_counts_json(prompt, generated, cached));
+    json_object_set_new(j, "graft", json_pack("{s:o}", "prompts", each));
+}
+
+static void batch_reply(const batch *b, graft__reply *reply)
+{
+    completion *const *cs = b->cs;
+    size_t k = b->k;
     for (size_t p = 0; p < k; p++) {
         const char *message = NULL;
         int status = graft__completion_status(cs[p], &message);
@@ -124,69 +151,72 @@ static void batch_reply(completion **cs, size_t k, graft__reply *reply)
         }
     }
     json_t *j = graft__envelope_json(cs[0], "text_completion");
-    json_t *choices = json_array(), *each = json_array();
-    size_t prompt = 0, generated = 0, cached = 0;
-    for (size_t p = 0; p < k; p++) {
-        completion *c = cs[p];
-        for (int32_t i = 0; i < c->n_choices; i++)
-            json_array_append_new(choices, graft__choice_json(c, &c->choices[i], 0,
-                                                              c->choices[i].len, false, true));
-        json_array_append_new(each, graft__graft_json(c));
-        prompt += c->n_prompt;
-        generated += graft__generated_tokens(c);
-        cached += (size_t)c->choices[0].reused;
-    }
+    json_t *choices = json_array();
+    for (size_t p = 0; p < k; p++)
+        for (int32_t i = 0; i < cs[p]->n_choices; i++)
+            json_array_append_new(choices, graft__choice_json(cs[p], &cs[p]->choices[i], 0,
+                                                              cs[p]->choices[i].len, false, true));
     json_object_set_new(j, "choices", choices);
-    json_object_set_new(j, "usage", graft__usage_counts_json(prompt, generated, cached));
-    json_object_set_new(j, "graft", json_pack("{s:o}", "prompts", each));
+    set_totals(j, cs, k);
     graft__reply_json(reply, 200, j);
 }
 
-void graft__batch_run(const graft__server_ctx *ctx, const json_t *body, int fd,
-                      const char *session_header, const char *owner, graft__reply *reply,
-                      graft__request_log *log)
+/* ---- streams ---------------------------------------------------------------------------------- */
+
+/* Moves c's pending events (whole events: c writes them whole) to the batch's. */
+static void take_events(batch *b, completion *c)
 {
-    if (check_batch(body, session_header, reply) != 0)
-        return;
-    const json_t *prompts = json_object_get(body, "prompt");
-    size_t k = json_array_size(prompts);
-    json_t *one = json_copy((json_t *)body); /* the body with prompt p alone */
-    if (one == NULL) {
-        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
-        return;
+    if (c->out_len > c->out_off)
+        graft__append(&b->out, &b->len, &b->cap, c->out + c->out_off, c->out_len - c->out_off);
+    c->out_len = c->out_off = 0;
+}
+
+/* The end of the stream: the usage chunk when asked for, then [DONE]. */
+static void end_stream(batch *b)
+{
+    if (b->cs[0]->req.include_usage) {
+        json_t *u = graft__envelope_json(b->cs[0], "text_completion");
+        json_object_set_new(u, "choices", json_array());
+        set_totals(u, b->cs, b->k);
+        graft__append_event(&b->out, &b->len, &b->cap, u);
     }
-    completion *cs[GRAFT__MAX_CHOICES];
-    size_t made = 0;
-    bool refused = false;
-    while (made < k && !refused) {
-        completion *c = graft__completion_new(ctx, GRAFT__API_TEXT, reply);
-        if (c == NULL)
+    graft__append(&b->out, &b->len, &b->cap, "data: [DONE]\n\n", 14);
+    b->ended = true;
+}
+
+static long stream_read(void *stream, char *buf, size_t max)
+{
+    batch *b = stream;
+    while (b->off == b->len && !b->ended) {
+        b->len = b->off = 0;
+        size_t going = b->k; /* the first prompt whose events are not all out */
+        for (size_t p = 0; p < b->k; p++) {
+            if (!b->cs[p]->sent_done)
+                graft__completion_produce(b->cs[p], 0);
+            take_events(b, b->cs[p]);
+            if (!b->cs[p]->sent_done && going == b->k)
+                going = p;
+        }
+        if (b->len > 0)
             break;
-        cs[made++] = c;
-        snprintf(c->prompt_path, sizeof c->prompt_path, "prompt[%zu]", made - 1);
-        if (json_object_set(one, "prompt", json_array_get(prompts, made - 1)) != 0) {
-            graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
-            refused = true;
+        if (going == b->k) {
+            end_stream(b);
             break;
         }
-        refused = graft__completion_begin(c, one, GRAFT__API_TEXT, NULL, owner, reply) != 0;
-        c->index_base = (int32_t)(made - 1) * c->n_choices;
+        graft__completion_produce(b->cs[going], GRAFT__SLICE_MS);
+        take_events(b, b->cs[going]);
     }
-    refused = refused || made < k; /* made < k: out of memory for a completion */
-    json_decref(one);
-    if (!refused) {
-        wait_all(ctx, cs, k, fd);
-        if (cs[0]->cancelled)
-            graft__reply_error(reply, 499, "client_closed", NULL, "the client went away");
-        else
-            batch_reply(cs, k, reply);
-    }
+    return graft__take_pending(b->out, b->len, &b->off, buf, max);
+}
+
+/* Finishes every prompt's completion (log: their figures added up, choice 0's of prompt 0
+ * for the time to first token) and frees b. */
+static void finish_all(batch *b, graft__request_log *log)
+{
     graft__request_log sum = {0};
-    for (size_t p = 0; p < made; p++) {
+    for (size_t p = 0; p < b->k; p++) {
         graft__request_log each = {0};
-        if (!refused)
-            graft__completion_record_ttft(cs[p]);
-        graft__completion_finish(cs[p], &each);
+        graft__completion_finish(b->cs[p], &each);
         sum.generated = sum.generated || each.generated;
         sum.reused += each.reused;
         sum.computed += each.computed;
@@ -195,4 +225,82 @@ void graft__batch_run(const graft__server_ctx *ctx, const json_t *body, int fd,
     }
     if (log != NULL)
         *log = sum;
+    free(b->out);
+    free(b);
+}
+
+static void stream_free(void *stream, graft__request_log *log)
+{
+    finish_all(stream, log);
+}
+
+static const graft__stream_ops batch_stream = {stream_read, stream_free};
+
+/* ---- the request ------------------------------------------------------------------------------ */
+
+/* Begins a completion per prompt, in order, into b (b->k of them made); false with the reply
+ * set when a prompt is refused or memory runs out. */
+static bool begin_all(batch *b, const json_t *body, const char *owner, graft__reply *reply)
+{
+    const json_t *prompts = json_object_get(body, "prompt");
+    json_t *one = json_copy((json_t *)body); /* the body with prompt p alone */
+    bool ok = one != NULL;
+    if (!ok)
+        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+    for (size_t p = 0; ok && p < json_array_size(prompts); p++) {
+        completion *c = graft__completion_new(b->ctx, GRAFT__API_TEXT, reply);
+        if (c == NULL) {
+            ok = false;
+            break;
+        }
+        b->cs[b->k++] = c;
+        snprintf(c->prompt_path, sizeof c->prompt_path, "prompt[%zu]", p);
+        if (p > 0) { /* one request, one id */
+            memcpy(c->id, b->cs[0]->id, sizeof c->id);
+            c->created = b->cs[0]->created;
+        }
+        if (json_object_set(one, "prompt", json_array_get(prompts, p)) != 0) {
+            graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+            ok = false;
+            break;
+        }
+        ok = graft__completion_begin(c, one, GRAFT__API_TEXT, NULL, owner, reply) == 0;
+        c->index_base = (int32_t)p * c->n_choices;
+        c->in_batch = true;
+    }
+    json_decref(one);
+    return ok;
+}
+
+void graft__batch_run(const graft__server_ctx *ctx, const json_t *body, int fd,
+                      const char *session_header, const char *owner, graft__reply *reply,
+                      graft__request_log *log)
+{
+    if (check_batch(body, session_header, reply) != 0)
+        return;
+    batch *b = calloc(1, sizeof *b);
+    if (b == NULL) {
+        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+        return;
+    }
+    b->ctx = ctx;
+    if (!begin_all(b, body, owner, reply)) {
+        finish_all(b, log);
+        return;
+    }
+    if (b->cs[0]->req.stream) {
+        reply->status = 200;
+        reply->content_type = "text/event-stream";
+        reply->stream = b;
+        reply->stream_ops = &batch_stream;
+        return;
+    }
+    wait_all(b, fd);
+    if (b->cs[0]->cancelled)
+        graft__reply_error(reply, 499, "client_closed", NULL, "the client went away");
+    else
+        batch_reply(b, reply);
+    for (size_t p = 0; p < b->k; p++)
+        graft__completion_record_ttft(b->cs[p]);
+    finish_all(b, log);
 }

@@ -43,7 +43,7 @@ enum { TAKE = 64 };
 
 static atomic_ullong next_id;
 
-static bool append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
+bool graft__append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
 {
     if (*len + n + 1 > *cap) {
         size_t want = (*cap ? *cap * 2 : 256);
@@ -437,7 +437,7 @@ bool graft__completion_pump(completion *c, int timeout_ms)
                    (size_t)c->width * sizeof *lp);
         ch->n_tokens++;
         if (graft_detok_push(ch->detok, entries[i].token, &piece, &n) == GRAFT_OK && n > 0)
-            append(&ch->text, &ch->len, &ch->cap, piece, n);
+            graft__append(&ch->text, &ch->len, &ch->cap, piece, n);
         graft__choice_release(ch);
     }
     if (c->n_choices > 1)
@@ -460,7 +460,7 @@ bool graft__completion_pump(completion *c, int timeout_ms)
             const char *piece;
             size_t n;
             if (graft_detok_flush(ch->detok, &piece, &n) == GRAFT_OK && n > 0)
-                append(&ch->text, &ch->len, &ch->cap, piece, n);
+                graft__append(&ch->text, &ch->len, &ch->cap, piece, n);
             graft__choice_release(ch);
         }
         if (over)
@@ -606,7 +606,7 @@ void graft__completion_record_ttft(completion *c)
         graft__metrics_ttft(c->ctx->metrics, m.time_to_first_token_ns + c->lookup_ns);
 }
 
-/* ---- the entry points ------------------------------------------------------------------------ */
+/* ---- the steps of a request ------------------------------------------------------------------- */
 
 /* Parses, tokenizes, finds choice 0's session and starts it; -1 with the reply set. */
 int graft__completion_begin(completion *c, const json_t *body, graft__api api,
@@ -685,56 +685,23 @@ completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
     return c;
 }
 
-void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, graft__api api, int fd,
-                           const char *session_header, const char *owner, graft__reply *reply,
-                           graft__request_log *log)
-{
-    if (api == GRAFT__API_TEXT && graft__batch_is(body)) {
-        graft__batch_run(ctx, body, fd, session_header, owner, reply, log);
-        return;
-    }
-    completion *c = graft__completion_new(ctx, api, reply);
-    if (c == NULL)
-        return;
-    if (graft__completion_begin(c, body, api, session_header, owner, reply) != 0) {
-        graft__completion_finish(c, log);
-        return;
-    }
-    if (c->req.stream) {
-        reply->status = 200;
-        reply->content_type = "text/event-stream";
-        reply->stream = c;
-        return;
-    }
-    while (graft__completion_pump(c, GRAFT__SLICE_MS)) {
-        if (graft__client_gone(fd)) {
-            atomic_fetch_add(&ctx->metrics->disconnects, 1);
-            graft__completion_cancel(c);
-        }
-        if (atomic_load(&ctx->cancel_all))
-            graft__completion_cancel(c);
-    }
-    if (c->cancelled)
-        graft__reply_error(reply, 499, "client_closed", NULL, "the client went away");
-    else
-        whole_reply(c, reply);
-    graft__completion_record_ttft(c);
-    graft__completion_finish(c, log);
-}
-
 /* ---- streams ---------------------------------------------------------------------------------- */
 
-/* Appends "data: <json>\n\n" to the pending output. */
-static void emit(completion *c, json_t *j)
+void graft__append_event(char **buf, size_t *len, size_t *cap, json_t *j)
 {
     char *s = json_dumps(j, GRAFT__JSON_OUT);
     json_decref(j);
     if (s == NULL)
         return;
-    append(&c->out, &c->out_len, &c->out_cap, "data: ", 6);
-    append(&c->out, &c->out_len, &c->out_cap, s, strlen(s));
-    append(&c->out, &c->out_len, &c->out_cap, "\n\n", 2);
+    graft__append(buf, len, cap, "data: ", 6);
+    graft__append(buf, len, cap, s, strlen(s));
+    graft__append(buf, len, cap, "\n\n", 2);
     free(s);
+}
+
+static void emit(completion *c, json_t *j)
+{
+    graft__append_event(&c->out, &c->out_len, &c->out_cap, j);
 }
 
 /* A chunk of choice ch: its text [from, upto) (or llama-server's shape). */
@@ -767,70 +734,111 @@ static void produce_choice(completion *c, choice *ch)
         emit(c, chunk(c, ch, upto, upto, true));
 }
 
-/* Produces the next events: new text, then at the end each choice's final chunk, usage,
- * [DONE]. */
-static void produce(completion *c)
+void graft__completion_produce(completion *c, int timeout_ms)
 {
-    while (c->out_len == c->out_off && !c->sent_done) {
-        c->out_len = c->out_off = 0;
-        if (!c->sent_final) {
-            if (atomic_load(&c->ctx->cancel_all))
-                graft__completion_cancel(c);
-            bool was_first = c->choices[0].n_tokens == 0;
-            bool going = graft__completion_pump(c, GRAFT__SLICE_MS);
-            if (was_first && c->choices[0].n_tokens > 0)
-                graft__completion_record_ttft(c);
-            const char *message = NULL;
-            int status = going ? GRAFT_OK : graft__completion_status(c, &message);
-            if (status != GRAFT_OK) {
-                emit(c, json_pack("{s:{s:s, s:s}}", "error", "message",
-                                  message ? message : graft_status_str(status), "type",
-                                  "server_error"));
-                c->sent_final = true;
-                continue;
-            }
-            for (int32_t i = 0; i < c->n_choices; i++) {
-                choice *ch = &c->choices[i];
-                bool was_done = ch->done && ch->sent_final_chunk;
-                if (!was_done)
-                    produce_choice(c, ch);
-                ch->sent_final_chunk = ch->done;
-            }
-            if (going)
-                continue;
-            if (c->req.include_usage && !c->llama) {
-                json_t *u = graft__envelope_json(c, c->req.chat ? "chat.completion.chunk"
-                                                                : "text_completion");
-                json_object_set_new(u, "choices", json_array());
-                json_object_set_new(u, "usage", graft__usage_json(c));
-                json_object_set_new(u, "graft", graft__graft_json(c));
-                emit(c, u);
-            }
-            c->sent_final = true;
-            continue;
-        }
-        if (!c->llama) /* llama-server's stream ends with its stop chunk */
-            append(&c->out, &c->out_len, &c->out_cap, "data: [DONE]\n\n", 14);
+    if (c->sent_final) {
+        if (!c->llama && !c->in_batch) /* llama-server's stream ends with its stop chunk */
+            graft__append(&c->out, &c->out_len, &c->out_cap, "data: [DONE]\n\n", 14);
         c->sent_done = true;
+        return;
     }
+    if (atomic_load(&c->ctx->cancel_all))
+        graft__completion_cancel(c);
+    bool was_first = c->choices[0].n_tokens == 0;
+    bool going = graft__completion_pump(c, timeout_ms);
+    if (was_first && c->choices[0].n_tokens > 0)
+        graft__completion_record_ttft(c);
+    const char *message = NULL;
+    int status = going ? GRAFT_OK : graft__completion_status(c, &message);
+    if (status != GRAFT_OK) {
+        emit(c, json_pack("{s:{s:s, s:s}}", "error", "message",
+                          message ? message : graft_status_str(status), "type", "server_error"));
+        c->sent_final = true;
+        return;
+    }
+    for (int32_t i = 0; i < c->n_choices; i++) {
+        choice *ch = &c->choices[i];
+        bool was_done = ch->done && ch->sent_final_chunk;
+        if (!was_done)
+            produce_choice(c, ch);
+        ch->sent_final_chunk = ch->done;
+    }
+    if (going)
+        return;
+    if (c->req.include_usage && !c->llama && !c->in_batch) {
+        json_t *u = graft__envelope_json(c, c->req.chat ? "chat.completion.chunk"
+                                                        : "text_completion");
+        json_object_set_new(u, "choices", json_array());
+        json_object_set_new(u, "usage", graft__usage_json(c));
+        json_object_set_new(u, "graft", graft__graft_json(c));
+        emit(c, u);
+    }
+    c->sent_final = true;
 }
 
-long graft__completion_stream_read(void *stream, char *buf, size_t max)
+static long stream_read(void *stream, char *buf, size_t max)
 {
     completion *c = stream;
-    produce(c);
-    if (c->out_off == c->out_len)
+    while (c->out_len == c->out_off && !c->sent_done) {
+        c->out_len = c->out_off = 0;
+        graft__completion_produce(c, GRAFT__SLICE_MS);
+    }
+    return graft__take_pending(c->out, c->out_len, &c->out_off, buf, max);
+}
+
+long graft__take_pending(const char *pending, size_t len, size_t *off, char *buf, size_t max)
+{
+    if (*off == len)
         return -1;
-    size_t n = c->out_len - c->out_off < max ? c->out_len - c->out_off : max;
-    memcpy(buf, c->out + c->out_off, n);
-    c->out_off += n;
+    size_t n = len - *off < max ? len - *off : max;
+    memcpy(buf, pending + *off, n);
+    *off += n;
     return (long)n;
 }
 
-void graft__completion_stream_free(void *stream, graft__request_log *log)
+static void stream_free(void *stream, graft__request_log *log)
 {
-    completion *c = stream;
-    if (!c->sent_final)
-        atomic_fetch_add(&c->ctx->metrics->disconnects, 1);
+    graft__completion_finish(stream, log);
+}
+
+static const graft__stream_ops completion_stream = {stream_read, stream_free};
+
+/* ---- the request ------------------------------------------------------------------------------ */
+
+void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, graft__api api, int fd,
+                           const char *session_header, const char *owner, graft__reply *reply,
+                           graft__request_log *log)
+{
+    if (api == GRAFT__API_TEXT && graft__batch_is(body)) {
+        graft__batch_run(ctx, body, fd, session_header, owner, reply, log);
+        return;
+    }
+    completion *c = graft__completion_new(ctx, api, reply);
+    if (c == NULL)
+        return;
+    if (graft__completion_begin(c, body, api, session_header, owner, reply) != 0) {
+        graft__completion_finish(c, log);
+        return;
+    }
+    if (c->req.stream) {
+        reply->status = 200;
+        reply->content_type = "text/event-stream";
+        reply->stream = c;
+        reply->stream_ops = &completion_stream;
+        return;
+    }
+    while (graft__completion_pump(c, GRAFT__SLICE_MS)) {
+        if (graft__client_gone(fd)) {
+            atomic_fetch_add(&ctx->metrics->disconnects, 1);
+            graft__completion_cancel(c);
+        }
+        if (atomic_load(&ctx->cancel_all))
+            graft__completion_cancel(c);
+    }
+    if (c->cancelled)
+        graft__reply_error(reply, 499, "client_closed", NULL, "the client went away");
+    else
+        whole_reply(c, reply);
+    graft__completion_record_ttft(c);
     graft__completion_finish(c, log);
 }

@@ -94,6 +94,7 @@ struct completion {
     int32_t fork_pending;  /* clones queued whose callback has not run */
     fork_slot slots[GRAFT__MAX_CHOICES];
     /* streaming */
+    bool in_batch;         /* one prompt of a batch: the batch sends usage and [DONE] */
     char *out;             /* pending event bytes */
     size_t out_len, out_cap, out_off;
     bool sent_final, sent_done;
@@ -120,6 +121,19 @@ void graft__completion_record_ttft(completion *c);
 /* Ends the request: generations waited for, KV given back or kept (capture, named session),
  * metrics and log counted, c freed. */
 void graft__completion_finish(completion *c, graft__request_log *log);
+/* A stream's next step: takes what came within timeout_ms and appends its events to c->out
+ * (new text, then each choice's final chunk, and the usage chunk when asked for); the step
+ * after the last of them appends [DONE] (not in llama-server's shape, nor in a batch) and
+ * sets sent_done. */
+void graft__completion_produce(completion *c, int timeout_ms);
+/* Appends data[0, n) to the text *buf of *len bytes (room for *cap), growing it, and keeps
+ * it NUL-terminated; false when out of memory (nothing appended). */
+bool graft__append(char **buf, size_t *len, size_t *cap, const char *data, size_t n);
+/* Appends the event "data: <j>\n\n" (j consumed) to *buf as graft__append does. */
+void graft__append_event(char **buf, size_t *len, size_t *cap, json_t *j);
+/* A stream's read: copies pending bytes from *off (up to len, at most max) into buf and moves
+ * *off past them; their count, or -1 when none is left. */
+long graft__take_pending(const char *pending, size_t len, size_t *off, char *buf, size_t max);
 /* Whether the client closed its end of the connection fd (-1: never). */
 bool graft__client_gone(int fd);
 

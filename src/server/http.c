@@ -199,7 +199,9 @@ typedef struct stream_state {
     graft__server *server;
     int endpoint;
     uint64_t t_start;
-    void *completion;
+    void *stream;
+    const graft__stream_ops *ops;
+    bool ended; /* read to its end: a stream freed before is a client that went away */
     char method[8];
     char url[64];
 } stream_state;
@@ -208,7 +210,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     stream_state *st = cls;
-    long n = graft__completion_stream_read(st->completion, buf, max);
+    long n = st->ops->read(st->stream, buf, max);
+    st->ended = n < 0;
     return n < 0 ? MHD_CONTENT_READER_END_OF_STREAM : (ssize_t)n;
 }
 
@@ -216,7 +219,9 @@ static void stream_free(void *cls)
 {
     stream_state *st = cls;
     graft__request_log log = {0};
-    graft__completion_stream_free(st->completion, &log);
+    if (!st->ended)
+        atomic_fetch_add(&st->server->metrics.disconnects, 1);
+    st->ops->free(st->stream, &log);
     log_request(st->server, st->endpoint, st->t_start, st->method, st->url, 200, &log);
     release_slot(st->server);
     free(st);
@@ -227,14 +232,15 @@ static enum MHD_Result send_stream(struct MHD_Connection *conn, request *rq, con
 {
     stream_state *st = calloc(1, sizeof *st);
     if (st == NULL) {
-        graft__completion_stream_free(reply->stream, NULL);
+        reply->stream_ops->free(reply->stream, NULL);
         release_slot(rq->server);
         return MHD_NO;
     }
     st->server = rq->server;
     st->endpoint = rq->endpoint;
     st->t_start = rq->t_start;
-    st->completion = reply->stream;
+    st->stream = reply->stream;
+    st->ops = reply->stream_ops;
     snprintf(st->method, sizeof st->method, "%s", method);
     snprintf(st->url, sizeof st->url, "%s", url);
     struct MHD_Response *r =

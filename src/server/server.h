@@ -377,6 +377,21 @@ char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
  * digits of a double's shortest form (2.260685, not 2.2606850000000001). */
 #define GRAFT__JSON_OUT (JSON_COMPACT | JSON_REAL_PRECISION(9))
 
+/* What one request's log line tells. */
+typedef struct graft__request_log {
+    bool generated; /* a generation ran: the figures below are its */
+    int32_t reused, computed;
+    double ttft_ms;
+} graft__request_log;
+
+/* A streamed reply's source, called on the connection's thread: read puts the next bytes
+ * of the event stream into buf (at most max) and gives their count, -1 at the end; free
+ * cancels what still runs and frees it (the response ended, or the client went away). */
+typedef struct graft__stream_ops {
+    long (*read)(void *stream, char *buf, size_t max);
+    void (*free)(void *stream, graft__request_log *log);
+} graft__stream_ops;
+
 /* A response under construction, sent by http.c. */
 typedef struct graft__reply {
     int status;
@@ -384,8 +399,9 @@ typedef struct graft__reply {
     size_t len;
     const char *content_type;
     char allow[32]; /* a 405's Allow header: the methods the route takes */
-    /* Streaming: instead of a body, a reader called on the connection's thread. */
-    void *stream; /* completion.c's stream state, or NULL */
+    /* Streaming: instead of a body, events read from stream (NULL: none) by stream_ops. */
+    void *stream;
+    const graft__stream_ops *stream_ops;
 } graft__reply;
 
 typedef struct graft__server_ctx {
@@ -409,26 +425,15 @@ void graft__reply_json(graft__reply *reply, int status, json_t *j);
 
 /* ---- completion.c --------------------------------------------------------------------------- */
 
-/* What one request's log line tells. */
-typedef struct graft__request_log {
-    bool generated; /* a generation ran: the figures below are its */
-    int32_t reused, computed;
-    double ttft_ms;
-} graft__request_log;
-
 /* The shape of a completion endpoint: OpenAI's text or chat completions, or llama-server's
  * POST /completion. */
 typedef enum graft__api { GRAFT__API_TEXT, GRAFT__API_CHAT, GRAFT__API_LLAMA } graft__api;
 
 /* Runs a completion request (its body parsed) and fills the reply: a whole JSON body, or a
- * stream (reply->stream, read by graft__completion_stream_read, freed by _stream_free).
- * `fd` is the client's socket, watched for a disconnect while a whole response is made. */
+ * stream (reply->stream and its stream_ops). `fd` is the client's socket, watched for a
+ * disconnect while a whole response is made. */
 void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, graft__api api, int fd,
                            const char *session_header, const char *owner, graft__reply *reply,
                            graft__request_log *log);
-/* Streams: the next bytes of the event stream into buf (at most max); -1 at the end. */
-long graft__completion_stream_read(void *stream, char *buf, size_t max);
-/* The client went away (or the response ended): cancels and frees. */
-void graft__completion_stream_free(void *stream, graft__request_log *log);
 
 #endif /* GRAFT_SERVER_H */

@@ -99,6 +99,10 @@ await check('several prompts: choice p is the answer of prompt p alone', async (
         promptTokens += one.usage.prompt_tokens;
     }
     assert.equal(batch.usage.prompt_tokens, promptTokens);
+    const streamed = ['', ''];
+    for await (const chunk of await client.completions.create({ ...params, prompt: prompts, stream: true }))
+        for (const c of chunk.choices) streamed[c.index] += c.text;
+    assert.deepEqual(streamed, batch.choices.map((c) => c.text));
 });
 
 await check('logprobs: one entry per token, spelling the text, streamed alike', async () => {

@@ -239,6 +239,20 @@ double graft_test_metric(const server *s, const char *name)
     return v;
 }
 
+void graft_test_expect_cancelled(const server *s, double disconnects_before)
+{
+    double live = -1, disconnects = -1;
+    for (int i = 0; i < 300; i++) {
+        live = graft_test_metric(s, "graft_generations_live");
+        disconnects = graft_test_metric(s, "graft_client_disconnects_total");
+        if (live == 0 && disconnects > disconnects_before)
+            return;
+        usleep(10000);
+    }
+    fail_msg("after 3 s: %g generations live, %g disconnects counted (%g before)", live,
+             disconnects, disconnects_before);
+}
+
 server graft_test_serve_begin(const char *const *extra)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);

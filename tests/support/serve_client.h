@@ -69,5 +69,8 @@ char *graft_test_expect_error(const response *r, long status, const char *param)
 /* The value of the unlabelled Prometheus metric `name` of GET /metrics (-1: absent); a
  * labelled one with name as `graft_x{label="v"}`. */
 double graft_test_metric(const server *s, const char *name);
+/* Waits up to 3 s for a client's hang-up to be counted (graft_client_disconnects_total above
+ * disconnects_before) and for no generation to be live; fails the test otherwise. */
+void graft_test_expect_cancelled(const server *s, double disconnects_before);
 
 #endif /* GRAFT_TEST_SERVE_CLIENT_H */

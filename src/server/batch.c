@@ -12,8 +12,8 @@
  *
  * Streamed, the prompts' events are interleaved as they come, each chunk carrying its
  * choice's index, under the one id of the request; then one usage chunk (when asked for)
- * and one [DONE]. The stream waits on the first prompt still going and takes what came for
- * the others at each wake.
+ * and one [DONE]. Every prompt's channel forwards its wake-ups to the batch's waker, on
+ * which the request's thread waits between passes over all of them.
  *
  * A request makes at most GRAFT__MAX_CHOICES completions (prompts times n), the bound that
  * n alone has. One refused prompt refuses the request, naming that prompt's path
@@ -30,6 +30,7 @@ typedef struct batch {
     const graft__server_ctx *ctx;
     completion *cs[GRAFT__MAX_CHOICES]; /* prompt p's completion */
     size_t k;
+    graft__channel waker;  /* poked by every prompt's channel (their `forward`) */
     /* streaming */
     char *out;             /* pending event bytes */
     size_t len, cap, off;
@@ -91,33 +92,29 @@ static int check_batch(const json_t *body, const char *session_header, graft__re
 }
 
 /* Waits until every prompt's choices are done: each pass takes what came for every prompt,
- * then waits a slice on the first that is still going (the others' tokens wait in their
- * channels meanwhile). A client that went away, or a shutdown, cancels them all. */
-static void wait_all(const batch *b, int fd)
+ * then waits for the next wake-up of any (the waker), a slice at most. A client that went
+ * away, or a shutdown, cancels them all. */
+static void wait_all(batch *b, int fd)
 {
-    const graft__server_ctx *ctx = b->ctx;
-    completion *const *cs = b->cs;
-    size_t k = b->k;
     bool done[GRAFT__MAX_CHOICES] = {false};
     bool gone = false;
     for (;;) {
-        size_t going = k;
-        for (size_t p = 0; p < k; p++) {
+        bool going = false;
+        for (size_t p = 0; p < b->k; p++) {
             if (!done[p])
-                done[p] = !graft__completion_pump(cs[p], 0);
-            if (!done[p] && going == k)
-                going = p;
+                done[p] = !graft__completion_pump(b->cs[p], 0);
+            going = going || !done[p];
         }
-        if (going == k)
+        if (!going)
             return;
-        done[going] = !graft__completion_pump(cs[going], GRAFT__SLICE_MS);
+        graft__channel_wait_poke(&b->waker, GRAFT__SLICE_MS);
         if (!gone && graft__client_gone(fd)) {
             gone = true;
-            atomic_fetch_add(&ctx->metrics->disconnects, 1);
+            atomic_fetch_add(&b->ctx->metrics->disconnects, 1);
         }
-        if (gone || atomic_load(&ctx->cancel_all))
-            for (size_t p = 0; p < k; p++)
-                graft__completion_cancel(cs[p]);
+        if (gone || atomic_load(&b->ctx->cancel_all))
+            for (size_t p = 0; p < b->k; p++)
+                graft__completion_cancel(b->cs[p]);
     }
 }
 
@@ -189,22 +186,17 @@ static long stream_read(void *stream, char *buf, size_t max)
     batch *b = stream;
     while (b->off == b->len && !b->ended) {
         b->len = b->off = 0;
-        size_t going = b->k; /* the first prompt whose events are not all out */
+        bool going = false;
         for (size_t p = 0; p < b->k; p++) {
             if (!b->cs[p]->sent_done)
                 graft__completion_produce(b->cs[p], 0);
             take_events(b, b->cs[p]);
-            if (!b->cs[p]->sent_done && going == b->k)
-                going = p;
+            going = going || !b->cs[p]->sent_done;
         }
-        if (b->len > 0)
-            break;
-        if (going == b->k) {
+        if (!going)
             end_stream(b);
-            break;
-        }
-        graft__completion_produce(b->cs[going], GRAFT__SLICE_MS);
-        take_events(b, b->cs[going]);
+        else if (b->len == 0)
+            graft__channel_wait_poke(&b->waker, GRAFT__SLICE_MS);
     }
     return graft__take_pending(b->out, b->len, &b->off, buf, max);
 }
@@ -225,6 +217,7 @@ static void finish_all(batch *b, graft__request_log *log)
     }
     if (log != NULL)
         *log = sum;
+    graft__channel_free(&b->waker);
     free(b->out);
     free(b);
 }
@@ -284,9 +277,20 @@ void graft__batch_run(const graft__server_ctx *ctx, const json_t *body, int fd,
         return;
     }
     b->ctx = ctx;
+    if (graft__channel_init(&b->waker, 1, 0) != GRAFT_OK) {
+        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+        free(b);
+        return;
+    }
     if (!begin_all(b, body, owner, reply)) {
         finish_all(b, log);
         return;
+    }
+    for (size_t p = 0; p < b->k; p++) { /* wake-ups before this are found by the first pass */
+        graft__channel *ch = &b->cs[p]->channel;
+        pthread_mutex_lock(&ch->mu);
+        ch->forward = &b->waker;
+        pthread_mutex_unlock(&ch->mu);
     }
     if (b->cs[0]->req.stream) {
         reply->status = 200;

@@ -8,7 +8,8 @@
  * the generations may sample, so an append never allocates; should it ever be full, the
  * generation is cancelled rather than a token lost. The HTTP thread waits on the condition
  * variable with a timeout, so it can also watch its client's socket; a poke (a clone a
- * choice waits for) wakes it too.
+ * choice waits for) wakes it too. A channel can forward its wake-ups to another (`forward`),
+ * on which a thread reading several channels waits.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -75,11 +76,14 @@ void graft__channel_on_update(graft_generation *gen, const int32_t *tokens, size
         }
         ch->n++;
     }
+    graft__channel *forward = ch->forward;
     pthread_mutex_unlock(&ch->mu);
     /* Signalled after the unlock, so the reader does not wake into a held mutex. The
      * channel outlives this call: it is freed only after the generation settled, and
      * on_settled comes after every update. */
     pthread_cond_signal(&ch->cv);
+    if (forward != NULL)
+        graft__channel_poke(forward);
 }
 
 void graft__channel_on_settled(graft_generation *gen, void *user)
@@ -90,7 +94,10 @@ void graft__channel_on_settled(graft_generation *gen, void *user)
     pthread_mutex_lock(&ch->mu);
     ch->settled |= 1u << port->choice;
     pthread_cond_signal(&ch->cv);
+    graft__channel *forward = ch->forward;
     pthread_mutex_unlock(&ch->mu);
+    if (forward != NULL)
+        graft__channel_poke(forward);
 }
 
 void graft__channel_poke(graft__channel *ch)
@@ -98,6 +105,20 @@ void graft__channel_poke(graft__channel *ch)
     pthread_mutex_lock(&ch->mu);
     ch->poked = true;
     pthread_cond_signal(&ch->cv);
+    graft__channel *forward = ch->forward;
+    pthread_mutex_unlock(&ch->mu);
+    if (forward != NULL)
+        graft__channel_poke(forward);
+}
+
+void graft__channel_wait_poke(graft__channel *ch, int timeout_ms)
+{
+    struct timespec until = graft__server_realtime_in_ms(timeout_ms);
+    pthread_mutex_lock(&ch->mu);
+    while (!ch->poked)
+        if (pthread_cond_timedwait(&ch->cv, &ch->mu, &until) == ETIMEDOUT)
+            break;
+    ch->poked = false;
     pthread_mutex_unlock(&ch->mu);
 }
 

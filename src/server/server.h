@@ -179,6 +179,8 @@ typedef struct graft__channel {
     uint32_t settled;  /* choices whose generation settled (a bit each) */
     uint32_t reported; /* of them, those take reported (all their tokens taken) */
     bool poked;
+    struct graft__channel *forward; /* poked too at each update, settle and poke, or NULL
+                                       (a batch's waker: batch.c); set under mu */
 } graft__channel;
 
 /* One choice's generation's way into the channel: the `user` of the callbacks below. */
@@ -199,6 +201,9 @@ void graft__channel_on_update(graft_generation *gen, const int32_t *tokens, size
 void graft__channel_on_settled(graft_generation *gen, void *user);
 /* Wakes the reader (any thread). */
 void graft__channel_poke(graft__channel *ch);
+/* Waits up to timeout_ms for a poke (one since the last wait counts), for a channel used only
+ * to wake a thread that reads several (a batch's). */
+void graft__channel_wait_poke(graft__channel *ch, int timeout_ms);
 /* HTTP thread: waits up to timeout_ms for tokens, a settled choice or a poke; moves what
  * came into out (room for cap entries) and logprobs (cap x logprob_width) and returns how
  * many; *settled receives the choices that are over (settled, every token taken). */

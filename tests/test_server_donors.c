@@ -7,7 +7,8 @@
  * (the cache wins ties); a recipient waits for a prefilling donor, and is released to the
  * cache's offer when its donor goes away; a donor closed while a clone of it is queued; a
  * donor refused for retention (gemma3, sliding window) falls back, counted by reason; two
- * identical long prompts sent together compute the prefix once; n > 1 with a donor.
+ * identical long prompts sent together compute the prefix once; n > 1 with a donor; the
+ * prompts of one request (a batch) share their prefix as separate requests do.
  * Assertions run on the test's thread; other threads only record.
  */
 #include <setjmp.h>
@@ -487,6 +488,39 @@ static void test_together_over_http(void **state)
         graft_test_response_free(&jobs[i].reply);
         free(jobs[i].body);
     }
+
+    /* one request with both prompts (a batch): the second takes the first's 401 tokens, as a
+     * second request does, and each answer is its prompt's alone */
+    before = computed(&srv);
+    json_t *batch = json_pack("{s:[], s:i, s:i}", "prompt", "max_tokens", 16, "temperature", 0);
+    char *alone[2];
+    for (int i = 0; i < 2; i++) {
+        alone[i] = ids_body(13, 400, 1 + (uint32_t)i, 30, "\"max_tokens\": 16, \"temperature\": 0");
+        json_t *one = json_loads(alone[i], 0, NULL);
+        json_array_append(json_object_get(batch, "prompt"), json_object_get(one, "prompt"));
+        json_decref(one);
+    }
+    char *text = json_dumps(batch, JSON_COMPACT);
+    response r = graft_test_request(&srv, "POST", "/v1/completions", text);
+    assert_int_equal(r.status, 200);
+    delta = computed(&srv) - before;
+    if (delta != 429 + 29)
+        fail_msg("computed %g prompt tokens, expected %d: %s", delta, 429 + 29, r.body);
+    json_t *both = graft_test_json_of(&r);
+    for (int i = 0; i < 2; i++) {
+        response one = graft_test_request(&srv, "POST", "/v1/completions", alone[i]);
+        char *want = graft_test_completion_text(&one);
+        assert_string_equal(json_string_value(json_object_get(
+                                json_array_get(json_object_get(both, "choices"), (size_t)i), "text")),
+                            want);
+        free(want);
+        free(alone[i]);
+        graft_test_response_free(&one);
+    }
+    json_decref(both);
+    json_decref(batch);
+    free(text);
+    graft_test_response_free(&r);
     assert_int_equal(graft_test_stop_server(&http_srv), 0);
     http_srv.pid = 0;
 }

@@ -14,9 +14,14 @@
  *   request.c     a JSON body to a validated completion request (errors name the JSON path)
  *   completion.c  one completion: prompt, reuse, generation, stop strings, the response
  *                 (whole or streamed as server-sent events)
+ *   response.c    the JSON shapes of a completion's answer (completion.h)
+ *   batch.c       several prompts in one completions request, one completion each
+ *   tool_calls.c  tool calls parsed from generated text
  *   chat.c        chat messages to prompt text through the model's chat template
  *   sessions.c    named sessions: a conversation's KV kept between its requests
+ *   donors.c      active reuse: a request takes a running request's computed prompt
  *   channel.c     tokens from the engine thread to the request's HTTP thread
+ *   deadlines.c   how long a connection may take to send its request
  *   metrics.c     counters and the Prometheus text of /metrics
  *   cors.c        which web pages may call the API from a browser (--allow-origin)
  *

@@ -127,6 +127,10 @@ static void fork_clone_done(int status, graft_session *clone, void *user)
     slot->c->fork_pending--;
     chn->poked = true;
     pthread_cond_signal(&chn->cv);
+    /* under chn's mutex: the request waits for this callback (fork_pending) before it may
+     * free a batch's waker */
+    if (chn->forward != NULL)
+        graft__channel_poke(chn->forward);
     pthread_mutex_unlock(&chn->mu);
 }
 

@@ -406,6 +406,7 @@ static void start_forked(completion *c, bool cancelled)
             rc = start_choice(c, ch);
         if (rc != GRAFT_OK) {
             ch->failed = ch->done = true;
+            ch->fail_status = rc;
             graft_generation_free(ch->gen);
             ch->gen = NULL;
         }
@@ -550,8 +551,10 @@ int graft__completion_status(const completion *c, const char **message)
     for (int32_t i = 0; i < c->n_choices; i++) {
         const choice *ch = &c->choices[i];
         if (ch->failed) {
-            *message = "cannot start a choice's generation";
-            return GRAFT_ENOMEM;
+            *message = ch->fail_status == GRAFT_ECAPACITY
+                           ? "cannot start a choice's generation: no session available"
+                           : "cannot start a choice's generation";
+            return ch->fail_status;
         }
         int status = ch->gen ? graft_generation_status(ch->gen) : GRAFT_OK;
         if (!ch->stopped && status != GRAFT_OK) {

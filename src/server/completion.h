@@ -28,6 +28,7 @@ typedef struct choice {
     graft_detok *detok;
     int32_t reused;          /* prompt tokens its session held when it started */
     bool started, failed;    /* failed: could not start (its error is the reply) */
+    int fail_status;         /* why not (GRAFT_ECAPACITY: the engine's sessions ran out) */
     /* text */
     char *text;
     size_t len, cap, sent;   /* sent: bytes already given to the client */

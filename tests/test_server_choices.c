@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -357,6 +358,51 @@ static void test_batch_disconnect_cancels(void **state)
         assert_true(graft_test_metric(&srv, "graft_client_disconnects_total") == before + 1);
         free(text);
         json_decref(body);
+    }
+}
+
+typedef struct at_once {
+    char body[256];
+    response reply;
+} at_once;
+
+static void *at_once_main(void *arg)
+{
+    at_once *a = arg;
+    a->reply = graft_test_request(&srv, "POST", "/v1/completions", a->body);
+    return NULL;
+}
+
+/* With the prefix cache full of snapshots, as many requests as there are slots (the default
+ * --max-sessions, 4), each of 16 choices (2 prompts x n = 8), run at once: every choice gets
+ * a session. */
+static void test_full_slots_of_full_batches(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 40; i++) { /* more distinct prompts than the cache's 32 entries */
+        char body[128];
+        snprintf(body, sizeof body, "{\"prompt\": [1, %d, %d, 7], \"max_tokens\": 1}", 100 + i,
+                 300 + i);
+        json_decref(post("/v1/completions", json_loads(body, 0, NULL), 200));
+    }
+    assert_true(graft_test_metric(&srv, "graft_cache_entries") == 32);
+    at_once a[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(a[i].body, sizeof a[i].body,
+                 "{\"prompt\": [\"A cat %d\", \"A dog %d\"], \"n\": 8, \"max_tokens\": 24, "
+                 "\"temperature\": 1, \"seed\": %d}", i, i, i);
+        assert_int_equal(pthread_create(&t[i], NULL, at_once_main, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        if (a[i].reply.status != 200)
+            fail_msg("request %d: status %ld: %s", i, a[i].reply.status,
+                     a[i].reply.body ? a[i].reply.body : "");
+        json_t *j = graft_test_json_of(&a[i].reply);
+        assert_int_equal(json_array_size(json_object_get(j, "choices")), 16);
+        json_decref(j);
+        graft_test_response_free(&a[i].reply);
     }
 }
 
@@ -710,6 +756,7 @@ int main(void)
         cmocka_unit_test(test_batch_of_prompts),
         cmocka_unit_test(test_batch_streamed),
         cmocka_unit_test(test_batch_disconnect_cancels),
+        cmocka_unit_test(test_full_slots_of_full_batches),
         cmocka_unit_test(test_batch_refusals),
         cmocka_unit_test(test_logprobs_completions_shape),
         cmocka_unit_test(test_logprobs_chat_stream_matches_whole),

@@ -224,7 +224,11 @@ static int start_engine(const serve_options *o, const char *path, serving *sv)
                          (int)o->ctx, (int)info.n_ctx_train);
         return GRAFT_CLI_USAGE;
     }
-    eo.max_sessions = 2 * o->slots + o->cache_entries + o->named + 1;
+    /* A request may hold a session per choice (n, or prompts x n: at most GRAFT__MAX_CHOICES)
+     * and a snapshot per prompt being captured; the cache and the named sessions hold theirs. */
+    int64_t sessions = (int64_t)o->slots * 2 * GRAFT__MAX_CHOICES + o->cache_entries + o->named + 1;
+    eo.max_sessions = (int32_t)(sessions < GRAFT_ENGINE_MAX_SESSIONS ? sessions
+                                                                    : GRAFT_ENGINE_MAX_SESSIONS);
     eo.n_threads = o->threads;
     eo.kernels = o->kernels;
     if (o->kv_mem > 0) {

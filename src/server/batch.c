@@ -19,7 +19,6 @@
  * n alone has. One refused prompt refuses the request, naming that prompt's path
  * ("prompt[2][5]"). Several prompts do not go with a named session: that is refused.
  */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,33 +88,6 @@ static int check_batch(const json_t *body, const char *session_header, graft__re
         return -1;
     }
     return 0;
-}
-
-/* Waits until every prompt's choices are done: each pass takes what came for every prompt,
- * then waits for the next wake-up of any (the waker), a slice at most. A client that went
- * away, or a shutdown, cancels them all. */
-static void wait_all(batch *b, int fd)
-{
-    bool done[GRAFT__MAX_CHOICES] = {false};
-    bool gone = false;
-    for (;;) {
-        bool going = false;
-        for (size_t p = 0; p < b->k; p++) {
-            if (!done[p])
-                done[p] = !graft__completion_pump(b->cs[p], 0);
-            going = going || !done[p];
-        }
-        if (!going)
-            return;
-        graft__channel_wait_poke(&b->waker, GRAFT__SLICE_MS);
-        if (!gone && graft__client_gone(fd)) {
-            gone = true;
-            atomic_fetch_add(&b->ctx->metrics->disconnects, 1);
-        }
-        if (gone || atomic_load(&b->ctx->cancel_all))
-            for (size_t p = 0; p < b->k; p++)
-                graft__completion_cancel(b->cs[p]);
-    }
 }
 
 /* Sets j's usage (every prompt's) and graft object ({prompts: [each prompt's]}). */
@@ -299,7 +271,7 @@ void graft__batch_run(const graft__server_ctx *ctx, const json_t *body, int fd,
         reply->stream_ops = &batch_stream;
         return;
     }
-    wait_all(b, fd);
+    graft__completion_wait(b->cs, b->k, &b->waker, fd);
     if (b->cs[0]->cancelled)
         graft__reply_error(reply, 499, "client_closed", NULL, "the client went away");
     else

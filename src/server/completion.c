@@ -413,7 +413,7 @@ static void start_forked(completion *c, bool cancelled)
     }
 }
 
-void graft__completion_cancel(completion *c)
+static void cancel_all(completion *c)
 {
     c->cancelled = true;
     for (int32_t i = 0; i < c->n_choices; i++)
@@ -423,7 +423,7 @@ void graft__completion_cancel(completion *c)
 
 /* Takes what the engine sent to every choice: text appended, stop strings checked, choices
  * that ended marked done. False once all are done. */
-bool graft__completion_pump(completion *c, int timeout_ms)
+static bool pump(completion *c, int timeout_ms)
 {
     graft__channel_entry entries[TAKE];
     graft_token_logprob *lp = c->take_logprobs;
@@ -592,7 +592,7 @@ static void whole_reply(completion *c, graft__reply *reply)
 }
 
 /* Whether the client closed its end of the connection. */
-bool graft__client_gone(int fd)
+static bool client_gone(int fd)
 {
     if (fd < 0)
         return false;
@@ -603,6 +603,31 @@ bool graft__client_gone(int fd)
         return true;
     char byte;
     return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+void graft__completion_wait(completion *const *cs, size_t k, graft__channel *waker, int fd)
+{
+    bool done[GRAFT__MAX_CHOICES] = {false};
+    bool gone = false;
+    for (;;) {
+        bool going = false;
+        for (size_t p = 0; p < k; p++) {
+            if (!done[p])
+                done[p] = !pump(cs[p], waker != NULL ? 0 : GRAFT__SLICE_MS);
+            going = going || !done[p];
+        }
+        if (!going)
+            return;
+        if (waker != NULL)
+            graft__channel_wait_poke(waker, GRAFT__SLICE_MS);
+        if (!gone && client_gone(fd)) {
+            gone = true;
+            atomic_fetch_add(&cs[0]->ctx->metrics->disconnects, 1);
+        }
+        if (gone || atomic_load(&cs[0]->ctx->cancel_all))
+            for (size_t p = 0; p < k; p++)
+                cancel_all(cs[p]);
+    }
 }
 
 void graft__completion_record_ttft(completion *c)
@@ -750,9 +775,9 @@ void graft__completion_produce(completion *c, int timeout_ms)
         return;
     }
     if (atomic_load(&c->ctx->cancel_all))
-        graft__completion_cancel(c);
+        cancel_all(c);
     bool was_first = c->choices[0].n_tokens == 0;
-    bool going = graft__completion_pump(c, timeout_ms);
+    bool going = pump(c, timeout_ms);
     if (was_first && c->choices[0].n_tokens > 0)
         graft__completion_record_ttft(c);
     const char *message = NULL;
@@ -834,14 +859,7 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, gra
         reply->stream_ops = &completion_stream;
         return;
     }
-    while (graft__completion_pump(c, GRAFT__SLICE_MS)) {
-        if (graft__client_gone(fd)) {
-            atomic_fetch_add(&ctx->metrics->disconnects, 1);
-            graft__completion_cancel(c);
-        }
-        if (atomic_load(&ctx->cancel_all))
-            graft__completion_cancel(c);
-    }
+    graft__completion_wait(&c, 1, NULL, fd);
     if (c->cancelled)
         graft__reply_error(reply, 499, "client_closed", NULL, "the client went away");
     else

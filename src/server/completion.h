@@ -110,11 +110,11 @@ completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
  * (then graft__completion_finish it all the same). */
 int graft__completion_begin(completion *c, const json_t *body, graft__api api,
                             const char *session_header, const char *owner, graft__reply *reply);
-/* Takes what the engine sent, waiting up to timeout_ms for it; false once every choice is
- * done. */
-bool graft__completion_pump(completion *c, int timeout_ms);
-/* Cancels every choice's generation; nothing more starts. */
-void graft__completion_cancel(completion *c);
+/* Waits until every choice of the k completions cs is done, taking what the engine sends
+ * them: between passes over all, on waker (poked by all their channels) when given, else on
+ * cs[0]'s own channel (k = 1), a slice at most. A client that went away on fd (counted
+ * once), or a shutdown, cancels them all. */
+void graft__completion_wait(completion *const *cs, size_t k, graft__channel *waker, int fd);
 /* The first status that is not OK among the choices, or GRAFT_OK; *message its text. */
 int graft__completion_status(const completion *c, const char **message);
 /* Counts choice 0's time to first token in the metrics once it has a token. */
@@ -135,8 +135,6 @@ void graft__append_event(char **buf, size_t *len, size_t *cap, json_t *j);
 /* A stream's read: copies pending bytes from *off (up to len, at most max) into buf and moves
  * *off past them; their count, or -1 when none is left. */
 long graft__take_pending(const char *pending, size_t len, size_t *off, char *buf, size_t max);
-/* Whether the client closed its end of the connection fd (-1: never). */
-bool graft__client_gone(int fd);
 
 /* batch.c */
 /* Whether a completions body holds several prompts: `prompt` an array of strings (more

@@ -226,7 +226,8 @@ static int start_engine(const serve_options *o, const char *path, serving *sv)
     }
     /* A request may hold a session per choice (n, or prompts x n: at most GRAFT__MAX_CHOICES)
      * and a snapshot per prompt being captured; the cache and the named sessions hold theirs. */
-    int64_t sessions = (int64_t)o->slots * 2 * GRAFT__MAX_CHOICES + o->cache_entries + o->named + 1;
+    int64_t sessions =
+        (int64_t)o->slots * 2 * GRAFT__MAX_CHOICES + o->cache_entries + o->named + 1;
     eo.max_sessions = (int32_t)(sessions < GRAFT_ENGINE_MAX_SESSIONS ? sessions
                                                                     : GRAFT_ENGINE_MAX_SESSIONS);
     eo.n_threads = o->threads;

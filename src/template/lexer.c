@@ -135,17 +135,6 @@ static void after_end(lexer *lx, char sign, bool trim)
     lx->line_starting = lx->pos > 0 && lx->s[lx->pos - 1] == '\n';
 }
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* Decodes the string literal body s[0, n) (escapes) into the arena. */
 static void decode_string(lexer *lx, graft__tpl_token *t, const char *s, size_t n, size_t off)
 {
@@ -173,7 +162,7 @@ static void decode_string(lexer *lx, graft__tpl_token *t, const char *s, size_t 
             int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
             uint32_t cp = 0;
             for (int k = 0; k < digits; k++) {
-                int h = i < n ? hexval(s[i]) : -1;
+                int h = i < n ? graft__hex_digit((unsigned char)s[i]) : -1;
                 if (h < 0)
                     lex_error(lx, off, "truncated escape in a string literal");
                 cp = cp * 16 + (uint32_t)h;

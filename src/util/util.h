@@ -72,6 +72,18 @@ static inline float graft__f32_of_bits(uint32_t u)
     return f;
 }
 
+/* The value of a hexadecimal digit (either case), or -1 for any other character. */
+static inline int graft__hex_digit(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 /* Overflow-checked size arithmetic: false when the result does not fit. */
 bool graft__mul_size(size_t a, size_t b, size_t *out);
 bool graft__add_size(size_t a, size_t b, size_t *out);

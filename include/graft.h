@@ -489,6 +489,22 @@ typedef enum graft_finish {
     GRAFT_FINISH_FAILED     /* an error: see graft_generation_status / _error */
 } graft_finish;
 
+/* What a generation's output must be. */
+typedef enum graft_output_format {
+    GRAFT_OUTPUT_TEXT,       /* whatever the sampler picks */
+    GRAFT_OUTPUT_JSON_OBJECT /* one JSON object (RFC 8259; strings valid UTF-8, surrogate
+                                escapes paired, nesting at most 64 deep; whitespace between
+                                tokens, before and after is one space or tab, or one line
+                                break and at most 32 spaces or tabs): the tokens that cannot
+                                continue it get a logit of -infinity before the sampler's
+                                filters, tokens without text (end of generation) included.
+                                The generation stops (GRAFT_FINISH_STOP) after the token that
+                                closes the object, which is reported; a stop token that can
+                                continue the text still stops it. If no token of the
+                                vocabulary can continue it, the generation fails with
+                                GRAFT_ERANGE. */
+} graft_output_format;
+
 typedef struct graft_generate_config {
     int32_t max_new_tokens;     /* tokens to sample at most (0: until the context is full) */
     const int32_t *stop_tokens; /* extra tokens that end the generation; copied */
@@ -501,11 +517,12 @@ typedef struct graft_generate_config {
     int32_t logprobs;     /* nonzero: each sampled token's log-probability is kept ... */
     int32_t top_logprobs; /* ... with the top_logprobs most likely tokens' (at most
                              GRAFT_MAX_TOP_LOGPROBS) */
+    graft_output_format output_format;
 } graft_generate_config;
 
 #define GRAFT_MAX_TOP_LOGPROBS 20
 
-/* max_new_tokens 0, no stop tokens, graft_sampling_default(). */
+/* max_new_tokens 0, no stop tokens, graft_sampling_default(), GRAFT_OUTPUT_TEXT. */
 graft_generate_config graft_generate_default(void);
 
 /* Called on the engine thread with newly sampled tokens (borrowed for the call). */

@@ -132,7 +132,9 @@ static int alloc_buffers(graft_engine *e)
     if (!graft__mul_size(rows * sizeof(float), vocab, &bytes))
         return GRAFT_ENOMEM;
     e->logits = graft__malloc(bytes);
-    if (!e->active || !e->step_gens || !e->slots || !e->entries || !e->logits)
+    if (!e->active || !e->step_gens || !e->slots || !e->entries || !e->logits ||
+        graft__json_mask_create(e->model->vocab, e->model->hp.n_vocab, &e->json_mask) !=
+            GRAFT_OK)
         return GRAFT_ENOMEM;
     return graft__sessions_init(e);
 }
@@ -164,6 +166,7 @@ static void free_parts(graft_engine *e)
     graft__free(e->slots);
     graft__free(e->entries);
     graft__free(e->logits);
+    graft__json_mask_free(e->json_mask);
     graft__free(e);
 }
 

@@ -74,6 +74,8 @@ static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
         c->top_logprobs > GRAFT_MAX_TOP_LOGPROBS || c->top_logprobs > m->hp.n_vocab ||
         (c->top_logprobs > 0 && !c->logprobs))
         return GRAFT_EINVAL;
+    if (c->output_format != GRAFT_OUTPUT_TEXT && c->output_format != GRAFT_OUTPUT_JSON_OBJECT)
+        return GRAFT_EINVAL;
     return GRAFT_OK;
 }
 
@@ -149,6 +151,8 @@ int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
     gen->n_stop = c->n_stop_tokens;
     gen->ignore_eog = c->ignore_eog != 0;
     gen->max_new = c->max_new_tokens;
+    gen->json = c->output_format == GRAFT_OUTPUT_JSON_OBJECT;
+    graft__json_syntax_init(&gen->json_syntax);
     gen->on_update = on_update;
     gen->on_settled = on_settled;
     gen->user = user;
@@ -240,6 +244,11 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     const int32_t n_vocab = e->model->hp.n_vocab;
     if (gen->logprobs != NULL) /* the sampler changes the logits in place */
         memcpy(gen->raw_logits, logits, (size_t)n_vocab * sizeof *logits);
+    if (gen->json && graft__json_mask_apply(e->json_mask, &gen->json_syntax, logits) == 0) {
+        graft__gen_settle(e, gen, GRAFT_FINISH_FAILED, GRAFT_ERANGE,
+                          "no token of the vocabulary can continue the JSON object");
+        return;
+    }
     int32_t token = graft_sampler_sample(gen->sampler, logits, s->tokens, (size_t)position);
     note_token(gen, graft__now_ns());
     e->counters.sampled_tokens++;
@@ -247,6 +256,9 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
         graft__gen_settle(e, gen, GRAFT_FINISH_STOP, GRAFT_OK, NULL);
         return;
     }
+    /* The mask let only tokens through that continue the text. */
+    bool continues = !gen->json || graft__json_mask_feed(e->json_mask, &gen->json_syntax, token);
+    GRAFT_ASSERT(continues);
     GRAFT_ASSERT(gen->n_out < gen->cap_out);
     if (gen->logprobs != NULL)
         graft__logprobs_fill(gen->raw_logits, n_vocab, token, gen->logprob_width - 1,
@@ -255,7 +267,9 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     gen->has_pending = true;
     if (gen->on_update != NULL)
         gen->on_update(gen, &gen->out[gen->n_out - 1], 1, gen->user);
-    if (gen->n_out == gen->max_new || position >= e->opts.max_context)
+    if (gen->json && graft__json_syntax_done(&gen->json_syntax))
+        graft__gen_settle(e, gen, GRAFT_FINISH_STOP, GRAFT_OK, NULL);
+    else if (gen->n_out == gen->max_new || position >= e->opts.max_context)
         graft__gen_settle(e, gen, GRAFT_FINISH_LENGTH, GRAFT_OK, NULL);
 }
 

@@ -227,7 +227,8 @@ static void rank_candidates(graft_sampler *s, const float *logits, int32_t n)
 }
 
 /* Of the n best candidates (top-k's), keeps those the other filters allow; returns how many
- * remain (at least 1). */
+ * remain (at least 1). A candidate of probability 0 (a logit of -infinity, as a JSON mask
+ * sets, or one that underflows) is never kept, so that no rounding of the draw can pick it. */
 static int32_t filter(graft_sampler *s, int32_t n)
 {
     const graft_sampling *p = &s->params;
@@ -240,7 +241,7 @@ static int32_t filter(graft_sampler *s, int32_t n)
     int32_t keep = 0;
     while (keep < n) {
         double prob = s->cand[keep].prob / sum;
-        if (keep > 0 && prob < p->min_p * (s->cand[0].prob / sum))
+        if (keep > 0 && (prob == 0.0 || prob < p->min_p * (s->cand[0].prob / sum)))
             break;
         cumulative += prob;
         keep++;

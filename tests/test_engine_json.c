@@ -1,0 +1,403 @@
+/*
+ * test_engine_json.c: generations held to one JSON object (GRAFT_OUTPUT_JSON_OBJECT).
+ *
+ * - The engine's mask (json_mask.c: tokens grouped by first byte, plain string text taken
+ *   without feeding) against brute force, every token's bytes fed to a copy of the
+ *   recognizer, on real vocabularies (SPM, GPT-2 style BPE with 152k tokens) at every prefix
+ *   of texts that cross each part of the syntax. The recognizer itself is checked against
+ *   jansson in test_json_syntax.c.
+ * - Greedy generations on stories260K, each step's pick recomputed here from the logits the
+ *   engine sampled from (its tap) as the best token whose bytes continue the text; what
+ *   ends with the object parses with jansson as an object; max_new_tokens still cuts.
+ * - Sampled generations: every pick continues the text, the same seed gives the same
+ *   tokens, and they are the same bits alone and batched beside other generations.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "fixtures.h"
+#include "graft.h"
+#include "models.h"
+
+enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
+
+/* Texts whose prefixes cover every mode of the recognizer. */
+static const char *const texts[] = {
+    "{\"a\": [1, -0.5e+3, 20, 3E7, 0, -0.25, true, false, null, \"\"], \"b\": {}}",
+    "{\"k\\u00e9y\": \"caf\\u00e9 \\\"q\\\" \\\\ \\/ \\b\\f\\n\\r\\t \xc3\xb1 \xe6\x97\xa5 "
+    "\xf0\x9f\x98\x80 \\ud83d\\ude00\", \"n\": {\"x\": [[], [{}]]}}",
+    " {\n  \"list\": [\n\t\t1,\r\n    2\n  ],\n  \"ok\": true\n}\n",
+};
+
+/* The bytes of token t (at most MAX_TOKEN_BYTES are used) and their count. */
+static size_t token_bytes(const graft_model *m, int32_t t, char *buf)
+{
+    int len = graft__token_bytes(m->vocab, t, buf, MAX_TOKEN_BYTES);
+    assert_true(len >= 0 && len <= MAX_TOKEN_BYTES);
+    return (size_t)len;
+}
+
+/* Brute force: whether all of t's bytes, one or more, can follow s. */
+static bool token_follows(const graft_model *m, const graft__json_syntax *s, int32_t t)
+{
+    char buf[MAX_TOKEN_BYTES];
+    size_t n = token_bytes(m, t, buf);
+    graft__json_syntax probe = *s;
+    for (size_t i = 0; i < n; i++)
+        if (!graft__json_syntax_feed(&probe, (uint8_t)buf[i]))
+            return false;
+    return n > 0;
+}
+
+/* At each `stride`-th prefix of each text, the mask leaves exactly the tokens brute force
+ * allows, at their logits, and counts them. */
+static int32_t vocab_size(const graft_model *m)
+{
+    graft_model_info info;
+    graft_model_get_info(m, &info);
+    return info.n_vocab;
+}
+
+static void check_mask(const graft_model *m, int stride)
+{
+    const int32_t n_vocab = vocab_size(m);
+    graft__json_mask *mask = NULL;
+    assert_int_equal(graft__json_mask_create(m->vocab, n_vocab, &mask), GRAFT_OK);
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    assert_non_null(logits);
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        graft__json_syntax s;
+        graft__json_syntax_init(&s);
+        size_t len = strlen(texts[k]);
+        for (size_t at = 0; at <= len; at++) {
+            if (at % (size_t)stride == 0 || at == len) {
+                for (int32_t t = 0; t < n_vocab; t++)
+                    logits[t] = (float)t;
+                int32_t allowed = graft__json_mask_apply(mask, &s, logits);
+                int32_t expected = 0;
+                for (int32_t t = 0; t < n_vocab; t++) {
+                    bool follows = token_follows(m, &s, t);
+                    expected += follows;
+                    if (logits[t] != (follows ? (float)t : -INFINITY))
+                        fail_msg("text %zu, prefix %zu: token %d %s", k, at, (int)t,
+                                 follows ? "masked" : "let through");
+                }
+                assert_int_equal(allowed, expected);
+                /* Every byte is a token of these vocabularies, so an unfinished text can
+                 * always go on. */
+                assert_true(at == len || expected > 0);
+            }
+            if (at < len)
+                assert_true(graft__json_syntax_feed(&s, (uint8_t)texts[k][at]));
+        }
+        assert_true(graft__json_syntax_done(&s));
+    }
+    free(logits);
+    graft__json_mask_free(mask);
+}
+
+/* check_mask on the tokenizer of a vocab-only file of the models folder. */
+static void check_vocab_mask(const char *rel, int stride)
+{
+    char path[1024];
+    graft_model *m = NULL;
+    assert_int_equal(graft_model_load_vocab(graft_test_model_path(path, sizeof path, rel), &m,
+                                            NULL),
+                     GRAFT_OK);
+    check_mask(m, stride);
+    graft_model_free(m);
+}
+
+static void test_mask_matches_brute_force_spm(void **state)
+{
+    (void)state;
+    check_vocab_mask("stories260K.gguf", 1);
+    check_vocab_mask("vocab/ggml-vocab-llama-spm.gguf", 2);
+}
+
+static void test_mask_matches_brute_force_bpe(void **state)
+{
+    (void)state;
+    check_vocab_mask("vocab/ggml-vocab-qwen2.gguf", 3);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Generations on stories260K.
+ */
+
+static graft_model *stories;
+static int32_t n_vocab;
+
+static int setup(void **state)
+{
+    (void)state;
+    stories = graft_test_load_model("stories260K.gguf");
+    if (stories == NULL)
+        return -1;
+    n_vocab = vocab_size(stories);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    graft_model_free(stories);
+    return 0;
+}
+
+/* Every logits row the engine samples from, in order (the tap runs on the engine thread
+ * and only copies; the test reads the rows after the generation settled). */
+typedef struct rows {
+    float *logits; /* (MAX_NEW + 1, n_vocab) */
+    int n;
+} rows;
+
+static void record_row(graft_generation *gen, const float *logits, void *user)
+{
+    (void)gen;
+    rows *r = user;
+    if (r->n <= MAX_NEW)
+        memcpy(r->logits + (size_t)r->n++ * (size_t)n_vocab, logits,
+               (size_t)n_vocab * sizeof *logits);
+}
+
+/* A JSON generation's config: greedy or sampled, with biases towards closing tokens so
+ * that a model trained on stories ends its objects within MAX_NEW tokens. */
+static graft_generate_config json_config(float temperature, uint64_t seed,
+                                         graft_logit_bias *bias, size_t *n_bias)
+{
+    graft_generate_config c = graft_test_greedy(MAX_NEW);
+    c.sampling.temperature = temperature;
+    c.sampling.seed = seed;
+    c.output_format = GRAFT_OUTPUT_JSON_OBJECT;
+    *n_bias = 0;
+    char buf[MAX_TOKEN_BYTES];
+    for (int32_t t = 0; t < n_vocab; t++) {
+        size_t n = token_bytes(stories, t, buf);
+        if (n == 1 && (buf[0] == '"' || buf[0] == '}' || buf[0] == ':'))
+            bias[(*n_bias)++] = (graft_logit_bias){t, buf[0] == '}' ? 15.0f : 6.0f};
+    }
+    assert_true(*n_bias >= 3);
+    c.logit_bias = bias;
+    c.n_logit_bias = *n_bias;
+    return c;
+}
+
+static const int32_t prompt[] = {BOS, 403, 407, 261, 378};
+
+/* The text of tokens, as the recognizer read it. */
+static size_t text_of(const int32_t *tokens, size_t n, char *text, size_t cap)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        char buf[MAX_TOKEN_BYTES];
+        size_t b = token_bytes(stories, tokens[i], buf);
+        assert_true(len + b < cap);
+        memcpy(text + len, buf, b);
+        len += b;
+    }
+    text[len] = '\0';
+    return len;
+}
+
+/* A settled JSON generation's output: each token continues the text; a generation that
+ * stopped holds one object (jansson agrees), one cut by length holds MAX_NEW tokens. */
+static void check_output(graft_generation *gen)
+{
+    size_t n = 0;
+    const int32_t *out = graft_generation_tokens(gen, &n);
+    graft__json_syntax s;
+    graft__json_syntax_init(&s);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(token_follows(stories, &s, out[i]));
+        char buf[MAX_TOKEN_BYTES];
+        size_t b = token_bytes(stories, out[i], buf);
+        for (size_t j = 0; j < b; j++)
+            graft__json_syntax_feed(&s, (uint8_t)buf[j]);
+        assert_true(i + 1 == n || !graft__json_syntax_done(&s));
+    }
+    char text[MAX_NEW * MAX_TOKEN_BYTES];
+    size_t len = text_of(out, n, text, sizeof text);
+    if (graft_generation_finish_reason(gen) == GRAFT_FINISH_STOP) {
+        assert_true(graft__json_syntax_done(&s));
+        json_error_t err;
+        json_t *root = json_loadb(text, len, JSON_ALLOW_NUL, &err);
+        if (root == NULL)
+            fail_msg("jansson refuses %s: %s", text, err.text);
+        assert_true(json_is_object(root));
+        json_decref(root);
+    } else {
+        assert_int_equal(graft_generation_finish_reason(gen), GRAFT_FINISH_LENGTH);
+        assert_int_equal(n, MAX_NEW);
+    }
+}
+
+/* Greedy: each pick is the token of highest biased logit among those whose bytes continue
+ * the text (lowest id on ties), recomputed from the rows the engine sampled from. */
+static void test_greedy_picks_best_continuing_token(void **state)
+{
+    (void)state;
+    graft_engine_options o = graft_test_engine_options(4, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    rows r = {.logits = malloc((size_t)(MAX_NEW + 1) * (size_t)n_vocab * sizeof(float))};
+    assert_non_null(r.logits);
+    graft__engine_set_tap(e, record_row, &r);
+    graft_logit_bias bias[16];
+    size_t n_bias;
+    graft_generate_config c = json_config(0.0f, 0, bias, &n_bias);
+    graft_session *s = graft_test_open_session(e);
+    graft_generation *gen = NULL;
+    assert_int_equal(graft_session_generate(s, prompt, sizeof prompt / sizeof prompt[0], &c,
+                                            NULL, NULL, NULL, &gen),
+                     GRAFT_OK);
+    assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
+    assert_int_equal(graft_generation_finish_reason(gen), GRAFT_FINISH_STOP);
+    check_output(gen);
+    size_t n = 0;
+    const int32_t *out = graft_generation_tokens(gen, &n);
+    assert_int_equal(r.n, (int)n);
+    graft__json_syntax syn;
+    graft__json_syntax_init(&syn);
+    for (size_t i = 0; i < n; i++) {
+        const float *row = r.logits + i * (size_t)n_vocab;
+        int32_t best = -1;
+        float best_logit = -INFINITY;
+        for (int32_t t = 0; t < n_vocab; t++) {
+            float logit = row[t];
+            for (size_t b = 0; b < n_bias; b++)
+                logit += bias[b].token == t ? bias[b].bias : 0.0f;
+            if (token_follows(stories, &syn, t) && (best < 0 || logit > best_logit)) {
+                best = t;
+                best_logit = logit;
+            }
+        }
+        assert_int_equal(out[i], best);
+        assert_true(graft__json_mask_feed(e->json_mask, &syn, out[i]));
+    }
+    graft__engine_set_tap(e, NULL, NULL);
+    graft_generation_free(gen);
+    graft_session_close(s);
+    free(r.logits);
+    graft_test_engine_end(e);
+}
+
+typedef struct run {
+    graft_session *session;
+    graft_generation *gen;
+} run;
+
+static void start(graft_engine *e, run *r, const graft_generate_config *c)
+{
+    r->session = graft_test_open_session(e);
+    assert_int_equal(graft_session_generate(r->session, prompt,
+                                            sizeof prompt / sizeof prompt[0], c, NULL, NULL,
+                                            NULL, &r->gen),
+                     GRAFT_OK);
+}
+
+static void release(run *r)
+{
+    graft_generation_free(r->gen);
+    graft_session_close(r->session);
+}
+
+static void assert_same_tokens(graft_generation *a, graft_generation *b)
+{
+    size_t na = 0, nb = 0;
+    const int32_t *ta = graft_generation_tokens(a, &na);
+    const int32_t *tb = graft_generation_tokens(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ta, tb, na * sizeof *ta);
+    assert_int_equal(graft_generation_finish_reason(a), graft_generation_finish_reason(b));
+}
+
+/* Sampled JSON generations, seeds 1..SEEDS: each alone, then all at once beside a plain
+ * greedy text generation; the same tokens either way, every output well formed, and most
+ * of them closed objects (the biases make closing likely; a seed that runs to MAX_NEW is
+ * checked as a well-formed prefix). */
+static void test_sampled_json_is_well_formed_and_batch_invariant(void **state)
+{
+    (void)state;
+    enum { SEEDS = 6 };
+    graft_engine_options o = graft_test_engine_options(2 * SEEDS + 1, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_logit_bias bias[SEEDS][16];
+    graft_generate_config c[SEEDS];
+    run alone[SEEDS], together[SEEDS], text_run;
+    int closed = 0;
+    for (int k = 0; k < SEEDS; k++) {
+        size_t n_bias;
+        c[k] = json_config(1.0f, (uint64_t)k + 1, bias[k], &n_bias);
+        start(e, &alone[k], &c[k]);
+        assert_int_equal(graft_generation_wait(alone[k].gen), GRAFT_OK);
+        check_output(alone[k].gen);
+        closed += graft_generation_finish_reason(alone[k].gen) == GRAFT_FINISH_STOP;
+    }
+    assert_true(closed >= SEEDS / 2);
+    graft_generate_config plain = graft_test_greedy(MAX_NEW);
+    start(e, &text_run, &plain);
+    for (int k = 0; k < SEEDS; k++)
+        start(e, &together[k], &c[k]);
+    for (int k = 0; k < SEEDS; k++) {
+        assert_int_equal(graft_generation_wait(together[k].gen), GRAFT_OK);
+        assert_same_tokens(alone[k].gen, together[k].gen);
+    }
+    assert_int_equal(graft_generation_wait(text_run.gen), GRAFT_OK);
+    release(&text_run);
+    for (int k = 0; k < SEEDS; k++) {
+        release(&alone[k]);
+        release(&together[k]);
+    }
+    graft_test_engine_end(e);
+}
+
+/* A JSON generation cut by max_new_tokens ends LENGTH with a well-formed prefix; an unknown
+ * format is refused. */
+static void test_length_and_bad_format(void **state)
+{
+    (void)state;
+    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_generate_config c = graft_test_greedy(3);
+    c.output_format = GRAFT_OUTPUT_JSON_OBJECT;
+    run r;
+    start(e, &r, &c);
+    assert_int_equal(graft_generation_wait(r.gen), GRAFT_OK);
+    assert_int_equal(graft_generation_finish_reason(r.gen), GRAFT_FINISH_LENGTH);
+    size_t n = 0;
+    const int32_t *out = graft_generation_tokens(r.gen, &n);
+    assert_int_equal(n, 3);
+    char text[4 * MAX_TOKEN_BYTES];
+    text_of(out, n, text, sizeof text);
+    assert_true(strchr(text, '{') != NULL);
+    release(&r);
+    c.output_format = (graft_output_format)7;
+    graft_session *s = graft_test_open_session(e);
+    graft_generation *gen = NULL;
+    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    assert_null(gen);
+    graft_session_close(s);
+    graft_test_engine_end(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mask_matches_brute_force_spm),
+        cmocka_unit_test(test_mask_matches_brute_force_bpe),
+        cmocka_unit_test(test_greedy_picks_best_continuing_token),
+        cmocka_unit_test(test_sampled_json_is_well_formed_and_batch_invariant),
+        cmocka_unit_test(test_length_and_bad_format),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -376,6 +376,7 @@ static int start_choice(completion *c, choice *ch)
     cfg.n_logit_bias = r->n_logit_bias;
     cfg.logprobs = r->logprobs;
     cfg.top_logprobs = r->top_logprobs;
+    cfg.output_format = r->output_format;
     return graft_session_generate(ch->session, c->prompt + ch->reused,
                                   c->n_prompt - (size_t)ch->reused, &cfg, up, st, user, &ch->gen);
 }

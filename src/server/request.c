@@ -8,8 +8,9 @@
  * max_completion_tokens / n_predict, n, temperature, top_p, top_k, min_p, seed,
  * repetition_penalty / repeat_penalty, presence_penalty, frequency_penalty, logit_bias,
  * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
- * and tool_choice (auto or none), stop, stream, stream_options.include_usage, ignore_eos,
- * return_tokens, session_id. A field of the wrong type or out of range is refused naming its JSON path.
+ * and tool_choice (auto or none), response_format (text or json_object), stop, stream,
+ * stream_options.include_usage, ignore_eos, return_tokens, session_id. A field of the wrong
+ * type or out of range is refused naming its JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that
  * silently differs from what was asked is worse than a clear 400); unknown fields are
  * ignored, since SDKs send extras.
@@ -25,8 +26,8 @@
 
 /* Fields a client may send that graft cannot honour yet, refused when set to anything but
  * their neutral value. */
-static const char *const unsupported[] = {"response_format", "functions", "function_call",
-                                          "suffix", "echo", "best_of"};
+static const char *const unsupported[] = {"functions", "function_call", "suffix", "echo",
+                                          "best_of"};
 
 static int bad(char **param, char **message, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -175,10 +176,6 @@ static bool neutral(const char *name, const json_t *v)
 {
     if (!is_set(v))
         return true;
-    if (strcmp(name, "response_format") == 0)
-        return json_is_object(v) && json_object_size(v) == 1 &&
-               json_is_string(json_object_get(v, "type")) &&
-               strcmp(json_string_value(json_object_get(v, "type")), "text") == 0;
     if (strcmp(name, "best_of") == 0)
         return json_is_integer(v) && json_integer_value(v) == 1;
     if (strcmp(name, "suffix") == 0)
@@ -336,6 +333,32 @@ static int parse_tools(const json_t *body, graft__completion_request *r, char **
     return GRAFT_OK;
 }
 
+/* response_format: {"type": "text"} (the default) or {"type": "json_object"}, the output
+ * held to one JSON object. A schema (json_schema) is refused: the object's keys and types
+ * are not held to one. */
+static int parse_response_format(const json_t *body, graft__completion_request *r,
+                                 char **param, char **message)
+{
+    const json_t *f = json_object_get(body, "response_format");
+    if (f == NULL || json_is_null(f))
+        return GRAFT_OK;
+    const char *type = json_string_value(json_object_get(f, "type"));
+    if (!json_is_object(f) || type == NULL)
+        return bad(param, message, "response_format",
+                   "'response_format' must be an object with a string 'type'");
+    if (strcmp(type, "json_object") == 0)
+        r->output_format = GRAFT_OUTPUT_JSON_OBJECT;
+    else if (strcmp(type, "json_schema") == 0)
+        return bad(param, message, "response_format.type",
+                   "'response_format.type' json_schema is not supported: graft holds the "
+                   "output to a JSON object (type json_object) but not to a schema");
+    else if (strcmp(type, "text") != 0)
+        return bad(param, message, "response_format.type",
+                   "'response_format.type' must be \"text\" or \"json_object\", not "
+                   "\"%.40s\"", type);
+    return GRAFT_OK;
+}
+
 static int parse_lengths(const json_t *body, graft__completion_request *r, char **param,
                          char **message)
 {
@@ -404,6 +427,7 @@ int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
              (rc = parse_logit_bias(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_choices(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_tools(body, r, param, message)) == GRAFT_OK &&
+             (rc = parse_response_format(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_flags(body, r, param, message)) == GRAFT_OK) {
         if (!chat)
             rc = parse_prompt(body, r, param, message);

@@ -241,6 +241,7 @@ typedef struct graft__completion_request {
     int32_t top_logprobs;   /* ... and the most likely tokens' */
     bool tools;             /* chat with tools (tool_choice not "none"): tool calls parsed */
     bool return_tokens;     /* each choice also gives its token ids (llama-server's field) */
+    graft_output_format output_format; /* response_format */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad

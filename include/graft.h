@@ -492,18 +492,31 @@ typedef enum graft_finish {
 /* What a generation's output must be. */
 typedef enum graft_output_format {
     GRAFT_OUTPUT_TEXT,       /* whatever the sampler picks */
-    GRAFT_OUTPUT_JSON_OBJECT /* one JSON object (RFC 8259; strings valid UTF-8, surrogate
-                                escapes paired, nesting at most 64 deep; whitespace between
-                                tokens, before and after is one space or tab, or one line
-                                break and at most 32 spaces or tabs): the tokens that cannot
-                                continue it get a logit of -infinity before the sampler's
-                                filters, tokens without text (end of generation) included.
-                                The generation stops (GRAFT_FINISH_STOP) after the token that
-                                closes the object, which is reported; a stop token that can
-                                continue the text still stops it. If no token of the
-                                vocabulary can continue it, the generation fails with
-                                GRAFT_ERANGE. */
+    GRAFT_OUTPUT_JSON_OBJECT, /* one JSON object (RFC 8259; strings valid UTF-8,
+                                 surrogate escapes paired, nesting at most 64 deep;
+                                 whitespace between tokens, before and after is one space
+                                 or tab, or one line break and at most 32 spaces or tabs):
+                                 the tokens that cannot continue it get a logit of -infinity
+                                 before the sampler's filters, tokens without text (end of
+                                 generation) included. The generation stops
+                                 (GRAFT_FINISH_STOP) after the token that closes the object,
+                                 which is reported; a stop token that can continue the text
+                                 still stops it. If no token of the vocabulary can continue
+                                 it, the generation fails with GRAFT_ERANGE. */
+    GRAFT_OUTPUT_JSON_SCHEMA  /* the same, and the object is an instance of the config's
+                                 json_schema (the subset graft_json_schema_check accepts) */
 } graft_output_format;
+
+/* Whether `schema` (len bytes of JSON) is a schema GRAFT_OUTPUT_JSON_SCHEMA can hold output
+ * to: an object schema of the subset OpenAI's structured outputs and pydantic / zod write.
+ * Supported: type (one or a list), properties and required (properties are generated in the
+ * order listed; unlisted ones never), items, minItems, maxItems, enum and const of scalars,
+ * anyOf / oneOf whose alternatives begin differently (object, array, string, number,
+ * boolean, null), allOf of one schema, $ref to "#" or into $defs / definitions; annotations
+ * (title, description, default, examples...) are ignored. Any other keyword (pattern,
+ * format, minLength, minimum...) is refused: GRAFT_EINVAL with *errmsg (when errmsg is not
+ * NULL; free with graft_free) naming the keyword and where it is. GRAFT_ENOMEM. */
+int graft_json_schema_check(const char *schema, size_t len, char **errmsg);
 
 typedef struct graft_generate_config {
     int32_t max_new_tokens;     /* tokens to sample at most (0: until the context is full) */
@@ -518,6 +531,10 @@ typedef struct graft_generate_config {
     int32_t top_logprobs; /* ... with the top_logprobs most likely tokens' (at most
                              GRAFT_MAX_TOP_LOGPROBS) */
     graft_output_format output_format;
+    const char *json_schema; /* GRAFT_OUTPUT_JSON_SCHEMA: the schema's JSON, json_schema_len
+                                bytes (compiled at submission: GRAFT_EINVAL when
+                                graft_json_schema_check refuses it) */
+    size_t json_schema_len;
 } graft_generate_config;
 
 #define GRAFT_MAX_TOP_LOGPROBS 20

@@ -30,12 +30,28 @@
 
 enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
 
-/* Texts whose prefixes cover every mode of the recognizer. */
-static const char *const texts[] = {
-    "{\"a\": [1, -0.5e+3, 20, 3E7, 0, -0.25, true, false, null, \"\"], \"b\": {}}",
-    "{\"k\\u00e9y\": \"caf\\u00e9 \\\"q\\\" \\\\ \\/ \\b\\f\\n\\r\\t \xc3\xb1 \xe6\x97\xa5 "
-    "\xf0\x9f\x98\x80 \\ud83d\\ude00\", \"n\": {\"x\": [[], [{}]]}}",
-    " {\n  \"list\": [\n\t\t1,\r\n    2\n  ],\n  \"ok\": true\n}\n",
+/* A schema of every kind of node: properties in order, optional ones, an integer, an enum
+ * of mixed scalars, a nullable string, an array with bounds, a free value, a recursion. */
+#define PERSON_SCHEMA                                                                         \
+    "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": "        \
+    "{\"type\": \"integer\"}, \"pets\": {\"type\": \"array\", \"items\": {\"enum\": [\"cat\", "   \
+    "\"dog\", 7, null]}, \"minItems\": 1, \"maxItems\": 3}, \"nick\": {\"anyOf\": [{\"type\": "    \
+    "\"string\"}, {\"type\": \"null\"}]}, \"extra\": {}, \"kids\": {\"type\": \"array\", "        \
+    "\"items\": {\"$ref\": \"#\"}}}, \"required\": [\"name\", \"age\", \"pets\"]}"
+
+/* Texts whose prefixes cover every mode of the recognizer, each with the schema it is an
+ * instance of (NULL: any object). */
+static const struct {
+    const char *schema, *text;
+} texts[] = {
+    {NULL, "{\"a\": [1, -0.5e+3, 20, 3E7, 0, -0.25, true, false, null, \"\"], \"b\": {}}"},
+    {NULL, "{\"k\\u00e9y\": \"caf\\u00e9 \\\"q\\\" \\\\ \\/ \\b\\f\\n\\r\\t \xc3\xb1 \xe6\x97\xa5 "
+           "\xf0\x9f\x98\x80 \\ud83d\\ude00\", \"n\": {\"x\": [[], [{}]]}}"},
+    {NULL, " {\n  \"list\": [\n\t\t1,\r\n    2\n  ],\n  \"ok\": true\n}\n"},
+    {PERSON_SCHEMA, "{\"name\": \"Ann \\u00e9\", \"age\": -31, \"pets\": [\"cat\", 7, null], "
+                    "\"nick\": null, \"extra\": {\"any\": [1.5]}, \"kids\": [{\"name\": \"B\", "
+                    "\"age\": 2, \"pets\": [\"dog\"], \"nick\": \"b\"}]}"},
+    {PERSON_SCHEMA, "{\n  \"name\": \"\",\n  \"age\": 0,\n  \"pets\": [\n    \"dog\"\n  ]\n}"},
 };
 
 /* The bytes of token t (at most MAX_TOKEN_BYTES are used) and their count. */
@@ -58,8 +74,6 @@ static bool token_follows(const graft_model *m, const graft__json_syntax *s, int
     return n > 0;
 }
 
-/* At each `stride`-th prefix of each text, the mask leaves exactly the tokens brute force
- * allows, at their logits, and counts them. */
 static int32_t vocab_size(const graft_model *m)
 {
     graft_model_info info;
@@ -67,6 +81,8 @@ static int32_t vocab_size(const graft_model *m)
     return info.n_vocab;
 }
 
+/* At each `stride`-th prefix of each text, the mask leaves exactly the tokens brute force
+ * allows, at their logits, and counts them. */
 static void check_mask(const graft_model *m, int stride)
 {
     const int32_t n_vocab = vocab_size(m);
@@ -75,9 +91,15 @@ static void check_mask(const graft_model *m, int stride)
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
     assert_non_null(logits);
     for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        graft__json_schema *schema = NULL;
+        if (texts[k].schema != NULL)
+            assert_int_equal(graft__json_schema_compile(texts[k].schema,
+                                                        strlen(texts[k].schema), &schema, NULL),
+                             GRAFT_OK);
         graft__json_syntax s;
-        graft__json_syntax_init(&s);
-        size_t len = strlen(texts[k]);
+        graft__json_syntax_init_schema(&s, schema);
+        const char *text = texts[k].text;
+        size_t len = strlen(text);
         for (size_t at = 0; at <= len; at++) {
             if (at % (size_t)stride == 0 || at == len) {
                 for (int32_t t = 0; t < n_vocab; t++)
@@ -97,9 +119,10 @@ static void check_mask(const graft_model *m, int stride)
                 assert_true(at == len || expected > 0);
             }
             if (at < len)
-                assert_true(graft__json_syntax_feed(&s, (uint8_t)texts[k][at]));
+                assert_true(graft__json_syntax_feed(&s, (uint8_t)text[at]));
         }
         assert_true(graft__json_syntax_done(&s));
+        graft__json_schema_free(schema);
     }
     free(logits);
     graft__json_mask_free(mask);
@@ -360,8 +383,89 @@ static void test_sampled_json_is_well_formed_and_batch_invariant(void **state)
     graft_test_engine_end(e);
 }
 
+/* Whether v is an instance of PERSON_SCHEMA with its properties in the schema's order,
+ * checked here from the schema's text by hand. */
+static bool is_person(const json_t *v)
+{
+    static const char *const order[] = {"name", "age", "pets", "nick", "extra", "kids"};
+    if (!json_is_object(v))
+        return false;
+    size_t next = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach ((json_t *)v, key, value) {
+        while (next < 6 && strcmp(order[next], key) != 0)
+            next++;
+        if (next == 6)
+            return false; /* unknown, repeated or out of order */
+        next++;
+    }
+    const json_t *pets = json_object_get(v, "pets"), *nick = json_object_get(v, "nick");
+    const json_t *kids = json_object_get(v, "kids");
+    if (!json_is_string(json_object_get(v, "name")) ||
+        !json_is_integer(json_object_get(v, "age")) || !json_is_array(pets) ||
+        json_array_size(pets) < 1 || json_array_size(pets) > 3 ||
+        (nick != NULL && !json_is_string(nick) && !json_is_null(nick)) ||
+        (kids != NULL && !json_is_array(kids)))
+        return false;
+    for (size_t i = 0; i < json_array_size(pets); i++) {
+        const json_t *p = json_array_get(pets, i);
+        const char *name = json_string_value(p);
+        if (!(json_is_null(p) || (json_is_integer(p) && json_integer_value(p) == 7) ||
+              (name != NULL && (strcmp(name, "cat") == 0 || strcmp(name, "dog") == 0))))
+            return false;
+    }
+    for (size_t i = 0; i < json_array_size(kids); i++)
+        if (!is_person(json_array_get(kids, i)))
+            return false;
+    return true;
+}
+
+/* Sampled generations held to PERSON_SCHEMA: what ends "stop" is a person (checked by
+ * is_person, not by the recognizer), what runs out is MAX_NEW tokens of a prefix; the same
+ * seed gives the same tokens. */
+static void test_schema_generations(void **state)
+{
+    (void)state;
+    enum { SEEDS = 8 };
+    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    int people = 0;
+    for (int k = 0; k < SEEDS; k++) {
+        graft_logit_bias bias[16];
+        size_t n_bias;
+        graft_generate_config c = json_config(k == 0 ? 0.0f : 1.0f, (uint64_t)k, bias, &n_bias);
+        c.output_format = GRAFT_OUTPUT_JSON_SCHEMA;
+        c.json_schema = PERSON_SCHEMA;
+        c.json_schema_len = strlen(PERSON_SCHEMA);
+        run r, again;
+        start(e, &r, &c);
+        assert_int_equal(graft_generation_wait(r.gen), GRAFT_OK);
+        size_t n = 0;
+        const int32_t *out = graft_generation_tokens(r.gen, &n);
+        char text[MAX_NEW * MAX_TOKEN_BYTES];
+        size_t len = text_of(out, n, text, sizeof text);
+        if (graft_generation_finish_reason(r.gen) == GRAFT_FINISH_STOP) {
+            json_t *v = json_loadb(text, len, 0, NULL);
+            if (!is_person(v))
+                fail_msg("seed %d: not a person: %s", k, text);
+            json_decref(v);
+            people++;
+        } else {
+            assert_int_equal(n, MAX_NEW);
+        }
+        start(e, &again, &c);
+        assert_int_equal(graft_generation_wait(again.gen), GRAFT_OK);
+        assert_same_tokens(r.gen, again.gen);
+        release(&r);
+        release(&again);
+    }
+    assert_true(people >= SEEDS / 2);
+    graft_test_engine_end(e);
+}
+
 /* A JSON generation cut by max_new_tokens ends LENGTH with a well-formed prefix; an unknown
- * format is refused. */
+ * format, a schema format without a schema and a schema outside the subset are refused. */
 static void test_length_and_bad_format(void **state)
 {
     (void)state;
@@ -380,9 +484,16 @@ static void test_length_and_bad_format(void **state)
     text_of(out, n, text, sizeof text);
     assert_true(strchr(text, '{') != NULL);
     release(&r);
-    c.output_format = (graft_output_format)7;
+    c.output_format = GRAFT_OUTPUT_JSON_SCHEMA; /* without a schema */
     graft_session *s = graft_test_open_session(e);
     graft_generation *gen = NULL;
+    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.json_schema = "{\"type\": \"object\", \"minProperties\": 1}";
+    c.json_schema_len = strlen(c.json_schema);
+    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.output_format = (graft_output_format)7;
     assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
                      GRAFT_EINVAL);
     assert_null(gen);
@@ -397,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_mask_matches_brute_force_bpe),
         cmocka_unit_test(test_greedy_picks_best_continuing_token),
         cmocka_unit_test(test_sampled_json_is_well_formed_and_batch_invariant),
+        cmocka_unit_test(test_schema_generations),
         cmocka_unit_test(test_length_and_bad_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -34,61 +34,10 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "engine/json_output.h"
 #include "kv/kv.h"
 #include "model/model.h"
 #include "util/util.h"
-
-/* json_syntax.c: a recognizer of one JSON object (RFC 8259) fed a byte at a time, the
- * syntax GRAFT_OUTPUT_JSON_OBJECT holds a generation to. It accepts exactly the prefixes of
- * texts of the form: whitespace, an object, whitespace; with these limits beyond the RFC's
- * grammar, so that what it accepts is also accepted by strict parsers and cannot grow
- * without end on filler:
- *   - strings are valid UTF-8 (no overlong forms, surrogates or code points above
- *     U+10FFFF), control bytes (below 0x20) only escaped;
- *   - a \u escape of a high surrogate (D800-DBFF) must be followed at once by a \u escape
- *     of a low one (DC00-DFFF), and a low one never stands alone;
- *   - objects and arrays nest at most GRAFT__JSON_MAX_DEPTH deep;
- *   - whitespace between tokens (and before and after the object) is one space or tab, or
- *     one line break (LF or CR LF) followed by at most GRAFT__JSON_MAX_INDENT spaces and
- *     tabs: what compact and indented printers write, and no room for a model to pad.
- * The state is a plain value: copying it forks the recognizer. */
-enum { GRAFT__JSON_MAX_DEPTH = 64, GRAFT__JSON_MAX_INDENT = 32 };
-
-typedef struct graft__json_syntax {
-    uint64_t nest;    /* bit d: level d is an object (1) or an array (0) */
-    uint8_t depth;    /* open objects and arrays */
-    uint8_t mode;     /* what the next byte may be (json_syntax.c) */
-    uint8_t space;    /* what the current run of whitespace holds (json_syntax.c) */
-    uint8_t indent;   /* spaces and tabs after its line break */
-    uint8_t pending;  /* literal: bytes left; UTF-8: continuation bytes left; \u: hex left */
-    uint8_t lo, hi;   /* the range of the next UTF-8 continuation byte */
-    uint16_t code;    /* the \u escape's value so far */
-    const char *rest; /* a literal's remaining bytes (true, false, null) */
-    bool key;         /* the string being read is an object's key */
-    bool low_due;     /* a high surrogate was read: a \u low surrogate must follow */
-} graft__json_syntax;
-
-void graft__json_syntax_init(graft__json_syntax *s);
-/* Whether `byte` can follow what was fed; when it cannot, *s is left unspecified (feed a
- * copy to probe). */
-bool graft__json_syntax_feed(graft__json_syntax *s, uint8_t byte);
-/* Whether the object is complete (only whitespace may follow). */
-bool graft__json_syntax_done(const graft__json_syntax *s);
-/* Whether *s is inside a string at a character boundary, with no escape begun: any run of
- * complete UTF-8 characters without '"', '\\' or control bytes can follow. */
-bool graft__json_syntax_in_text(const graft__json_syntax *s);
-
-/* json_mask.c: the vocabulary indexed by bytes, to mask the tokens that cannot continue a
- * JSON text. Immutable once built; read by the engine thread. */
-typedef struct graft__json_mask graft__json_mask;
-int graft__json_mask_create(const graft__vocab *v, int32_t n_vocab, graft__json_mask **out);
-void graft__json_mask_free(graft__json_mask *m);
-/* Sets the logits of the tokens whose bytes cannot all follow *s to -INFINITY (tokens
- * without bytes included); returns how many tokens are left. */
-int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_syntax *s,
-                               float *logits);
-/* Feeds token's bytes to *s; false when they cannot all follow (or it has none). */
-bool graft__json_mask_feed(const graft__json_mask *m, graft__json_syntax *s, int32_t token);
 
 typedef enum graft__cmd_kind {
     GRAFT__CMD_OPEN,     /* blocking: open u.open (a new session) */
@@ -186,7 +135,8 @@ struct graft_generation {
     bool ignore_eog;
     int32_t max_new;
     graft_sampler *sampler;
-    bool json;               /* held to one JSON object (GRAFT_OUTPUT_JSON_OBJECT) */
+    bool json;               /* held to one JSON object (GRAFT_OUTPUT_JSON_OBJECT, _SCHEMA) */
+    graft__json_schema *schema;     /* GRAFT_OUTPUT_JSON_SCHEMA: the schema, compiled */
     graft__json_syntax json_syntax; /* what it generated so far, when json */
     graft_update_cb on_update;
     graft_settled_cb on_settled;

@@ -40,6 +40,7 @@ static void gen_destroy(graft_generation *gen)
     graft__free(gen->raw_logits);
     graft__free(gen->error);
     graft_sampler_free(gen->sampler);
+    graft__json_schema_free(gen->schema);
     pthread_cond_destroy(&gen->cv);
     pthread_mutex_destroy(&gen->mu);
     graft__free(gen);
@@ -74,7 +75,8 @@ static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
         c->top_logprobs > GRAFT_MAX_TOP_LOGPROBS || c->top_logprobs > m->hp.n_vocab ||
         (c->top_logprobs > 0 && !c->logprobs))
         return GRAFT_EINVAL;
-    if (c->output_format != GRAFT_OUTPUT_TEXT && c->output_format != GRAFT_OUTPUT_JSON_OBJECT)
+    if (c->output_format != GRAFT_OUTPUT_TEXT && c->output_format != GRAFT_OUTPUT_JSON_OBJECT &&
+        (c->output_format != GRAFT_OUTPUT_JSON_SCHEMA || c->json_schema == NULL))
         return GRAFT_EINVAL;
     return GRAFT_OK;
 }
@@ -119,7 +121,12 @@ static int gen_new(graft_session *s, const int32_t *tokens, size_t n,
         gen->raw_logits = graft__malloc((size_t)n_vocab * sizeof *gen->raw_logits);
         logprobs_lost = gen->logprobs == NULL || gen->raw_logits == NULL;
     }
-    int rc = graft_sampler_create(&c->sampling, n_vocab, &gen->sampler);
+    int rc = c->output_format != GRAFT_OUTPUT_JSON_SCHEMA
+                 ? GRAFT_OK
+                 : graft__json_schema_compile(c->json_schema, c->json_schema_len, &gen->schema,
+                                              NULL);
+    if (rc == GRAFT_OK)
+        rc = graft_sampler_create(&c->sampling, n_vocab, &gen->sampler);
     if (rc == GRAFT_OK)
         rc = graft_sampler_set_logit_bias(gen->sampler, c->logit_bias, c->n_logit_bias);
     if (rc == GRAFT_OK && (!gen->prompt || !gen->stop || !gen->out || logprobs_lost))
@@ -151,8 +158,8 @@ int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
     gen->n_stop = c->n_stop_tokens;
     gen->ignore_eog = c->ignore_eog != 0;
     gen->max_new = c->max_new_tokens;
-    gen->json = c->output_format == GRAFT_OUTPUT_JSON_OBJECT;
-    graft__json_syntax_init(&gen->json_syntax);
+    gen->json = c->output_format != GRAFT_OUTPUT_TEXT;
+    graft__json_syntax_init_schema(&gen->json_syntax, gen->schema);
     gen->on_update = on_update;
     gen->on_settled = on_settled;
     gen->user = user;

@@ -1,13 +1,29 @@
 /*
  * json_syntax.c: the byte-at-a-time recognizer of one JSON object that holds a generation
- * to GRAFT_OUTPUT_JSON_OBJECT (its contract and limits are in engine.h).
+ * to GRAFT_OUTPUT_JSON_OBJECT, and with a schema to GRAFT_OUTPUT_JSON_SCHEMA (the contract
+ * and limits are in json_output.h).
  *
  * The state is a mode (what the next byte may be), the stack of open objects and arrays as
  * bits, and the few counters a mode needs. A number has no closing byte: the byte after it
  * ends it and is then read as what follows a value. Only prefixes that some accepted text
  * continues are accepted, so a generation held to it can always finish.
+ *
+ * A schema is followed at the syntax's events: a value begins (its first byte picks the
+ * union's alternative and must suit the node; an object or array pushes a frame), a key
+ * begins (the properties it may name become candidates), a key, enum value or integer is
+ * read (each byte narrows the candidates), a comma or closer comes (a property must remain;
+ * every required one must have come; the item counts must fit), a value ends (a literal
+ * must be whole). Inside a value the schema leaves free (any value, any object) nothing but
+ * the syntax is checked until that value ends.
  */
 #include "engine/engine.h"
+
+/* How the current key or scalar is checked against the schema. */
+enum { CHECK_NONE, CHECK_NUMBER, CHECK_INTEGER, CHECK_LITERAL, CHECK_KEY };
+
+/* Digits a schema'd number may have in each part: an integer part of 18 digits fits a
+ * 64-bit integer, and an exponent of 2 a double, so every parser reads the value. */
+enum { MAX_INTEGER_DIGITS = 18, MAX_FRACTION_DIGITS = 18, MAX_EXPONENT_DIGITS = 2 };
 
 enum {
     M_START,       /* before the object: whitespace or '{' */
@@ -45,7 +61,14 @@ enum {
 
 void graft__json_syntax_init(graft__json_syntax *s)
 {
-    *s = (graft__json_syntax){.mode = M_START};
+    graft__json_syntax_init_schema(s, NULL);
+}
+
+void graft__json_syntax_init_schema(graft__json_syntax *s, const graft__json_schema *schema)
+{
+    *s = (graft__json_syntax){.mode = M_START, .schema = schema};
+    if (schema != NULL)
+        s->expect = schema->root;
 }
 
 bool graft__json_syntax_done(const graft__json_syntax *s)
@@ -55,7 +78,213 @@ bool graft__json_syntax_done(const graft__json_syntax *s)
 
 bool graft__json_syntax_in_text(const graft__json_syntax *s)
 {
-    return s->mode == M_STRING;
+    return s->mode == M_STRING &&
+           (s->schema == NULL || s->free_depth != 0 || s->check < CHECK_LITERAL);
+}
+
+/* ---- following the schema ---- */
+
+static bool schema_on(const graft__json_syntax *s)
+{
+    return s->schema != NULL && s->free_depth == 0;
+}
+
+static const graft__schema_node *node_of(const graft__json_syntax *s, uint16_t n)
+{
+    return &s->schema->nodes[n];
+}
+
+/* The open frame's node. */
+static const graft__schema_node *frame_node(const graft__json_syntax *s)
+{
+    return node_of(s, s->frames[s->n_frames - 1].node);
+}
+
+static uint64_t low_bits(uint32_t n)
+{
+    return n >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
+}
+
+static uint32_t text_len(const graft__json_schema *schema, uint32_t i)
+{
+    return schema->text_at[i + 1] - schema->text_at[i];
+}
+
+/* Of the candidate texts of node `matched`, those whose byte at pos is c. */
+static uint64_t narrow(const graft__json_syntax *s, uint8_t c)
+{
+    const graft__schema_node *n = node_of(s, s->matched);
+    uint64_t left = 0;
+    for (uint64_t bits = s->cand; bits != 0; bits &= bits - 1) {
+        uint32_t i = n->first + (uint32_t)__builtin_ctzll(bits);
+        if (s->pos < text_len(s->schema, i) &&
+            (uint8_t)s->schema->arena[s->schema->text_at[i] + s->pos] == c)
+            left |= bits & -bits;
+    }
+    return left;
+}
+
+/* The candidate read whole (its text is pos bytes long), or -1. */
+static int whole_candidate(const graft__json_syntax *s)
+{
+    const graft__schema_node *n = node_of(s, s->matched);
+    for (uint64_t bits = s->cand; bits != 0; bits &= bits - 1) {
+        int i = __builtin_ctzll(bits);
+        if (text_len(s->schema, n->first + (uint32_t)i) == s->pos)
+            return i;
+    }
+    return -1;
+}
+
+static bool push_frame(graft__json_syntax *s, uint16_t node)
+{
+    if (s->n_frames == GRAFT__SCHEMA_MAX_DEPTH)
+        return false;
+    s->frames[s->n_frames].node = node;
+    s->frames[s->n_frames++].count = 0;
+    return true;
+}
+
+/* A value begins with c where the schema expects node s->expect. */
+static bool schema_value_start(graft__json_syntax *s, uint8_t c)
+{
+    if (!schema_on(s))
+        return true;
+    if (s->n_frames > 0 && frame_node(s)->kind == GRAFT__SCHEMA_ARRAY) {
+        if (s->frames[s->n_frames - 1].count == frame_node(s)->max_items)
+            return false;
+        s->frames[s->n_frames - 1].count++;
+    }
+    uint16_t n = s->expect;
+    int class = graft__json_first_class(c);
+    if (node_of(s, n)->kind == GRAFT__SCHEMA_UNION) {
+        const graft__schema_node *u = node_of(s, n);
+        uint32_t i = 0;
+        while (i < u->count && !(node_of(s, s->schema->alts[u->first + i])->classes & class))
+            i++;
+        if (i == u->count)
+            return false;
+        n = s->schema->alts[u->first + i];
+    }
+    const graft__schema_node *node = node_of(s, n);
+    if (!(node->classes & class))
+        return false;
+    switch (node->kind) {
+    case GRAFT__SCHEMA_ANY:
+    case GRAFT__SCHEMA_ANY_OBJECT:
+        s->free_depth = (uint8_t)(s->depth + 1);
+        return true;
+    case GRAFT__SCHEMA_OBJECT:
+        return push_frame(s, n);
+    case GRAFT__SCHEMA_ARRAY:
+        s->expect = node->items;
+        return push_frame(s, n);
+    case GRAFT__SCHEMA_NUMBER:
+    case GRAFT__SCHEMA_INTEGER:
+        s->check = node->kind == GRAFT__SCHEMA_NUMBER ? CHECK_NUMBER : CHECK_INTEGER;
+        s->digits = c != '-';
+        return true;
+    case GRAFT__SCHEMA_LITERALS:
+        s->check = CHECK_LITERAL;
+        s->matched = n;
+        s->cand = low_bits(node->count);
+        s->pos = 0;
+        s->cand = narrow(s, c);
+        s->pos = 1;
+        return s->cand != 0;
+    default: /* string, boolean, null: the first byte's class says it all */
+        return true;
+    }
+}
+
+/* A key begins: the candidates are the properties from the next one that may come up to
+ * the first required one among them (properties come in the schema's order). */
+static bool schema_key_start(graft__json_syntax *s)
+{
+    if (!schema_on(s))
+        return true;
+    const graft__schema_node *n = frame_node(s);
+    uint32_t next = s->frames[s->n_frames - 1].count;
+    if (next >= n->count)
+        return false;
+    uint64_t remaining = low_bits(n->count) & ~low_bits(next);
+    uint64_t required = n->required & remaining;
+    s->cand = required ? remaining & low_bits((uint32_t)__builtin_ctzll(required) + 1)
+                       : remaining;
+    s->matched = s->frames[s->n_frames - 1].node;
+    s->pos = 0;
+    s->check = CHECK_KEY;
+    return true;
+}
+
+/* A key was read whole: its property is the next value's node. */
+static bool schema_key_end(graft__json_syntax *s)
+{
+    int i = whole_candidate(s);
+    if (i < 0)
+        return false;
+    const graft__schema_node *n = frame_node(s);
+    s->frames[s->n_frames - 1].count = (uint16_t)(i + 1);
+    s->expect = s->schema->value_of[n->first + (uint32_t)i];
+    s->check = CHECK_NONE;
+    return true;
+}
+
+/* A comma in the open object or array: another property or item must be able to come. */
+static bool schema_comma(graft__json_syntax *s)
+{
+    if (!schema_on(s))
+        return true;
+    const graft__schema_node *n = frame_node(s);
+    uint32_t count = s->frames[s->n_frames - 1].count;
+    if (n->kind == GRAFT__SCHEMA_ARRAY) {
+        s->expect = n->items;
+        return count < n->max_items;
+    }
+    return count < n->count;
+}
+
+/* The open object or array closes: every required property came; enough items came. */
+static bool schema_close(graft__json_syntax *s)
+{
+    if (!schema_on(s))
+        return true;
+    const graft__schema_node *n = frame_node(s);
+    uint32_t count = s->frames[--s->n_frames].count;
+    if (n->kind == GRAFT__SCHEMA_ARRAY)
+        return count >= n->min_items;
+    return (n->required & ~low_bits(count)) == 0;
+}
+
+/* A digit of a number (read before the syntax moves on) within its part's limit. */
+static bool digit_fits(graft__json_syntax *s, uint8_t c)
+{
+    if (c < '0' || c > '9')
+        return true;
+    bool more = s->mode == M_INTEGER || s->mode == M_FRACTION || s->mode == M_EXPONENT;
+    s->digits = more ? (uint8_t)(s->digits + 1) : 1;
+    if (s->mode == M_E || s->mode == M_EXP_SIGN || s->mode == M_EXPONENT)
+        return s->digits <= MAX_EXPONENT_DIGITS;
+    if (s->mode == M_POINT || s->mode == M_FRACTION)
+        return s->digits <= MAX_FRACTION_DIGITS;
+    return s->digits <= MAX_INTEGER_DIGITS;
+}
+
+/* A byte of a key, enum value or number, before the syntax reads it. */
+static bool schema_byte(graft__json_syntax *s, uint8_t c)
+{
+    bool number = s->mode >= M_MINUS && s->mode <= M_EXPONENT;
+    bool extends = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' ||
+                   c == '-';
+    if (number && !extends)
+        return true; /* the byte ends the number: value_end checks what was read */
+    if (s->check == CHECK_INTEGER && (c == '.' || c == 'e' || c == 'E'))
+        return false;
+    if (s->check == CHECK_NUMBER || s->check == CHECK_INTEGER)
+        return digit_fits(s, c);
+    s->cand = narrow(s, c);
+    s->pos++;
+    return s->cand != 0;
 }
 
 static bool is_digit(uint8_t c)
@@ -69,9 +298,20 @@ static bool in_object(const graft__json_syntax *s)
     return (s->nest >> (s->depth - 1)) & 1u;
 }
 
-static void value_end(graft__json_syntax *s)
+/* A value ended (its last byte read, or for a number the byte after it). */
+static bool value_end(graft__json_syntax *s)
 {
     s->mode = s->depth == 0 ? M_DONE : M_AFTER;
+    if (s->schema == NULL)
+        return true;
+    if (s->free_depth != 0) {
+        if (s->depth + 1 == s->free_depth)
+            s->free_depth = 0;
+        return true;
+    }
+    bool whole = s->check != CHECK_LITERAL || whole_candidate(s) >= 0;
+    s->check = CHECK_NONE;
+    return whole;
 }
 
 static bool open_container(graft__json_syntax *s, bool object)
@@ -89,9 +329,10 @@ static bool open_container(graft__json_syntax *s, bool object)
 
 static bool close_container(graft__json_syntax *s)
 {
+    if (!schema_close(s))
+        return false;
     s->depth--;
-    value_end(s);
-    return true;
+    return value_end(s);
 }
 
 static bool start_literal(graft__json_syntax *s, const char *rest)
@@ -105,12 +346,14 @@ static bool key_start(graft__json_syntax *s, uint8_t c)
 {
     s->key = true;
     s->mode = M_STRING;
-    return c == '"';
+    return c == '"' && schema_key_start(s);
 }
 
 /* The first byte of a value. */
 static bool value_start(graft__json_syntax *s, uint8_t c)
 {
+    if (!schema_value_start(s, c))
+        return false;
     switch (c) {
     case '"':
         s->key = false;
@@ -147,10 +390,9 @@ static bool value_start(graft__json_syntax *s, uint8_t c)
 static bool string_byte(graft__json_syntax *s, uint8_t c)
 {
     if (c == '"') {
-        if (s->key)
-            s->mode = M_COLON;
-        else
-            value_end(s);
+        if (!s->key)
+            return value_end(s);
+        s->mode = M_COLON;
         return true;
     }
     if (c == '\\') {
@@ -208,22 +450,29 @@ static bool escape_byte(graft__json_syntax *s, uint8_t c)
     }
 }
 
+/* A hex digit of a \u escape: a low surrogate (DC00-DFFF) must come exactly where one is
+ * due, which the first two digits decide, so a wrong one is refused at its first digit that
+ * rules it out. */
 static bool hex_byte(graft__json_syntax *s, uint8_t c)
 {
     int v = graft__hex_digit(c);
     if (v < 0)
         return false;
     s->code = (uint16_t)(s->code << 4 | (unsigned)v);
-    if (--s->pending > 0)
+    s->pending--;
+    if (s->pending == 3 && s->low_due && s->code != 0xD)
+        return false;
+    if (s->pending == 2 && s->low_due != (s->code >= 0xDC && s->code <= 0xDF))
+        return false;
+    if (s->pending > 0)
         return true;
     bool high = s->code >= 0xD800 && s->code <= 0xDBFF;
-    bool low = s->code >= 0xDC00 && s->code <= 0xDFFF;
-    if (s->low_due != low)
-        return false;
     s->low_due = high;
     s->mode = high ? M_LOW_SLASH : M_STRING;
     return true;
 }
+
+static bool syntax_byte(graft__json_syntax *s, uint8_t c);
 
 /* A byte while reading a number: a byte that cannot extend it ends it when it may end. */
 static bool number_byte(graft__json_syntax *s, uint8_t c)
@@ -265,8 +514,7 @@ static bool number_byte(graft__json_syntax *s, uint8_t c)
         s->mode = M_E;
         return true;
     }
-    value_end(s);
-    return graft__json_syntax_feed(s, c);
+    return value_end(s) && syntax_byte(s, c);
 }
 
 /* A whitespace byte between tokens, if the run can hold it. */
@@ -304,7 +552,7 @@ static bool structural_byte(graft__json_syntax *s, uint8_t c)
     s->space = S_NONE;
     switch (s->mode) {
     case M_START:
-        return c == '{' && open_container(s, true);
+        return c == '{' && schema_value_start(s, c) && open_container(s, true);
     case M_OBJECT_OPEN:
         return c == '}' ? close_container(s) : key_start(s, c);
     case M_KEY:
@@ -319,7 +567,7 @@ static bool structural_byte(graft__json_syntax *s, uint8_t c)
     case M_AFTER:
         if (c == ',') {
             s->mode = in_object(s) ? M_KEY : M_VALUE;
-            return true;
+            return schema_comma(s);
         }
         return c == (in_object(s) ? '}' : ']') && close_container(s);
     default: /* M_DONE */
@@ -327,7 +575,8 @@ static bool structural_byte(graft__json_syntax *s, uint8_t c)
     }
 }
 
-bool graft__json_syntax_feed(graft__json_syntax *s, uint8_t c)
+/* The byte as JSON syntax (with the schema's checks at its events). */
+static bool syntax_byte(graft__json_syntax *s, uint8_t c)
 {
     switch (s->mode) {
     case M_STRING:
@@ -355,9 +604,7 @@ bool graft__json_syntax_feed(graft__json_syntax *s, uint8_t c)
     case M_LITERAL:
         if (c != (uint8_t)*s->rest)
             return false;
-        if (*++s->rest == '\0')
-            value_end(s);
-        return true;
+        return *++s->rest != '\0' || value_end(s);
     case M_MINUS:
     case M_ZERO:
     case M_INTEGER:
@@ -370,4 +617,14 @@ bool graft__json_syntax_feed(graft__json_syntax *s, uint8_t c)
     default:
         return structural_byte(s, c);
     }
+}
+
+bool graft__json_syntax_feed(graft__json_syntax *s, uint8_t c)
+{
+    bool checked = schema_on(s) && s->check != CHECK_NONE;
+    if (checked && !schema_byte(s, c))
+        return false;
+    if (!syntax_byte(s, c))
+        return false;
+    return !(checked && s->check == CHECK_KEY && s->mode == M_COLON) || schema_key_end(s);
 }

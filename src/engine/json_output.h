@@ -1,0 +1,156 @@
+/*
+ * json_output.h: holding a generation's output to JSON (GRAFT_OUTPUT_JSON_OBJECT and
+ * GRAFT_OUTPUT_JSON_SCHEMA): the recognizer, the schemas it can follow, and the mask of the
+ * tokens that can continue a text. Part of the engine's internal interface (engine.h).
+ */
+#ifndef GRAFT_JSON_OUTPUT_H
+#define GRAFT_JSON_OUTPUT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tokenizer/tokenizer.h"
+
+/* json_schema.c: a JSON schema compiled for the recognizer. The subset (what OpenAI's
+ * structured outputs and pydantic / zod write): type (a name or a list of names), properties
+ * and required (the properties are generated in the order the schema lists them; ones not
+ * listed are never generated, whatever additionalProperties says), items, minItems,
+ * maxItems, enum and const (strings, numbers, booleans, null), anyOf / oneOf whose
+ * alternatives begin differently (an object, an array, a string, a number, a boolean,
+ * null: the first byte of a value picks one), allOf of one schema, $ref to "#" or into
+ * $defs / definitions. Annotations (title, description, default, examples, $schema, $id,
+ * $comment, deprecated, readOnly, writeOnly) are ignored. Any other keyword restricts
+ * values in a way the recognizer does not hold to, so compiling refuses it, naming it. The
+ * root must be an object schema. A number the schema types has at most 18 digits before
+ * its point, 18 after it and 2 in its exponent, so that every parser reads it (64-bit
+ * integers exactly). */
+enum {
+    GRAFT__SCHEMA_MAX_DEPTH = 32,  /* nested objects and arrays a schema'd text opens */
+    GRAFT__SCHEMA_MAX_TEXTS = 64,  /* properties of an object, values of an enum */
+    GRAFT__SCHEMA_MAX_NODES = 4096
+};
+
+typedef enum graft__schema_kind {
+    GRAFT__SCHEMA_ANY,        /* any value */
+    GRAFT__SCHEMA_ANY_OBJECT, /* any object */
+    GRAFT__SCHEMA_OBJECT,     /* the properties texts[first, first + count) */
+    GRAFT__SCHEMA_ARRAY,
+    GRAFT__SCHEMA_STRING,
+    GRAFT__SCHEMA_NUMBER,
+    GRAFT__SCHEMA_INTEGER,
+    GRAFT__SCHEMA_BOOLEAN,
+    GRAFT__SCHEMA_NULL,
+    GRAFT__SCHEMA_LITERALS,   /* one of the values texts[first, first + count) */
+    GRAFT__SCHEMA_UNION       /* one of the nodes alts[first, first + count), told apart by
+                                 the first byte of the value */
+} graft__schema_kind;
+
+typedef struct graft__schema_node {
+    graft__schema_kind kind;
+    uint8_t classes;    /* the classes of first bytes its values can have (a union's, once
+                           its alternatives are compiled) */
+    uint32_t first, count;
+    uint64_t required;  /* object: bit i set when property first + i is required */
+    uint16_t items;     /* array: the node of its items */
+    uint32_t min_items, max_items;
+} graft__schema_node;
+
+struct graft__json_schema {
+    graft__schema_node *nodes; /* nodes[0] is the root */
+    uint32_t n_nodes;
+    /* A property's text is its name as JSON writes it, without the opening quote and with
+     * the closing one (what follows the '"' that opens a key); a literal's is its compact
+     * JSON. text i is arena[text_at[i], text_at[i + 1]). */
+    char *arena;
+    uint32_t *text_at;
+    uint16_t *value_of; /* (per text) a property's node; unused for literals */
+    uint32_t n_texts;
+    uint16_t *alts;
+    uint32_t n_alts;
+    uint16_t root;
+};
+
+/* The class of values a first byte begins (a bit: object, array, string, number, boolean,
+ * null), or 0 when no value begins with it. */
+int graft__json_first_class(uint8_t byte);
+typedef struct graft__json_schema graft__json_schema;
+
+/* GRAFT_OK, GRAFT_EINVAL (not JSON, or a schema outside the subset, with *errmsg saying
+ * which keyword at which JSON path), GRAFT_ENOMEM. errmsg may be NULL. */
+int graft__json_schema_compile(const char *text, size_t len, graft__json_schema **out,
+                               char **errmsg);
+void graft__json_schema_free(graft__json_schema *schema);
+
+/* json_syntax.c: a recognizer of one JSON object (RFC 8259) fed a byte at a time, the
+ * syntax GRAFT_OUTPUT_JSON_OBJECT holds a generation to (and, with a schema,
+ * GRAFT_OUTPUT_JSON_SCHEMA: then it accepts exactly the prefixes of texts that are also
+ * instances of the schema, as json_schema.c reads it). It accepts exactly the prefixes of
+ * texts of the form: whitespace, an object, whitespace; with these limits beyond the RFC's
+ * grammar, so that what it accepts is also accepted by strict parsers and cannot grow
+ * without end on filler:
+ *   - strings are valid UTF-8 (no overlong forms, surrogates or code points above
+ *     U+10FFFF), control bytes (below 0x20) only escaped;
+ *   - a \u escape of a high surrogate (D800-DBFF) must be followed at once by a \u escape
+ *     of a low one (DC00-DFFF), and a low one never stands alone;
+ *   - objects and arrays nest at most GRAFT__JSON_MAX_DEPTH deep;
+ *   - whitespace between tokens (and before and after the object) is one space or tab, or
+ *     one line break (LF or CR LF) followed by at most GRAFT__JSON_MAX_INDENT spaces and
+ *     tabs: what compact and indented printers write, and no room for a model to pad.
+ * The state is a plain value: copying it forks the recognizer. */
+enum { GRAFT__JSON_MAX_DEPTH = 64, GRAFT__JSON_MAX_INDENT = 32 };
+
+typedef struct graft__json_syntax {
+    uint64_t nest;    /* bit d: level d is an object (1) or an array (0) */
+    uint8_t depth;    /* open objects and arrays */
+    uint8_t mode;     /* what the next byte may be (json_syntax.c) */
+    uint8_t space;    /* what the current run of whitespace holds (json_syntax.c) */
+    uint8_t indent;   /* spaces and tabs after its line break */
+    uint8_t pending;  /* literal: bytes left; UTF-8: continuation bytes left; \u: hex left */
+    uint8_t lo, hi;   /* the range of the next UTF-8 continuation byte */
+    uint16_t code;    /* the \u escape's value so far */
+    const char *rest; /* a literal's remaining bytes (true, false, null) */
+    bool key;         /* the string being read is an object's key */
+    bool low_due;     /* a high surrogate was read: a \u low surrogate must follow */
+
+    /* With a schema (json_syntax.c). */
+    const graft__json_schema *schema; /* NULL: any object */
+    uint16_t expect;  /* the node the next value must match */
+    uint8_t check;    /* how the current scalar or key is checked */
+    uint8_t digits;   /* a number: the digits of its current part */
+    uint8_t free_depth; /* inside a value the schema leaves free: the depth it began at + 1 */
+    uint16_t matched; /* key or literal: the node whose texts it is matched against, ... */
+    uint16_t pos;     /* ... the bytes matched so far, ... */
+    uint64_t cand;    /* ... and the texts still possible (bit i: text i) */
+    uint8_t n_frames; /* the schema'd objects and arrays open */
+    struct {
+        uint16_t node;  /* the object or array node */
+        uint16_t count; /* object: the index of the next property that may come; array: the
+                           items begun */
+    } frames[GRAFT__SCHEMA_MAX_DEPTH];
+} graft__json_syntax;
+
+void graft__json_syntax_init(graft__json_syntax *s);
+/* The same, for the instances of schema (which must outlive the state and its copies). */
+void graft__json_syntax_init_schema(graft__json_syntax *s, const graft__json_schema *schema);
+/* Whether `byte` can follow what was fed; when it cannot, *s is left unspecified (feed a
+ * copy to probe). */
+bool graft__json_syntax_feed(graft__json_syntax *s, uint8_t byte);
+/* Whether the object is complete (only whitespace may follow). */
+bool graft__json_syntax_done(const graft__json_syntax *s);
+/* Whether *s is inside a string at a character boundary, with no escape begun: any run of
+ * complete UTF-8 characters without '"', '\\' or control bytes can follow. */
+bool graft__json_syntax_in_text(const graft__json_syntax *s);
+
+/* json_mask.c: the vocabulary indexed by bytes, to mask the tokens that cannot continue a
+ * JSON text. Immutable once built; read by the engine thread. */
+typedef struct graft__json_mask graft__json_mask;
+int graft__json_mask_create(const graft__vocab *v, int32_t n_vocab, graft__json_mask **out);
+void graft__json_mask_free(graft__json_mask *m);
+/* Sets the logits of the tokens whose bytes cannot all follow *s to -INFINITY (tokens
+ * without bytes included); returns how many tokens are left. */
+int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_syntax *s,
+                               float *logits);
+/* Feeds token's bytes to *s; false when they cannot all follow (or it has none). */
+bool graft__json_mask_feed(const graft__json_mask *m, graft__json_syntax *s, int32_t token);
+
+#endif /* GRAFT_JSON_OUTPUT_H */

@@ -1,0 +1,580 @@
+/*
+ * json_schema.c: compiling a JSON schema (the subset json_output.h lists) into the nodes the
+ * recognizer follows (json_syntax.c).
+ *
+ * Each schema object becomes one node, found again by its address when a $ref leads back to
+ * it, so recursive schemas compile to cyclic nodes. A keyword outside the subset is refused
+ * rather than ignored: a schema the output would not be held to is worse than a clear
+ * error. Property names and enum values become texts, the bytes the recognizer matches: a
+ * name as JSON writes it (its closing quote included, its opening one not), a value as its
+ * compact JSON. Alternatives of a union must begin with bytes of different classes, so the
+ * first byte of a value picks one and the recognizer never follows two at once.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+/* The classes of first bytes of values: a union's alternatives must not share one. */
+enum { C_OBJECT = 1, C_ARRAY = 2, C_STRING = 4, C_NUMBER = 8, C_BOOLEAN = 16, C_NULL = 32,
+       C_ALL = 63 };
+
+typedef struct compiler {
+    graft__json_schema *out;
+    json_t *root;
+    const json_t **seen; /* (n_nodes) the schema object each node came from */
+    uint32_t cap_nodes, cap_texts, cap_alts;
+    size_t arena_len, arena_cap;
+    char **errmsg;
+    int status;
+    int depth; /* compile calls under way: nesting, and $refs followed */
+} compiler;
+
+enum { MAX_NESTING = 64 };
+
+static const char *const annotations[] = {"title", "description", "default", "examples",
+                                          "$schema", "$id", "$comment", "deprecated",
+                                          "readOnly", "writeOnly", "$defs", "definitions"};
+static const char *const keywords[] = {"type", "properties", "required",
+                                       "additionalProperties", "items", "minItems",
+                                       "maxItems", "enum", "const", "anyOf", "oneOf", "allOf",
+                                       "$ref"};
+
+static bool listed(const char *key, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(key, names[i]) == 0)
+            return true;
+    return false;
+}
+
+#define LISTED(key, names) listed(key, names, sizeof names / sizeof names[0])
+
+static int fail(compiler *c, const char *path, const char *fmt, const char *what)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, fmt, what);
+    c->status = graft__errmsg(c->errmsg, GRAFT_EINVAL, "json_schema%s: %s", path, msg);
+    return -1;
+}
+
+static int out_of_memory(compiler *c)
+{
+    c->status = graft__errmsg(c->errmsg, GRAFT_ENOMEM, "json_schema: out of memory");
+    return -1;
+}
+
+/* The classes of first bytes a node of `kind` takes (literals and unions: none until their
+ * texts or alternatives are in). */
+static uint8_t classes_of_kind(graft__schema_kind kind)
+{
+    switch (kind) {
+    case GRAFT__SCHEMA_ANY:
+        return C_ALL;
+    case GRAFT__SCHEMA_ANY_OBJECT:
+    case GRAFT__SCHEMA_OBJECT:
+        return C_OBJECT;
+    case GRAFT__SCHEMA_ARRAY:
+        return C_ARRAY;
+    case GRAFT__SCHEMA_STRING:
+        return C_STRING;
+    case GRAFT__SCHEMA_NUMBER:
+    case GRAFT__SCHEMA_INTEGER:
+        return C_NUMBER;
+    case GRAFT__SCHEMA_BOOLEAN:
+        return C_BOOLEAN;
+    case GRAFT__SCHEMA_NULL:
+        return C_NULL;
+    default:
+        return 0;
+    }
+}
+
+int graft__json_first_class(uint8_t c)
+{
+    switch (c) {
+    case '{':
+        return C_OBJECT;
+    case '[':
+        return C_ARRAY;
+    case '"':
+        return C_STRING;
+    case 't':
+    case 'f':
+        return C_BOOLEAN;
+    case 'n':
+        return C_NULL;
+    default:
+        return c == '-' || (c >= '0' && c <= '9') ? C_NUMBER : 0;
+    }
+}
+
+/* A new node of `kind` for schema object `from` (NULL: not reachable by a $ref); its index,
+ * or -1. */
+static int new_node(compiler *c, const json_t *from, graft__schema_kind kind)
+{
+    graft__json_schema *s = c->out;
+    if (s->n_nodes == GRAFT__SCHEMA_MAX_NODES)
+        return fail(c, "", "more than %s nodes", "4096");
+    if (s->n_nodes == c->cap_nodes) {
+        size_t cap = c->cap_nodes ? 2u * c->cap_nodes : 16u;
+        graft__schema_node *nodes = graft__realloc_array(s->nodes, cap, sizeof *nodes);
+        if (nodes == NULL)
+            return out_of_memory(c);
+        s->nodes = nodes;
+        const json_t **seen = graft__realloc_array(c->seen, cap, sizeof *seen);
+        if (seen == NULL)
+            return out_of_memory(c);
+        c->seen = seen;
+        c->cap_nodes = (uint32_t)cap;
+    }
+    s->nodes[s->n_nodes] = (graft__schema_node){.kind = kind, .classes = classes_of_kind(kind),
+                                                .max_items = UINT32_MAX};
+    c->seen[s->n_nodes] = from;
+    return (int)s->n_nodes++;
+}
+
+/* Appends a text (and, for a property, its value's node); its index, or -1. */
+static int add_text(compiler *c, const char *bytes, size_t len, uint16_t value)
+{
+    graft__json_schema *s = c->out;
+    if (s->n_texts + 1 >= c->cap_texts) {
+        size_t cap = c->cap_texts ? 2u * c->cap_texts : 32u;
+        uint32_t *at = graft__realloc_array(s->text_at, cap, sizeof *at);
+        if (at == NULL)
+            return out_of_memory(c);
+        s->text_at = at;
+        uint16_t *values = graft__realloc_array(s->value_of, cap, sizeof *values);
+        if (values == NULL)
+            return out_of_memory(c);
+        s->value_of = values;
+        c->cap_texts = (uint32_t)cap;
+    }
+    if (c->arena_len + len > c->arena_cap) {
+        size_t cap = 2 * (c->arena_len + len) + 64;
+        char *arena = graft__realloc(s->arena, cap);
+        if (arena == NULL)
+            return out_of_memory(c);
+        s->arena = arena;
+        c->arena_cap = cap;
+    }
+    memcpy(s->arena + c->arena_len, bytes, len);
+    s->text_at[s->n_texts] = (uint32_t)c->arena_len;
+    c->arena_len += len;
+    s->text_at[s->n_texts + 1] = (uint32_t)c->arena_len;
+    s->value_of[s->n_texts] = value;
+    return (int)s->n_texts++;
+}
+
+static int add_alt(compiler *c, uint16_t node)
+{
+    graft__json_schema *s = c->out;
+    if (s->n_alts == c->cap_alts) {
+        size_t cap = c->cap_alts ? 2u * c->cap_alts : 8u;
+        uint16_t *alts = graft__realloc_array(s->alts, cap, sizeof *alts);
+        if (alts == NULL)
+            return out_of_memory(c);
+        s->alts = alts;
+        c->cap_alts = (uint32_t)cap;
+    }
+    s->alts[s->n_alts++] = node;
+    return 0;
+}
+
+static int compile(compiler *c, const json_t *schema, const char *path);
+static int compile_schema(compiler *c, const json_t *schema, const char *path);
+
+/* path + suffix, for messages (cut to fit). */
+static void join(char *buf, size_t cap, const char *path, const char *fmt, const char *key)
+{
+    int n = snprintf(buf, cap, "%s", path);
+    snprintf(buf + n, cap - (size_t)n, fmt, key);
+}
+
+/* The schema a "$ref" names: "#" (the root), or "#/$defs/Name" or "#/definitions/Name" (a
+ * name with "~1" for '/' and "~0" for '~', as JSON pointers write them). */
+static const json_t *resolve(compiler *c, const char *ref)
+{
+    if (strcmp(ref, "#") == 0)
+        return c->root;
+    static const char *const pointers[] = {"#/$defs/", "#/definitions/"};
+    static const char *const folders[] = {"$defs", "definitions"};
+    for (size_t f = 0; f < 2; f++) {
+        size_t prefix = strlen(pointers[f]);
+        if (strncmp(ref, pointers[f], prefix) != 0 || strchr(ref + prefix, '/') != NULL)
+            continue;
+        char name[256];
+        size_t n = 0;
+        for (const char *q = ref + prefix; *q != '\0' && n + 1 < sizeof name; q++) {
+            bool escape = q[0] == '~' && (q[1] == '0' || q[1] == '1');
+            name[n++] = escape ? (q[1] == '0' ? '~' : '/') : *q;
+            q += escape;
+        }
+        name[n] = '\0';
+        return json_object_get(json_object_get(c->root, folders[f]), name);
+    }
+    return NULL;
+}
+
+static bool integer_in(const json_t *v, json_int_t lo, json_int_t hi)
+{
+    return json_is_integer(v) && json_integer_value(v) >= lo && json_integer_value(v) <= hi;
+}
+
+static int compile_object(compiler *c, const json_t *schema, int node, const char *path)
+{
+    const json_t *props = json_object_get(schema, "properties");
+    const json_t *required = json_object_get(schema, "required");
+    const json_t *extra = json_object_get(schema, "additionalProperties");
+    char sub[512];
+    if (props == NULL) {
+        if (required != NULL && json_array_size(required) > 0)
+            return fail(c, path, "'%s' names properties the schema does not list", "required");
+        c->out->nodes[node].kind =
+            json_is_false(extra) ? GRAFT__SCHEMA_OBJECT : GRAFT__SCHEMA_ANY_OBJECT;
+        return node;
+    }
+    if (!json_is_object(props))
+        return fail(c, path, "'%s' must be an object", "properties");
+    if (json_object_size(props) > GRAFT__SCHEMA_MAX_TEXTS)
+        return fail(c, path, "more than %s properties", "64");
+    if (required != NULL && !json_is_array(required))
+        return fail(c, path, "'%s' must be an array of names", "required");
+    /* The names first, as consecutive texts; then the values' nodes. */
+    uint32_t first = c->out->n_texts;
+    const char *name;
+    const json_t *value;
+    json_object_foreach ((json_t *)props, name, value) {
+        json_t *s = json_string(name);
+        char *text = s ? json_dumps(s, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        json_decref(s);
+        if (text == NULL)
+            return out_of_memory(c);
+        int rc = add_text(c, text + 1, strlen(text) - 1, 0);
+        free(text);
+        if (rc < 0)
+            return -1;
+    }
+    c->out->nodes[node].first = first;
+    c->out->nodes[node].count = (uint32_t)json_object_size(props);
+    uint32_t i = 0;
+    json_object_foreach ((json_t *)props, name, value) {
+        join(sub, sizeof sub, path, ".properties.%.200s", name);
+        int v = compile(c, value, sub);
+        if (v < 0)
+            return -1;
+        c->out->value_of[first + i++] = (uint16_t)v;
+    }
+    for (size_t r = 0; r < json_array_size(required); r++) {
+        const char *want = json_string_value(json_array_get(required, r));
+        if (want == NULL)
+            return fail(c, path, "'%s' must be an array of names", "required");
+        const json_t *k;
+        size_t at = 0;
+        bool found = false;
+        json_object_foreach ((json_t *)props, name, k) {
+            if (strcmp(name, want) == 0) {
+                c->out->nodes[node].required |= UINT64_C(1) << at;
+                found = true;
+            }
+            at++;
+        }
+        if (!found)
+            return fail(c, path, "required '%.200s' is not among the properties", want);
+    }
+    return node;
+}
+
+static int compile_array(compiler *c, const json_t *schema, int node, const char *path)
+{
+    const json_t *items = json_object_get(schema, "items");
+    const json_t *lo = json_object_get(schema, "minItems"), *hi = json_object_get(schema, "maxItems");
+    if ((lo != NULL && !integer_in(lo, 0, UINT32_MAX - 1)) ||
+        (hi != NULL && !integer_in(hi, 0, UINT32_MAX - 1)))
+        return fail(c, path, "'%s' must be a count", lo && !integer_in(lo, 0, UINT32_MAX - 1)
+                                                         ? "minItems" : "maxItems");
+    uint32_t min = lo ? (uint32_t)json_integer_value(lo) : 0;
+    uint32_t max = hi ? (uint32_t)json_integer_value(hi) : UINT32_MAX;
+    if (min > max)
+        return fail(c, path, "'%s' is above maxItems", "minItems");
+    char sub[512];
+    join(sub, sizeof sub, path, "%s", ".items");
+    int item = items == NULL ? new_node(c, NULL, GRAFT__SCHEMA_ANY) : compile(c, items, sub);
+    if (item < 0)
+        return -1;
+    graft__schema_node *n = &c->out->nodes[node];
+    n->items = (uint16_t)item;
+    n->min_items = min;
+    n->max_items = max;
+    return node;
+}
+
+static bool type_named(const char *type, graft__schema_kind *kind)
+{
+    static const struct {
+        const char *name;
+        graft__schema_kind kind;
+    } types[] = {{"object", GRAFT__SCHEMA_OBJECT}, {"array", GRAFT__SCHEMA_ARRAY},
+                 {"string", GRAFT__SCHEMA_STRING}, {"number", GRAFT__SCHEMA_NUMBER},
+                 {"integer", GRAFT__SCHEMA_INTEGER}, {"boolean", GRAFT__SCHEMA_BOOLEAN},
+                 {"null", GRAFT__SCHEMA_NULL}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (type != NULL && strcmp(type, types[i].name) == 0) {
+            *kind = types[i].kind;
+            return true;
+        }
+    return false;
+}
+
+/* A node of one type for schema (the keywords of that type applied). */
+static int compile_typed(compiler *c, const json_t *schema, const json_t *from,
+                         graft__schema_kind kind, const char *path)
+{
+    int node = new_node(c, from, kind);
+    if (node < 0)
+        return -1;
+    if (kind == GRAFT__SCHEMA_OBJECT)
+        return compile_object(c, schema, node, path);
+    if (kind == GRAFT__SCHEMA_ARRAY)
+        return compile_array(c, schema, node, path);
+    return node;
+}
+
+/* Whether literal value v is of a type the schema's "type" (absent: any) allows. */
+static bool literal_typed(const json_t *type, const json_t *v)
+{
+    if (type == NULL)
+        return true;
+    for (size_t i = 0; i < (json_is_array(type) ? json_array_size(type) : 1); i++) {
+        const char *t = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
+        if (t == NULL)
+            continue;
+        if ((strcmp(t, "string") == 0 && json_is_string(v)) ||
+            (strcmp(t, "number") == 0 && json_is_number(v)) ||
+            (strcmp(t, "integer") == 0 && json_is_integer(v)) ||
+            (strcmp(t, "boolean") == 0 && json_is_boolean(v)) ||
+            (strcmp(t, "null") == 0 && json_is_null(v)))
+            return true;
+    }
+    return false;
+}
+
+/* enum or const: the values (scalars) as texts. */
+static int compile_literals(compiler *c, const json_t *schema, const char *path)
+{
+    const json_t *one = json_object_get(schema, "const"), *values = json_object_get(schema, "enum");
+    if (values != NULL && (!json_is_array(values) || json_array_size(values) == 0))
+        return fail(c, path, "'%s' must be a non-empty array", "enum");
+    int node = new_node(c, schema, GRAFT__SCHEMA_LITERALS);
+    if (node < 0)
+        return -1;
+    const json_t *type = json_object_get(schema, "type");
+    uint32_t first = c->out->n_texts, count = 0;
+    size_t n = one != NULL ? 1 : json_array_size(values);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = one != NULL ? one : json_array_get(values, i);
+        if (json_is_object(v) || json_is_array(v))
+            return fail(c, path, "'%s' holds an object or array: only scalars are supported",
+                        one ? "const" : "enum");
+        if (!literal_typed(type, v) || (one != NULL && values != NULL))
+            continue;
+        if (count == GRAFT__SCHEMA_MAX_TEXTS)
+            return fail(c, path, "'%s' has more than 64 values", "enum");
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (text == NULL)
+            return out_of_memory(c);
+        c->out->nodes[node].classes |= (uint8_t)graft__json_first_class((uint8_t)text[0]);
+        int rc = add_text(c, text, strlen(text), 0);
+        free(text);
+        if (rc < 0)
+            return -1;
+        count++;
+    }
+    if (count == 0)
+        return fail(c, path, "'%s' leaves no value of the schema's type", one ? "const" : "enum");
+    c->out->nodes[node].first = first;
+    c->out->nodes[node].count = count;
+    return node;
+}
+
+/* A union of the nodes made by `alt` for each of n alternatives, checked to begin
+ * differently; a single alternative is returned as is. */
+static int compile_union(compiler *c, const json_t *schema, const json_t *list, size_t n,
+                         const char *key, const char *path)
+{
+    uint16_t nodes[GRAFT__SCHEMA_MAX_TEXTS];
+    if (n == 0 || n > GRAFT__SCHEMA_MAX_TEXTS)
+        return fail(c, path, "'%s' must list 1 to 64 alternatives", key);
+    if (n == 1 && strcmp(key, "type") != 0)
+        return compile(c, json_array_get(list, 0), path);
+    /* The union's node first, so that a $ref back to this schema finds it. */
+    int node = n == 1 ? 0 : new_node(c, schema, GRAFT__SCHEMA_UNION);
+    if (node < 0)
+        return -1;
+    char sub[512];
+    int seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        int alt;
+        graft__schema_kind kind;
+        const json_t *item = json_array_get(list, i);
+        if (strcmp(key, "type") == 0) {
+            if (!type_named(json_string_value(item), &kind))
+                return fail(c, path, "'type' lists '%.40s', not a JSON type",
+                            json_string_value(item) ? json_string_value(item) : "?");
+            alt = compile_typed(c, schema, n == 1 ? schema : NULL, kind, path);
+        } else {
+            snprintf(sub, sizeof sub, "%s.%s[%zu]", path, key, i);
+            alt = compile(c, item, sub);
+        }
+        if (alt < 0)
+            return -1;
+        int classes = c->out->nodes[alt].classes;
+        if (classes & seen)
+            return fail(c, path, "'%s' has alternatives that begin alike (two objects, two "
+                        "arrays, two strings...): the first byte of a value must pick one",
+                        key);
+        seen |= classes;
+        nodes[i] = (uint16_t)alt;
+    }
+    if (n == 1)
+        return nodes[0];
+    c->out->nodes[node].first = c->out->n_alts;
+    c->out->nodes[node].count = (uint32_t)n;
+    c->out->nodes[node].classes = (uint8_t)seen;
+    for (size_t i = 0; i < n; i++)
+        if (add_alt(c, nodes[i]) < 0)
+            return -1;
+    return node;
+}
+
+/* Only annotations may stand beside a keyword that replaces the schema ($ref, anyOf...). */
+static int check_alone(compiler *c, const json_t *schema, const char *key, const char *path)
+{
+    const char *k;
+    const json_t *v;
+    json_object_foreach ((json_t *)schema, k, v) {
+        if (strcmp(k, key) != 0 && !LISTED(k, annotations)) {
+            char what[128];
+            snprintf(what, sizeof what, "'%.40s' beside '%s'", k, key);
+            return fail(c, path, "%s is not supported", what);
+        }
+    }
+    return 0;
+}
+
+/* The node for schema (memoised by address, so $ref cycles close). */
+static int compile(compiler *c, const json_t *schema, const char *path)
+{
+    for (uint32_t i = 0; i < c->out->n_nodes; i++)
+        if (c->seen[i] == schema)
+            return (int)i;
+    if (c->depth == MAX_NESTING)
+        return fail(c, path, "the schema nests or refers more than %s deep", "64");
+    c->depth++;
+    int node = compile_schema(c, schema, path);
+    c->depth--;
+    return node;
+}
+
+static int compile_schema(compiler *c, const json_t *schema, const char *path)
+{
+    if (json_is_true(schema))
+        return new_node(c, schema, GRAFT__SCHEMA_ANY);
+    if (!json_is_object(schema))
+        return fail(c, path, "%s must be an object (or true)", "a schema");
+    const char *key;
+    const json_t *v;
+    json_object_foreach ((json_t *)schema, key, v) {
+        if (!LISTED(key, annotations) && !LISTED(key, keywords))
+            return fail(c, path, "'%.60s' is not supported", key);
+    }
+    static const char *const replacing[] = {"$ref", "anyOf", "oneOf", "allOf"};
+    for (size_t i = 0; i < sizeof replacing / sizeof replacing[0]; i++) {
+        const json_t *r = json_object_get(schema, replacing[i]);
+        if (r == NULL)
+            continue;
+        if (check_alone(c, schema, replacing[i], path) < 0)
+            return -1;
+        if (i == 0) {
+            const json_t *target = json_is_string(r) ? resolve(c, json_string_value(r)) : NULL;
+            if (target == NULL)
+                return fail(c, path, "'$ref' %.100s names no schema of this document",
+                            json_string_value(r) ? json_string_value(r) : "(not a string)");
+            return compile(c, target, json_string_value(r));
+        }
+        if (!json_is_array(r))
+            return fail(c, path, "'%s' must be an array of schemas", replacing[i]);
+        if (i == 3 && json_array_size(r) != 1)
+            return fail(c, path, "'%s' with more than one schema is not supported", "allOf");
+        return compile_union(c, schema, r, json_array_size(r), replacing[i], path);
+    }
+    if (json_object_get(schema, "enum") != NULL || json_object_get(schema, "const") != NULL)
+        return compile_literals(c, schema, path);
+    const json_t *type = json_object_get(schema, "type");
+    graft__schema_kind kind;
+    if (json_is_array(type))
+        return compile_union(c, schema, type, json_array_size(type), "type", path);
+    if (type != NULL && !type_named(json_string_value(type), &kind))
+        return fail(c, path, "'%s' must be a JSON type or a list of them", "type");
+    if (type == NULL) {
+        if (json_object_get(schema, "properties") || json_object_get(schema, "required") ||
+            json_object_get(schema, "additionalProperties"))
+            kind = GRAFT__SCHEMA_OBJECT;
+        else if (json_object_get(schema, "items") || json_object_get(schema, "minItems") ||
+                 json_object_get(schema, "maxItems"))
+            kind = GRAFT__SCHEMA_ARRAY;
+        else
+            return new_node(c, schema, GRAFT__SCHEMA_ANY);
+    }
+    return compile_typed(c, schema, schema, kind, path);
+}
+
+void graft__json_schema_free(graft__json_schema *s)
+{
+    if (s == NULL)
+        return;
+    graft__free(s->nodes);
+    graft__free(s->arena);
+    graft__free(s->text_at);
+    graft__free(s->value_of);
+    graft__free(s->alts);
+    graft__free(s);
+}
+
+int graft__json_schema_compile(const char *text, size_t len, graft__json_schema **out,
+                               char **errmsg)
+{
+    *out = NULL;
+    if (errmsg != NULL)
+        *errmsg = NULL;
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_DECODE_ANY, &err);
+    if (root == NULL)
+        return graft__errmsg(errmsg, GRAFT_EINVAL, "json_schema: not JSON: %s", err.text);
+    compiler c = {.root = root, .errmsg = errmsg, .status = GRAFT_OK};
+    c.out = graft__calloc(1, sizeof *c.out);
+    int node = c.out == NULL ? out_of_memory(&c) : compile(&c, root, "");
+    if (node >= 0 && c.out->nodes[node].classes != C_OBJECT)
+        fail(&c, "", "%s", "the root must be an object schema");
+    else if (node >= 0)
+        c.out->root = (uint16_t)node;
+    json_decref(root);
+    graft__free(c.seen);
+    if (c.status != GRAFT_OK) {
+        graft__json_schema_free(c.out);
+        return c.status;
+    }
+    *out = c.out;
+    return GRAFT_OK;
+}
+
+int graft_json_schema_check(const char *schema, size_t len, char **errmsg)
+{
+    graft__json_schema *compiled = NULL;
+    int rc = schema == NULL ? graft__errmsg(errmsg, GRAFT_EINVAL, "json_schema: none given")
+                            : graft__json_schema_compile(schema, len, &compiled, errmsg);
+    graft__json_schema_free(compiled);
+    return rc;
+}

@@ -3,8 +3,9 @@
  * real binary on stories260K, spoken to with libcurl.
  *
  * Checked: every choice that ends "stop" is one JSON object (jansson parses it), on
- * /v1/completions with n = 3 and on /v1/chat/completions; streamed, each choice's deltas add
- * up to its whole answer; a cut by max_tokens ends "length"; the same request without the
+ * /v1/completions with n = 3 and on /v1/chat/completions; with a json_schema, each of n = 2
+ * choices is an instance (checked here by hand from the schema); streamed, each choice's
+ * deltas add up to its whole answer; a cut by max_tokens ends "length"; the same request without the
  * format gives other text (the format is not ignored); bad formats are refused naming the
  * field. A model trained on stories rarely closes an object by itself, so the requests bias
  * the tokens of '"', ':' and '}' (ids of stories260K's vocabulary: 37 and 436 are '"', 61
@@ -105,7 +106,7 @@ static void stream_texts(const response *r, bool chat, char **texts, size_t n)
 static json_t *whole_and_streamed(const char *path, const char *fields, char **texts, size_t n)
 {
     bool chat = strstr(path, "chat") != NULL;
-    char body[512];
+    char body[2048];
     snprintf(body, sizeof body, "%s}", fields);
     response whole = graft_test_request(&json_server, "POST", path, body);
     json_t *j = graft_test_json_of(&whole);
@@ -163,6 +164,56 @@ static void test_chat_json_object(void **state)
     json_decref(j);
 }
 
+/* The schema of test_json_schema_answers: three properties, all required, in this order. */
+#define PERSON_FORMAT                                                                         \
+    "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"person\", "  \
+    "\"strict\": true, \"schema\": {\"type\": \"object\", \"properties\": {\"name\": {\"type\": "  \
+    "\"string\"}, \"age\": {\"type\": \"integer\"}, \"pets\": {\"type\": \"array\", \"items\": "   \
+    "{\"enum\": [\"cat\", \"dog\"]}, \"maxItems\": 2}}, \"required\": [\"name\", \"age\", "        \
+    "\"pets\"], \"additionalProperties\": false}}}"
+
+/* text is {"name": a string, "age": an integer, "pets": up to 2 of "cat" and "dog"}, its
+ * keys in this order. */
+static void expect_person(const char *text)
+{
+    static const char *const keys[] = {"name", "age", "pets"};
+    json_t *v = json_loads(text, 0, NULL);
+    if (!json_is_object(v) || json_object_size(v) != 3)
+        fail_msg("not a person: '%s'", text);
+    size_t i = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach (v, key, value)
+        assert_string_equal(key, keys[i++]);
+    assert_true(json_is_string(json_object_get(v, "name")));
+    assert_true(json_is_integer(json_object_get(v, "age")));
+    json_t *pets = json_object_get(v, "pets");
+    assert_true(json_is_array(pets) && json_array_size(pets) <= 2);
+    for (size_t p = 0; p < json_array_size(pets); p++) {
+        const char *pet = json_string_value(json_array_get(pets, p));
+        assert_true(pet != NULL && (strcmp(pet, "cat") == 0 || strcmp(pet, "dog") == 0));
+    }
+    json_decref(v);
+}
+
+/* json_schema, n = 2 sampled, chat: each choice is an instance, streamed alike. */
+static void test_json_schema_answers(void **state)
+{
+    (void)state;
+    char *texts[2];
+    json_t *j = whole_and_streamed("/v1/chat/completions",
+                                   "{\"messages\": [{\"role\": \"user\", \"content\": \"Who?\"}], "
+                                   "\"max_tokens\": 96, \"temperature\": 1, \"seed\": 11, \"n\": 2, "
+                                   PERSON_FORMAT ", " CLOSING_BIAS,
+                                   texts, 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_string_equal(finish_of(j, i), "stop");
+        expect_person(choice_text(j, i, true));
+        free(texts[i]);
+    }
+    json_decref(j);
+}
+
 /* max_tokens cuts an object short: "length", and the text is where it was cut. */
 static void test_json_cut_by_length(void **state)
 {
@@ -186,8 +237,14 @@ static void test_bad_formats(void **state)
     static const struct {
         const char *format, *param, *words;
     } cases[] = {
-        {"{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {}}}",
-         "response_format.type", "schema"},
+        {"{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": "
+         "\"object\", \"properties\": {\"d\": {\"type\": \"string\", \"format\": \"date\"}}}}}",
+         "response_format.json_schema.schema", "'format' is not supported"},
+        {"{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": "
+         "\"string\"}}}",
+         "response_format.json_schema.schema", "root"},
+        {"{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\"}}",
+         "response_format.json_schema.schema", "schema"},
         {"{\"type\": \"xml\"}", "response_format.type", "xml"},
         {"\"json\"", "response_format", "object"},
         {"{}", "response_format", "type"},
@@ -210,6 +267,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completions_json_object),
         cmocka_unit_test(test_chat_json_object),
+        cmocka_unit_test(test_json_schema_answers),
         cmocka_unit_test(test_json_cut_by_length),
         cmocka_unit_test(test_bad_formats),
     };

@@ -242,6 +242,7 @@ typedef struct graft__completion_request {
     bool tools;             /* chat with tools (tool_choice not "none"): tool calls parsed */
     bool return_tokens;     /* each choice also gives its token ids (llama-server's field) */
     graft_output_format output_format; /* response_format */
+    char *json_schema;      /* response_format's schema (GRAFT_OUTPUT_JSON_SCHEMA), compact */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad

@@ -3,9 +3,9 @@
 //
 // Chat and text completions, whole and streamed: the streamed deltas add up to the whole
 // answer, usage comes in the last chunk; n > 1 (each choice the answer of its seed alone);
-// log-probabilities as the SDK types them; the model list; JSON mode (response_format
-// json_object); a request graft refuses surfaces as the SDK's BadRequestError with the status
-// and the field graft names.
+// log-probabilities as the SDK types them; the model list; JSON mode and structured outputs
+// (response_format json_object and json_schema); a request graft refuses surfaces as the
+// SDK's BadRequestError with the status and the field graft names.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -131,10 +131,40 @@ await check('a refused request is the SDK\'s BadRequestError', async () => {
     await assert.rejects(
         client.chat.completions.create({
             model: 'stories260K', messages,
-            response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } },
+            response_format: {
+                type: 'json_schema',
+                json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^a' } } } },
+            },
         }),
-        (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format.type',
+        (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format.json_schema.schema'
+            && e.message.includes('pattern'),
     );
+});
+
+await check('response_format json_schema (structured outputs): the answer is an instance', async () => {
+    const schema = {
+        type: 'object',
+        properties: {
+            title: { type: 'string' },
+            year: { type: 'integer' },
+            genre: { enum: ['tale', 'fable'] },
+            sequel: { anyOf: [{ type: 'string' }, { type: 'null' }] },
+        },
+        required: ['title', 'year', 'genre', 'sequel'],
+        additionalProperties: false,
+    };
+    const answer = await client.chat.completions.create({
+        model: 'stories260K', messages, max_tokens: 96, temperature: 0,
+        response_format: { type: 'json_schema', json_schema: { name: 'story', strict: true, schema } },
+        logit_bias: { 37: 6, 436: 6 },
+    });
+    assert.equal(answer.choices[0].finish_reason, 'stop');
+    const story = JSON.parse(answer.choices[0].message.content);
+    assert.deepEqual(Object.keys(story), ['title', 'year', 'genre', 'sequel']);
+    assert.equal(typeof story.title, 'string');
+    assert.ok(Number.isInteger(story.year));
+    assert.ok(['tale', 'fable'].includes(story.genre));
+    assert.ok(story.sequel === null || typeof story.sequel === 'string');
 });
 
 await check('response_format json_object: JSON.parse takes the answer, whole and streamed', async () => {

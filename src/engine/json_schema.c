@@ -25,7 +25,7 @@ typedef struct compiler {
     graft__json_schema *out;
     json_t *root;
     const json_t **seen; /* (n_nodes) the schema object each node came from */
-    uint32_t cap_nodes, cap_texts, cap_alts;
+    size_t cap_nodes, cap_seen, cap_text_at, cap_value_of, cap_alts;
     size_t arena_len, arena_cap;
     char **errmsg;
     int status;
@@ -118,18 +118,15 @@ static int new_node(compiler *c, const json_t *from, graft__schema_kind kind)
     graft__json_schema *s = c->out;
     if (s->n_nodes == GRAFT__SCHEMA_MAX_NODES)
         return fail(c, "", "more than %s nodes", "4096");
-    if (s->n_nodes == c->cap_nodes) {
-        size_t cap = c->cap_nodes ? 2u * c->cap_nodes : 16u;
-        graft__schema_node *nodes = graft__realloc_array(s->nodes, cap, sizeof *nodes);
-        if (nodes == NULL)
-            return out_of_memory(c);
-        s->nodes = nodes;
-        const json_t **seen = graft__realloc_array(c->seen, cap, sizeof *seen);
-        if (seen == NULL)
-            return out_of_memory(c);
-        c->seen = seen;
-        c->cap_nodes = (uint32_t)cap;
-    }
+    graft__schema_node *nodes =
+        graft__grow_array(s->nodes, s->n_nodes, &c->cap_nodes, sizeof *nodes, 16);
+    if (nodes == NULL)
+        return out_of_memory(c);
+    s->nodes = nodes;
+    const json_t **seen = graft__grow_array(c->seen, s->n_nodes, &c->cap_seen, sizeof *seen, 16);
+    if (seen == NULL)
+        return out_of_memory(c);
+    c->seen = seen;
     s->nodes[s->n_nodes] = (graft__schema_node){.kind = kind, .classes = classes_of_kind(kind),
                                                 .max_items = UINT32_MAX};
     c->seen[s->n_nodes] = from;
@@ -140,18 +137,15 @@ static int new_node(compiler *c, const json_t *from, graft__schema_kind kind)
 static int add_text(compiler *c, const char *bytes, size_t len, uint16_t value)
 {
     graft__json_schema *s = c->out;
-    if (s->n_texts + 1 >= c->cap_texts) {
-        size_t cap = c->cap_texts ? 2u * c->cap_texts : 32u;
-        uint32_t *at = graft__realloc_array(s->text_at, cap, sizeof *at);
-        if (at == NULL)
-            return out_of_memory(c);
-        s->text_at = at;
-        uint16_t *values = graft__realloc_array(s->value_of, cap, sizeof *values);
-        if (values == NULL)
-            return out_of_memory(c);
-        s->value_of = values;
-        c->cap_texts = (uint32_t)cap;
-    }
+    uint32_t *at = graft__grow_array(s->text_at, s->n_texts + 1, &c->cap_text_at, sizeof *at, 32);
+    if (at == NULL)
+        return out_of_memory(c);
+    s->text_at = at;
+    uint16_t *values =
+        graft__grow_array(s->value_of, s->n_texts, &c->cap_value_of, sizeof *values, 32);
+    if (values == NULL)
+        return out_of_memory(c);
+    s->value_of = values;
     if (c->arena_len + len > c->arena_cap) {
         size_t cap = 2 * (c->arena_len + len) + 64;
         char *arena = graft__realloc(s->arena, cap);
@@ -171,14 +165,10 @@ static int add_text(compiler *c, const char *bytes, size_t len, uint16_t value)
 static int add_alt(compiler *c, uint16_t node)
 {
     graft__json_schema *s = c->out;
-    if (s->n_alts == c->cap_alts) {
-        size_t cap = c->cap_alts ? 2u * c->cap_alts : 8u;
-        uint16_t *alts = graft__realloc_array(s->alts, cap, sizeof *alts);
-        if (alts == NULL)
-            return out_of_memory(c);
-        s->alts = alts;
-        c->cap_alts = (uint32_t)cap;
-    }
+    uint16_t *alts = graft__grow_array(s->alts, s->n_alts, &c->cap_alts, sizeof *alts, 8);
+    if (alts == NULL)
+        return out_of_memory(c);
+    s->alts = alts;
     s->alts[s->n_alts++] = node;
     return 0;
 }

@@ -94,7 +94,12 @@ static const graft__schema_node *node_of(const graft__json_syntax *s, uint16_t n
     return &s->schema->nodes[n];
 }
 
-/* The open frame's node. */
+/* The open frame's item or property count, and its node. */
+static uint16_t *frame_count(graft__json_syntax *s)
+{
+    return &s->frames[s->n_frames - 1].count;
+}
+
 static const graft__schema_node *frame_node(const graft__json_syntax *s)
 {
     return node_of(s, s->frames[s->n_frames - 1].node);
@@ -151,9 +156,9 @@ static bool schema_value_start(graft__json_syntax *s, uint8_t c)
     if (!schema_on(s))
         return true;
     if (s->n_frames > 0 && frame_node(s)->kind == GRAFT__SCHEMA_ARRAY) {
-        if (s->frames[s->n_frames - 1].count == frame_node(s)->max_items)
+        if (*frame_count(s) == frame_node(s)->max_items)
             return false;
-        s->frames[s->n_frames - 1].count++;
+        (*frame_count(s))++;
     }
     uint16_t n = s->expect;
     int class = graft__json_first_class(c);
@@ -204,7 +209,7 @@ static bool schema_key_start(graft__json_syntax *s)
     if (!schema_on(s))
         return true;
     const graft__schema_node *n = frame_node(s);
-    uint32_t next = s->frames[s->n_frames - 1].count;
+    uint32_t next = *frame_count(s);
     if (next >= n->count)
         return false;
     uint64_t remaining = low_bits(n->count) & ~low_bits(next);
@@ -223,9 +228,8 @@ static bool schema_key_end(graft__json_syntax *s)
     int i = whole_candidate(s);
     if (i < 0)
         return false;
-    const graft__schema_node *n = frame_node(s);
-    s->frames[s->n_frames - 1].count = (uint16_t)(i + 1);
-    s->expect = s->schema->value_of[n->first + (uint32_t)i];
+    *frame_count(s) = (uint16_t)(i + 1);
+    s->expect = s->schema->value_of[frame_node(s)->first + (uint32_t)i];
     s->check = CHECK_NONE;
     return true;
 }
@@ -236,12 +240,10 @@ static bool schema_comma(graft__json_syntax *s)
     if (!schema_on(s))
         return true;
     const graft__schema_node *n = frame_node(s);
-    uint32_t count = s->frames[s->n_frames - 1].count;
-    if (n->kind == GRAFT__SCHEMA_ARRAY) {
-        s->expect = n->items;
-        return count < n->max_items;
-    }
-    return count < n->count;
+    if (n->kind != GRAFT__SCHEMA_ARRAY)
+        return *frame_count(s) < n->count;
+    s->expect = n->items;
+    return *frame_count(s) < n->max_items;
 }
 
 /* The open object or array closes: every required property came; enough items came. */

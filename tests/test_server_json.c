@@ -4,8 +4,9 @@
  *
  * Checked: every choice that ends "stop" is one JSON object (jansson parses it), on
  * /v1/completions with n = 3 and on /v1/chat/completions; with a json_schema, each of n = 2
- * choices is an instance (checked here by hand from the schema); streamed, each choice's
- * deltas add up to its whole answer; a cut by max_tokens ends "length"; the same request without the
+ * choices is an instance (checked here by hand from the schema), and so is llama-server's
+ * /completion answer to its json_schema field; streamed, each choice's deltas add up to its
+ * whole answer; a cut by max_tokens ends "length"; the same request without the
  * format gives other text (the format is not ignored); bad formats are refused naming the
  * field. A model trained on stories rarely closes an object by itself, so the requests bias
  * the tokens of '"', ':' and '}' (ids of stories260K's vocabulary: 37 and 436 are '"', 61
@@ -214,6 +215,28 @@ static void test_json_schema_answers(void **state)
     json_decref(j);
 }
 
+/* llama-server's /completion with its json_schema field: the content is an instance; its
+ * grammar field (GBNF) is refused rather than ignored. */
+static void test_llama_json_schema(void **state)
+{
+    (void)state;
+    response r = graft_test_request(&json_server, "POST", "/completion",
+                                    "{\"prompt\": \"Once\", \"n_predict\": 60, \"temperature\": 0, "
+                                    "\"json_schema\": {\"type\": \"object\", \"properties\": {\"a\": "
+                                    "{\"type\": \"boolean\"}}, \"required\": [\"a\"]}}");
+    json_t *j = graft_test_json_of(&r);
+    json_t *v = json_loads(json_string_value(json_object_get(j, "content")), 0, NULL);
+    assert_true(json_is_object(v) && json_object_size(v) == 1);
+    assert_true(json_is_boolean(json_object_get(v, "a")));
+    json_decref(v);
+    json_decref(j);
+    graft_test_response_free(&r);
+    r = graft_test_request(&json_server, "POST", "/completion",
+                           "{\"prompt\": \"Once\", \"grammar\": \"root ::= \\\"a\\\"\"}");
+    free(graft_test_expect_error(&r, 400, "grammar"));
+    graft_test_response_free(&r);
+}
+
 /* max_tokens cuts an object short: "length", and the text is where it was cut. */
 static void test_json_cut_by_length(void **state)
 {
@@ -248,6 +271,8 @@ static void test_bad_formats(void **state)
         {"{\"type\": \"xml\"}", "response_format.type", "xml"},
         {"\"json\"", "response_format", "object"},
         {"{}", "response_format", "type"},
+        {"{\"type\": \"json_object\"}, \"json_schema\": {\"type\": \"object\"}", "json_schema",
+         "both"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char body[256];
@@ -268,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_completions_json_object),
         cmocka_unit_test(test_chat_json_object),
         cmocka_unit_test(test_json_schema_answers),
+        cmocka_unit_test(test_llama_json_schema),
         cmocka_unit_test(test_json_cut_by_length),
         cmocka_unit_test(test_bad_formats),
     };

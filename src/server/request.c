@@ -8,9 +8,10 @@
  * max_completion_tokens / n_predict, n, temperature, top_p, top_k, min_p, seed,
  * repetition_penalty / repeat_penalty, presence_penalty, frequency_penalty, logit_bias,
  * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
- * and tool_choice (auto or none), response_format (text, json_object, json_schema), stop,
- * stream, stream_options.include_usage, ignore_eos, return_tokens, session_id. A field of
- * the wrong type or out of range is refused naming its JSON path.
+ * and tool_choice (auto or none), response_format (text, json_object, json_schema) or
+ * llama-server's json_schema, stop, stream, stream_options.include_usage, ignore_eos,
+ * return_tokens, session_id. A field of the wrong type or out of range is refused naming its
+ * JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that
  * silently differs from what was asked is worse than a clear 400); unknown fields are
  * ignored, since SDKs send extras.
@@ -27,7 +28,7 @@
 /* Fields a client may send that graft cannot honour yet, refused when set to anything but
  * their neutral value. */
 static const char *const unsupported[] = {"functions", "function_call", "suffix", "echo",
-                                          "best_of"};
+                                          "best_of", "grammar"};
 
 static int bad(char **param, char **message, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -333,34 +334,40 @@ static int parse_tools(const json_t *body, graft__completion_request *r, char **
     return GRAFT_OK;
 }
 
-/* response_format: {"type": "text"} (the default), {"type": "json_object"} (the output held
- * to one JSON object), or {"type": "json_schema", "json_schema": {"name": ..., "schema":
- * {...}, "strict": ...}} (and to an instance of the schema; one outside the subset the
- * engine follows is refused naming the keyword, whether strict or not). */
-static int parse_json_schema(const json_t *spec, graft__completion_request *r, char **param,
-                             char **message)
+/* A schema (at `path` in the body) the output is held to: one outside the subset the
+ * engine follows is refused naming the keyword. */
+static int parse_json_schema(const json_t *schema, const char *path,
+                             graft__completion_request *r, char **param, char **message)
 {
-    const json_t *schema = json_object_get(spec, "schema");
     if (!json_is_object(schema))
-        return bad(param, message, "response_format.json_schema.schema",
-                   "'response_format.json_schema.schema' must be a JSON schema object");
+        return bad(param, message, path, "'%s' must be a JSON schema object", path);
     r->json_schema = json_dumps(schema, JSON_COMPACT);
     if (r->json_schema == NULL)
         return GRAFT_ENOMEM;
     char *why = NULL;
     int rc = graft_json_schema_check(r->json_schema, strlen(r->json_schema), &why);
     if (rc == GRAFT_EINVAL)
-        bad(param, message, "response_format.json_schema.schema", "%s",
-            why ? why : "the schema is not supported");
+        bad(param, message, path, "%s", why ? why : "the schema is not supported");
     graft_free(why);
     r->output_format = GRAFT_OUTPUT_JSON_SCHEMA;
     return rc;
 }
 
+/* response_format: {"type": "text"} (the default), {"type": "json_object"} (the output held
+ * to one JSON object), or {"type": "json_schema", "json_schema": {"name": ..., "schema":
+ * {...}, "strict": ...}} (and to an instance of the schema, strict or not); or
+ * llama-server's json_schema field, the schema itself. */
 static int parse_response_format(const json_t *body, graft__completion_request *r,
                                  char **param, char **message)
 {
     const json_t *f = json_object_get(body, "response_format");
+    const json_t *llama_schema = json_object_get(body, "json_schema");
+    if (llama_schema != NULL && !json_is_null(llama_schema)) {
+        if (f != NULL && !json_is_null(f))
+            return bad(param, message, "json_schema",
+                       "'json_schema' and 'response_format' cannot both be given");
+        return parse_json_schema(llama_schema, "json_schema", r, param, message);
+    }
     if (f == NULL || json_is_null(f))
         return GRAFT_OK;
     const char *type = json_string_value(json_object_get(f, "type"));
@@ -370,7 +377,8 @@ static int parse_response_format(const json_t *body, graft__completion_request *
     if (strcmp(type, "json_object") == 0)
         r->output_format = GRAFT_OUTPUT_JSON_OBJECT;
     else if (strcmp(type, "json_schema") == 0)
-        return parse_json_schema(json_object_get(f, "json_schema"), r, param, message);
+        return parse_json_schema(json_object_get(json_object_get(f, "json_schema"), "schema"),
+                                 "response_format.json_schema.schema", r, param, message);
     else if (strcmp(type, "text") != 0)
         return bad(param, message, "response_format.type",
                    "'response_format.type' must be \"text\", \"json_object\" or "

@@ -24,6 +24,11 @@
  * root must be an object schema. A number the schema types has at most 18 digits before
  * its point, 18 after it and 2 in its exponent, so that every parser reads it (64-bit
  * integers exactly). */
+/* A schema'd text opens at most GRAFT__SCHEMA_MAX_DEPTH objects and arrays under the
+ * schema's control (inside a free value, the syntax's 64). The opening bracket beyond is
+ * refused where it comes; a prefix 32 deep whose object still needs a required object or
+ * array has no completion then, and a generation that reaches one fails with GRAFT_ERANGE
+ * (only recursive schemas get there). */
 enum {
     GRAFT__SCHEMA_MAX_DEPTH = 32,  /* nested objects and arrays a schema'd text opens */
     GRAFT__SCHEMA_MAX_TEXTS = 64,  /* properties of an object, values of an enum */

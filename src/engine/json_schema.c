@@ -280,7 +280,8 @@ static int compile_object(compiler *c, const json_t *schema, int node, const cha
 static int compile_array(compiler *c, const json_t *schema, int node, const char *path)
 {
     const json_t *items = json_object_get(schema, "items");
-    const json_t *lo = json_object_get(schema, "minItems"), *hi = json_object_get(schema, "maxItems");
+    const json_t *lo = json_object_get(schema, "minItems"),
+                 *hi = json_object_get(schema, "maxItems");
     if ((lo != NULL && !integer_in(lo, 0, UINT32_MAX - 1)) ||
         (hi != NULL && !integer_in(hi, 0, UINT32_MAX - 1)))
         return fail(c, path, "'%s' must be a count", lo && !integer_in(lo, 0, UINT32_MAX - 1)

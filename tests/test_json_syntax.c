@@ -35,39 +35,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "byte_buffer.h"
+#include "json_oracle.h"
 #include "engine/json_output.h"
 
 /* ---- bytes, the PRNG, reporting --------------------------------------------------------- */
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} bytes;
-
-static void put(bytes *b, const void *src, size_t n)
-{
-    if (b->n + n > b->cap || b->p == NULL) {
-        b->cap = 2 * (b->n + n) + 64;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
-    if (n > 0)
-        memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-
-static void put_byte(bytes *b, uint8_t c) { put(b, &c, 1); }
-
-static void put_str(bytes *b, const char *s) { put(b, s, strlen(s)); }
+typedef graft_test_bytes bytes;
 
 /* splitmix64; the seed is fixed (GRAFT_TEST_SEED overrides it) and printed with a failure */
 static uint64_t seed = 0x6a736f6e5f737978u, rng;
 
 static void seed_rng(uint64_t stream)
 {
-    const char *env = getenv("GRAFT_TEST_SEED");
-    if (env != NULL)
-        seed = strtoull(env, NULL, 0);
+    seed = graft_test_seed(seed);
     rng = seed ^ stream;
 }
 
@@ -256,37 +237,17 @@ static bool surrogates_paired(const uint8_t *t, size_t n)
 
 /* ---- the oracle ------------------------------------------------------------------------- */
 
-typedef enum { INVALID, VALID, UNKNOWN } truth;
+typedef graft_test_truth truth;
 
-/* Whether t[0..n) is a complete text the header accepts. jansson 2.14 decides the grammar and
- * UTF-8 (it is as strict as the header on overlong forms, surrogates, code points above
- * U+10FFFF, raw control bytes in strings and lone or unpaired surrogate escapes), with these
- * differences, each handled here:
- *   - it accepts a top-level array: the root must be an object;
- *   - it takes any run of whitespace and nests up to 2048 deep: limits_broken_at, and a text
- *     that ends in a CR is not complete (its LF is due);
- *   - it refuses \u0000 unless JSON_ALLOW_NUL, and in a key even then
- *     (json_error_null_byte_in_key), and refuses integers outside int64 and reals that overflow
- *     a double (json_error_numeric_overflow), all of which RFC 8259 allows: UNKNOWN;
- *   - its lexer loses a NUL byte that it reads past and puts back (after a number or a literal),
- *     so it loads {"a":1<NUL>}: a raw NUL byte is never valid, decided here.
- * surrogates_paired repeats jansson's surrogate rule, to hold the oracle to the header's text. */
+/* Whether t[0..n) is a complete text the header accepts: one object by jansson's reading
+ * (json_oracle.h), within the whitespace and nesting limits (limits_broken_at), not ending
+ * in a CR (its LF is due). surrogates_paired repeats jansson's surrogate rule, to hold the
+ * oracle to the header's text. */
 static truth oracle(const uint8_t *t, size_t n)
 {
-    if (memchr(t, 0, n) != NULL || limits_broken_at(t, n) < n || !surrogates_paired(t, n) ||
-        (n > 0 && t[n - 1] == '\r'))
-        return INVALID;
-    json_error_t error;
-    json_t *root = json_loadb((const char *)t, n, JSON_ALLOW_NUL, &error);
-    if (root == NULL) {
-        enum json_error_code code = json_error_code(&error);
-        return code == json_error_null_byte_in_key || code == json_error_numeric_overflow
-                   ? UNKNOWN
-                   : INVALID;
-    }
-    bool object = json_is_object(root);
-    json_decref(root);
-    return object ? VALID : INVALID;
+    if (limits_broken_at(t, n) < n || !surrogates_paired(t, n) || (n > 0 && t[n - 1] == '\r'))
+        return GRAFT_TEST_INVALID;
+    return graft_test_jansson_object(t, n);
 }
 
 /* Completions tried for a prefix: one that finishes the token in progress, then one that
@@ -307,7 +268,7 @@ static const char *const finish_token[] = {
 };
 static const char *const finish_member[] = {"", ":0", "0", "\"\":0"};
 
-/* VALID when a candidate completion of t[0..n) is valid, else UNKNOWN when one is UNKNOWN. */
+/* Valid when a candidate completion of t[0..n) is valid, else unknown when one is unknown. */
 static truth completable(const uint8_t *t, size_t n)
 {
     bytes open = {0}, text = {0};
@@ -315,29 +276,30 @@ static truth completable(const uint8_t *t, size_t n)
         if (t[i] == '"')
             i = string_end(t, n, i + 1);
         else if (t[i] == '{' || t[i] == '[')
-            put_byte(&open, t[i] == '{' ? '}' : ']');
+            graft_test_put_byte(&open, t[i] == '{' ? '}' : ']');
         else if ((t[i] == '}' || t[i] == ']') && open.n > 0)
             open.n--;
     }
     bool cr = n > 0 && t[n - 1] == '\r'; /* only whitespace has a raw CR */
-    truth best = INVALID;
-    for (size_t a = 0; a < sizeof finish_token / sizeof *finish_token && best != VALID; a++) {
+    truth best = GRAFT_TEST_INVALID;
+    for (size_t a = 0; a < sizeof finish_token / sizeof *finish_token && best != GRAFT_TEST_VALID;
+         a++) {
         for (size_t b = 0; b < sizeof finish_member / sizeof *finish_member; b++) {
             text.n = 0;
-            put(&text, t, n);
+            graft_test_put(&text, t, n);
             if (cr)
-                put_byte(&text, '\n');
-            put_str(&text, finish_token[a]);
-            put_str(&text, finish_member[b]);
+                graft_test_put_byte(&text, '\n');
+            graft_test_put_str(&text, finish_token[a]);
+            graft_test_put_str(&text, finish_member[b]);
             for (size_t k = open.n; k-- > 0;)
-                put_byte(&text, open.p[k]);
+                graft_test_put_byte(&text, open.p[k]);
             truth o = oracle(text.p, text.n);
-            if (o == VALID) {
-                best = VALID;
+            if (o == GRAFT_TEST_VALID) {
+                best = GRAFT_TEST_VALID;
                 break;
             }
-            if (o == UNKNOWN)
-                best = UNKNOWN;
+            if (o == GRAFT_TEST_UNKNOWN)
+                best = GRAFT_TEST_UNKNOWN;
         }
     }
     free(open.p);
@@ -358,8 +320,8 @@ static void check_done_shape(const uint8_t *t, size_t n, verdict v, const bool *
         return;
     check_at(first > 0 && t[first - 1] == '}',
              "done after a prefix not ending in '}' (at: its length)", first, t, n);
-    check_at(oracle(t, first) != INVALID, "done after an invalid prefix (at: its length)", first, t,
-             n);
+    check_at(oracle(t, first) != GRAFT_TEST_INVALID,
+             "done after an invalid prefix (at: its length)", first, t, n);
     for (size_t k = first; k <= v.refused; k++) {
         check_at(done_at[k] == (t[k - 1] != '\r'),
                  "done wrong over the whitespace after the object (at: prefix length)", k, t, n);
@@ -378,16 +340,16 @@ static verdict check_against_oracle(const uint8_t *t, size_t n)
     verdict v = recognize(t, n, done_at, NULL);
     check_done_shape(t, n, v, done_at);
     free(done_at);
-    check_at(completable(t, v.refused) != INVALID,
+    check_at(completable(t, v.refused) != GRAFT_TEST_INVALID,
              "refused late: the bytes before the first refused one have no completion", v.refused,
              t, n);
     if (v.refused < n)
-        check_at(completable(t, v.refused + 1) != VALID, "refused a byte that has a completion",
-                 v.refused, t, n);
+        check_at(completable(t, v.refused + 1) != GRAFT_TEST_VALID,
+                 "refused a byte that has a completion", v.refused, t, n);
     truth whole = oracle(t, n);
     if (v.refused == n && v.done)
-        check_at(whole != INVALID, "accepted and done on an invalid text", n, t, n);
-    if (whole == VALID) {
+        check_at(whole != GRAFT_TEST_INVALID, "accepted and done on an invalid text", n, t, n);
+    if (whole == GRAFT_TEST_VALID) {
         check_eq(n, v.refused, "first refused byte of a valid text", t, n);
         check_eq(true, v.done, "done at the end of a valid text", t, n);
     }
@@ -399,14 +361,15 @@ static verdict check_against_oracle(const uint8_t *t, size_t n)
 static void check_case(const uint8_t *t, size_t n, size_t refused, bool done)
 {
     assert_true(refused <= n);
-    check_at(completable(t, refused) != INVALID,
+    check_at(completable(t, refused) != GRAFT_TEST_INVALID,
              "the case's expectation is wrong: the bytes before have no completion", refused, t, n);
     if (refused < n)
-        check_at(completable(t, refused + 1) != VALID,
+        check_at(completable(t, refused + 1) != GRAFT_TEST_VALID,
                  "the case's expectation is wrong: the bytes through have a completion", refused,
                  t, n);
     else
-        check_eq(done, oracle(t, n) != INVALID, "the case's expectation of done is wrong", t, n);
+        check_eq(done, oracle(t, n) != GRAFT_TEST_INVALID,
+                 "the case's expectation of done is wrong", t, n);
     verdict v = check_against_oracle(t, n);
     check_eq(refused, v.refused, "first refused byte", t, n);
     if (refused == n)
@@ -669,9 +632,9 @@ static void test_hand_cases(void **state)
 /* `lead`, then `indent` spaces and tabs. */
 static void put_space(bytes *b, const char *lead, size_t indent)
 {
-    put_str(b, lead);
+    graft_test_put_str(b, lead);
     for (size_t i = 0; i < indent; i++)
-        put_byte(b, (uint8_t)" \t"[i % 2]);
+        graft_test_put_byte(b, (uint8_t)" \t"[i % 2]);
 }
 
 /* Each form of whitespace, at every place whitespace may be (before, between and after the
@@ -705,7 +668,7 @@ static void test_whitespace_forms(void **state)
                     put_space(&t, forms[f].lead, forms[f].indent);
                 }
                 if (k < N_TOKENS)
-                    put_str(&t, tokens[k]);
+                    graft_test_put_str(&t, tokens[k]);
             }
             size_t refused = forms[f].refused == SIZE_MAX ? t.n : run_start + forms[f].refused;
             check_case(t.p, t.n, refused < t.n ? refused : t.n, t.p[t.n - 1] != '\r');
@@ -715,14 +678,14 @@ static void test_whitespace_forms(void **state)
     for (size_t k = 0; k <= N_TOKENS; k++) {
         put_space(&t, k % 2 ? "\n" : "\r\n", MAX);
         if (k < N_TOKENS)
-            put_str(&t, tokens[k]);
+            graft_test_put_str(&t, tokens[k]);
     }
     check_case(t.p, t.n, t.n, true);
     t.n = 0;
-    put_str(&t, "{\"a\":\"");
+    graft_test_put_str(&t, "{\"a\":\"");
     for (size_t i = 0; i < 4 * MAX; i++)
-        put_byte(&t, ' ');
-    put_str(&t, "\"}");
+        graft_test_put_byte(&t, ' ');
+    graft_test_put_str(&t, "\"}");
     check_case(t.p, t.n, t.n, true);
     free(t.p);
 }
@@ -737,15 +700,15 @@ static void put_nested(bytes *b, size_t depth, uint64_t kinds, size_t wrong, siz
     for (size_t d = 2; d <= depth; d++) {
         bool object = kinds >> (d % 64) & 1;
         *opener = b->n;
-        put_byte(b, object ? '{' : '[');
+        graft_test_put_byte(b, object ? '{' : '[');
         if (object && d < depth)
-            put_str(b, "\"k\":");
+            graft_test_put_str(b, "\"k\":");
     }
     for (size_t d = depth; d >= 2; d--) {
         bool object = (kinds >> (d % 64) & 1) != (d == wrong);
         if (d == wrong)
             *wrong_at = b->n;
-        put_byte(b, object ? '}' : ']');
+        graft_test_put_byte(b, object ? '}' : ']');
     }
 }
 
@@ -767,11 +730,11 @@ static void test_depth_limit(void **state)
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
             size_t first = 0, second = 0, wrong_at = 0;
             t.n = 0;
-            put_str(&t, "{\"a\":");
+            graft_test_put_str(&t, "{\"a\":");
             put_nested(&t, cases[c][0], kinds[k], cases[c][2], &first, &wrong_at);
-            put_str(&t, ",\"b\":");
+            graft_test_put_str(&t, ",\"b\":");
             put_nested(&t, cases[c][1], ~kinds[k], 0, &second, &wrong_at);
-            put_byte(&t, '}');
+            graft_test_put_byte(&t, '}');
             size_t refused = cases[c][0] > MAX ? first
                              : cases[c][1] > MAX ? second
                              : cases[c][2] > 0   ? wrong_at
@@ -787,19 +750,19 @@ static void test_depth_limit(void **state)
 static void put_utf8(bytes *b, uint32_t cp)
 {
     if (cp < 0x80) {
-        put_byte(b, (uint8_t)cp);
+        graft_test_put_byte(b, (uint8_t)cp);
     } else if (cp < 0x800) {
-        put_byte(b, (uint8_t)(0xC0 | cp >> 6));
-        put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
+        graft_test_put_byte(b, (uint8_t)(0xC0 | cp >> 6));
+        graft_test_put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
     } else if (cp < 0x10000) {
-        put_byte(b, (uint8_t)(0xE0 | cp >> 12));
-        put_byte(b, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
-        put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
+        graft_test_put_byte(b, (uint8_t)(0xE0 | cp >> 12));
+        graft_test_put_byte(b, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
+        graft_test_put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
     } else {
-        put_byte(b, (uint8_t)(0xF0 | cp >> 18));
-        put_byte(b, (uint8_t)(0x80 | (cp >> 12 & 0x3F)));
-        put_byte(b, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
-        put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
+        graft_test_put_byte(b, (uint8_t)(0xF0 | cp >> 18));
+        graft_test_put_byte(b, (uint8_t)(0x80 | (cp >> 12 & 0x3F)));
+        graft_test_put_byte(b, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
+        graft_test_put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
     }
 }
 
@@ -843,11 +806,12 @@ static uint32_t random_code_point(void)
 }
 
 /* Keys have no U+0000: jansson refuses to load one (oracle()), which would make the oracle
- * UNKNOWN for every mutation of the text; the hand cases have \u0000 keys. */
+ * unknown for every mutation of the text; the hand cases have \u0000 keys. */
 static void random_string(bytes *b, bool key)
 {
     b->n = 0;
-    put(b, "", 0); /* b->p is not NULL even for an empty string: jansson refuses a NULL one */
+    graft_test_put(b, "",
+                   0); /* b->p is not NULL even for an empty string: jansson refuses a NULL one */
     size_t len = one_in(8) ? below(40) : below(8);
     for (size_t i = 0; i < len; i++) {
         uint32_t cp = random_code_point();
@@ -925,30 +889,30 @@ static void put_random_space(bytes *b, bool over)
         if (one_in(4))
             put_space(b, "\n", GRAFT__JSON_MAX_INDENT + 1);
         else
-            put_str(b, broken[below(sizeof broken / sizeof *broken)]);
+            graft_test_put_str(b, broken[below(sizeof broken / sizeof *broken)]);
         return;
     }
     switch (below(8)) {
     case 0: case 1: case 2: case 3:
         return;
     case 4:
-        put_byte(b, (uint8_t)" \t"[below(2)]);
+        graft_test_put_byte(b, (uint8_t)" \t"[below(2)]);
         return;
     default:
-        put_str(b, one_in(3) ? "\r\n" : "\n");
+        graft_test_put_str(b, one_in(3) ? "\r\n" : "\n");
         for (size_t i = 0, indent = one_in(3) ? GRAFT__JSON_MAX_INDENT
                                               : below(GRAFT__JSON_MAX_INDENT + 1);
              i < indent; i++)
-            put_byte(b, (uint8_t)" \t"[below(2)]);
+            graft_test_put_byte(b, (uint8_t)" \t"[below(2)]);
     }
 }
 
 static void put_u_escape(bytes *b, uint32_t unit)
 {
-    put_str(b, "\\u");
+    graft_test_put_str(b, "\\u");
     for (int shift = 12; shift >= 0; shift -= 4) {
         unsigned d = unit >> shift & 0xF;
-        put_byte(b, (uint8_t)(d < 10 ? '0' + d : (one_in(2) ? 'a' : 'A') + d - 10));
+        graft_test_put_byte(b, (uint8_t)(d < 10 ? '0' + d : (one_in(2) ? 'a' : 'A') + d - 10));
     }
 }
 
@@ -957,7 +921,7 @@ static void put_u_escape(bytes *b, uint32_t unit)
 static void put_string(bytes *b, const char *s, size_t len)
 {
     static const char shorts[] = "\"\\/\b\f\n\r\t", short_names[] = "\"\\/bfnrt";
-    put_byte(b, '"');
+    graft_test_put_byte(b, '"');
     for (size_t i = 0; i < len;) {
         size_t at = i;
         uint32_t cp = get_utf8((const uint8_t *)s, &i);
@@ -965,8 +929,8 @@ static void put_string(bytes *b, const char *s, size_t len)
         bool must = cp < 0x20 || cp == '"' || cp == '\\';
         size_t choice = below(4);
         if (named != NULL && choice < 2) {
-            put_byte(b, '\\');
-            put_byte(b, (uint8_t)short_names[named - shorts]);
+            graft_test_put_byte(b, '\\');
+            graft_test_put_byte(b, (uint8_t)short_names[named - shorts]);
         } else if (must || choice == 2) {
             if (cp < 0x10000) {
                 put_u_escape(b, cp);
@@ -975,10 +939,10 @@ static void put_string(bytes *b, const char *s, size_t len)
                 put_u_escape(b, 0xDC00 + ((cp - 0x10000) & 0x3FF));
             }
         } else {
-            put(b, s + at, i - at);
+            graft_test_put(b, s + at, i - at);
         }
     }
-    put_byte(b, '"');
+    graft_test_put_byte(b, '"');
 }
 
 /* Integers in decimal (0 now and then as -0), with a fraction and an exponent added at random;
@@ -988,23 +952,23 @@ static void put_number(bytes *b, const json_t *v)
     char text[64];
     if (json_is_real(v)) {
         snprintf(text, sizeof text, "%.17g", json_real_value(v));
-        put_str(b, text);
+        graft_test_put_str(b, text);
         return;
     }
     json_int_t x = json_integer_value(v);
     snprintf(text, sizeof text, "%s%" JSON_INTEGER_FORMAT, x == 0 && one_in(2) ? "-" : "", x);
-    put_str(b, text);
+    graft_test_put_str(b, text);
     if (one_in(4)) {
-        put_byte(b, '.');
+        graft_test_put_byte(b, '.');
         for (size_t i = 0, digits = 1 + below(3); i < digits; i++)
-            put_byte(b, (uint8_t)('0' + below(10)));
+            graft_test_put_byte(b, (uint8_t)('0' + below(10)));
     }
     if (one_in(4)) {
-        put_byte(b, (uint8_t)"eE"[below(2)]);
+        graft_test_put_byte(b, (uint8_t)"eE"[below(2)]);
         if (!one_in(3))
-            put_byte(b, (uint8_t)"+-"[below(2)]);
+            graft_test_put_byte(b, (uint8_t)"+-"[below(2)]);
         for (size_t i = 0, digits = 1 + below(2); i < digits; i++)
-            put_byte(b, (uint8_t)('0' + below(10)));
+            graft_test_put_byte(b, (uint8_t)('0' + below(10)));
     }
 }
 
@@ -1017,37 +981,37 @@ static void serialise(bytes *b, json_t *v, bool over)
         size_t key_len;
         json_t *member;
         bool first = true;
-        put_byte(b, '{');
+        graft_test_put_byte(b, '{');
         if (json_object_size(v) == 0)
             put_random_space(b, over);
         json_object_keylen_foreach(v, key, key_len, member)
         {
             if (!first)
-                put_byte(b, ',');
+                graft_test_put_byte(b, ',');
             first = false;
             put_random_space(b, over);
             put_string(b, key, key_len);
             put_random_space(b, over);
-            put_byte(b, ':');
+            graft_test_put_byte(b, ':');
             put_random_space(b, over);
             serialise(b, member, over);
             put_random_space(b, over);
         }
-        put_byte(b, '}');
+        graft_test_put_byte(b, '}');
         break;
     }
     case JSON_ARRAY: {
-        put_byte(b, '[');
+        graft_test_put_byte(b, '[');
         if (json_array_size(v) == 0)
             put_random_space(b, over);
         for (size_t i = 0; i < json_array_size(v); i++) {
             if (i > 0)
-                put_byte(b, ',');
+                graft_test_put_byte(b, ',');
             put_random_space(b, over);
             serialise(b, json_array_get(v, i), over);
             put_random_space(b, over);
         }
-        put_byte(b, ']');
+        graft_test_put_byte(b, ']');
         break;
     }
     case JSON_STRING:
@@ -1058,13 +1022,13 @@ static void serialise(bytes *b, json_t *v, bool over)
         put_number(b, v);
         break;
     case JSON_TRUE:
-        put_str(b, "true");
+        graft_test_put_str(b, "true");
         break;
     case JSON_FALSE:
-        put_str(b, "false");
+        graft_test_put_str(b, "false");
         break;
     case JSON_NULL:
-        put_str(b, "null");
+        graft_test_put_str(b, "null");
         break;
     }
 }
@@ -1100,7 +1064,7 @@ static void random_texts(bytes texts[N_TEXTS])
         if (f < N_DUMPS) {
             char *s = json_dumps(root, dump_flags[f]);
             assert_non_null(s);
-            put_str(&texts[f], s);
+            graft_test_put_str(&texts[f], s);
             free(s);
         } else {
             bool over = f == N_TEXTS - 1;
@@ -1152,7 +1116,8 @@ static void check_valid_text(const uint8_t *t, size_t n)
 {
     size_t broken = limits_broken_at(t, n);
     bool complete = broken == n && t[n - 1] != '\r';
-    check_eq(complete ? VALID : INVALID, oracle(t, n), "the test's serialisation is wrong", t, n);
+    check_eq(complete ? GRAFT_TEST_VALID : GRAFT_TEST_INVALID, oracle(t, n),
+             "the test's serialisation is wrong", t, n);
     size_t end = n;
     while (end > 0 && is_space(t[end - 1]))
         end--;
@@ -1209,38 +1174,38 @@ static void mutate(const bytes *t, bytes *u)
     size_t n = t->n, p = below(n + 1), len = 1 + below(8);
     size_t q = below(n + 1), span = len < n - q ? len : n - q;
     bytes out = {0};
-    put(&out, t->p, p);
+    graft_test_put(&out, t->p, p);
     switch (below(7)) {
     case 0: /* replace */
-        put_byte(&out, random_byte());
+        graft_test_put_byte(&out, random_byte());
         if (p < n)
-            put(&out, t->p + p + 1, n - p - 1);
+            graft_test_put(&out, t->p + p + 1, n - p - 1);
         break;
     case 1: /* insert */
-        put_byte(&out, random_byte());
-        put(&out, t->p + p, n - p);
+        graft_test_put_byte(&out, random_byte());
+        graft_test_put(&out, t->p + p, n - p);
         break;
     case 2: /* delete */
         if (p < n)
-            put(&out, t->p + p + 1, n - p - 1);
+            graft_test_put(&out, t->p + p + 1, n - p - 1);
         break;
     case 3: /* cut */
         break;
     case 4: /* delete a span */
         if (p + len < n)
-            put(&out, t->p + p + len, n - p - len);
+            graft_test_put(&out, t->p + p + len, n - p - len);
         break;
     case 5: /* copy t[q..q+span) to p */
-        put(&out, t->p + q, span);
-        put(&out, t->p + p, n - p);
+        graft_test_put(&out, t->p + q, span);
+        graft_test_put(&out, t->p + p, n - p);
         break;
     default: /* swap t[p] and t[p+1] */
         if (p + 1 < n) {
-            put_byte(&out, t->p[p + 1]);
-            put_byte(&out, t->p[p]);
-            put(&out, t->p + p + 2, n - p - 2);
+            graft_test_put_byte(&out, t->p[p + 1]);
+            graft_test_put_byte(&out, t->p[p]);
+            graft_test_put(&out, t->p + p + 2, n - p - 2);
         } else {
-            put(&out, t->p + p, n - p);
+            graft_test_put(&out, t->p + p, n - p);
         }
     }
     free(u->p);

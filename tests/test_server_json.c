@@ -203,9 +203,9 @@ static void test_json_schema_answers(void **state)
     (void)state;
     char *texts[2];
     json_t *j = whole_and_streamed("/v1/chat/completions",
-                                   "{\"messages\": [{\"role\": \"user\", \"content\": \"Who?\"}], "
-                                   "\"max_tokens\": 96, \"temperature\": 1, \"seed\": 11, \"n\": 2, "
-                                   PERSON_FORMAT ", " CLOSING_BIAS,
+                                   "{\"messages\": [{\"role\": \"user\", \"content\": "
+                                   "\"Who?\"}], \"max_tokens\": 96, \"temperature\": 1, "
+                                   "\"seed\": 11, \"n\": 2, " PERSON_FORMAT ", " CLOSING_BIAS,
                                    texts, 2);
     for (size_t i = 0; i < 2; i++) {
         assert_string_equal(finish_of(j, i), "stop");
@@ -221,9 +221,10 @@ static void test_llama_json_schema(void **state)
 {
     (void)state;
     response r = graft_test_request(&json_server, "POST", "/completion",
-                                    "{\"prompt\": \"Once\", \"n_predict\": 60, \"temperature\": 0, "
-                                    "\"json_schema\": {\"type\": \"object\", \"properties\": {\"a\": "
-                                    "{\"type\": \"boolean\"}}, \"required\": [\"a\"]}}");
+                                    "{\"prompt\": \"Once\", \"n_predict\": 60, "
+                                    "\"temperature\": 0, \"json_schema\": {\"type\": "
+                                    "\"object\", \"properties\": {\"a\": {\"type\": "
+                                    "\"boolean\"}}, \"required\": [\"a\"]}}");
     json_t *j = graft_test_json_of(&r);
     json_t *v = json_loads(json_string_value(json_object_get(j, "content")), 0, NULL);
     assert_true(json_is_object(v) && json_object_size(v) == 1);

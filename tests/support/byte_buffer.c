@@ -1,0 +1,41 @@
+/*
+ * byte_buffer.c: the growing byte buffer and test seed of byte_buffer.h.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "byte_buffer.h"
+
+void graft_test_put(graft_test_bytes *b, const void *src, size_t n)
+{
+    if (b->p == NULL || b->n + n > b->cap) {
+        b->cap = 2 * (b->n + n) + 64;
+        b->p = realloc(b->p, b->cap);
+        assert_non_null(b->p);
+    }
+    if (n > 0)
+        memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+
+void graft_test_put_byte(graft_test_bytes *b, uint8_t c)
+{
+    graft_test_put(b, &c, 1);
+}
+
+void graft_test_put_str(graft_test_bytes *b, const char *s)
+{
+    graft_test_put(b, s, strlen(s));
+}
+
+uint64_t graft_test_seed(uint64_t fixed)
+{
+    const char *env = getenv("GRAFT_TEST_SEED");
+    return env != NULL ? strtoull(env, NULL, 0) : fixed;
+}

@@ -1,0 +1,25 @@
+/*
+ * json_oracle.c: jansson as the oracle of one JSON object (json_oracle.h).
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "json_oracle.h"
+
+graft_test_truth graft_test_jansson_object(const uint8_t *t, size_t n)
+{
+    if (memchr(t, 0, n) != NULL)
+        return GRAFT_TEST_INVALID;
+    json_error_t error;
+    json_t *root = json_loadb((const char *)t, n, JSON_ALLOW_NUL, &error);
+    if (root == NULL) {
+        enum json_error_code code = json_error_code(&error);
+        return code == json_error_null_byte_in_key || code == json_error_numeric_overflow
+                   ? GRAFT_TEST_UNKNOWN
+                   : GRAFT_TEST_INVALID;
+    }
+    bool object = json_is_object(root);
+    json_decref(root);
+    return object ? GRAFT_TEST_VALID : GRAFT_TEST_INVALID;
+}

@@ -510,12 +510,14 @@ typedef enum graft_output_format {
 /* Whether `schema` (len bytes of JSON) is a schema GRAFT_OUTPUT_JSON_SCHEMA can hold output
  * to: an object schema of the subset OpenAI's structured outputs and pydantic / zod write.
  * Supported: type (one or a list), properties and required (properties are generated in the
- * order listed; unlisted ones never), items, minItems, maxItems, enum and const of scalars,
- * anyOf / oneOf whose alternatives begin differently (object, array, string, number,
- * boolean, null), allOf of one schema, $ref to "#" or into $defs / definitions; annotations
- * (title, description, default, examples...) are ignored. Any other keyword (pattern,
- * format, minLength, minimum...) is refused: GRAFT_EINVAL with *errmsg (when errmsg is not
- * NULL; free with graft_free) naming the keyword and where it is. GRAFT_ENOMEM. */
+ * order listed; unlisted ones never), items, minItems and maxItems (up to 65534), enum and
+ * const of scalars, anyOf / oneOf whose alternatives begin differently (object, array,
+ * string, number, boolean, null), allOf of one schema, $ref to "#" or into $defs /
+ * definitions; annotations (title, description, default, examples...) are ignored. A typed
+ * number has at most 18 digits before its point, 18 after it and 2 in its exponent. Any
+ * other keyword (pattern, format, minLength, minimum...) is refused: GRAFT_EINVAL with
+ * *errmsg (when errmsg is not NULL; free with graft_free) naming the keyword and where it
+ * is. GRAFT_ENOMEM. */
 int graft_json_schema_check(const char *schema, size_t len, char **errmsg);
 
 typedef struct graft_generate_config {

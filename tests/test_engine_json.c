@@ -489,10 +489,16 @@ static void test_length_and_bad_format(void **state)
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
                      GRAFT_EINVAL);
-    c.json_schema = "{\"type\": \"object\", \"minProperties\": 1}";
-    c.json_schema_len = strlen(c.json_schema);
-    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
-                     GRAFT_EINVAL);
+    static const char *const refused[] = {
+        "{\"type\": \"object\", \"minProperties\": 1}",
+        "{\"type\": \"object\", \"properties\": {\"a\": {\"maxItems\": 65535}}}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        c.json_schema = refused[i];
+        c.json_schema_len = strlen(c.json_schema);
+        assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                         GRAFT_EINVAL);
+    }
     c.output_format = (graft_output_format)7;
     assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
                      GRAFT_EINVAL);

@@ -1,6 +1,6 @@
 /*
  * json_mask.c: which tokens can continue a JSON text, for generations held to
- * GRAFT_OUTPUT_JSON_OBJECT.
+ * GRAFT_OUTPUT_JSON_OBJECT or GRAFT_OUTPUT_JSON_SCHEMA.
  *
  * The engine builds one graft__json_mask per model vocabulary when it starts: every token's
  * bytes, the tokens grouped by their first byte, and a flag for the tokens that are plain

@@ -14,8 +14,8 @@
 /* json_schema.c: a JSON schema compiled for the recognizer. The subset (what OpenAI's
  * structured outputs and pydantic / zod write): type (a name or a list of names), properties
  * and required (the properties are generated in the order the schema lists them; ones not
- * listed are never generated, whatever additionalProperties says), items, minItems,
- * maxItems, enum and const (strings, numbers, booleans, null), anyOf / oneOf whose
+ * listed are never generated, whatever additionalProperties says), items, minItems and
+ * maxItems (up to 65534), enum and const (strings, numbers, booleans, null), anyOf / oneOf whose
  * alternatives begin differently (an object, an array, a string, a number, a boolean,
  * null: the first byte of a value picks one), allOf of one schema, $ref to "#" or into
  * $defs / definitions. Annotations (title, description, default, examples, $schema, $id,

@@ -32,7 +32,10 @@ typedef struct compiler {
     int depth; /* compile calls under way: nesting, and $refs followed */
 } compiler;
 
-enum { MAX_NESTING = 64 };
+enum {
+    MAX_NESTING = 64,
+    MAX_ITEMS_BOUND = 65534 /* item counts saturate at 65535 (json_syntax.c) */
+};
 
 static const char *const annotations[] = {"title", "description", "default", "examples",
                                           "$schema", "$id", "$comment", "deprecated",
@@ -282,10 +285,10 @@ static int compile_array(compiler *c, const json_t *schema, int node, const char
     const json_t *items = json_object_get(schema, "items");
     const json_t *lo = json_object_get(schema, "minItems"),
                  *hi = json_object_get(schema, "maxItems");
-    if ((lo != NULL && !integer_in(lo, 0, UINT32_MAX - 1)) ||
-        (hi != NULL && !integer_in(hi, 0, UINT32_MAX - 1)))
-        return fail(c, path, "'%s' must be a count", lo && !integer_in(lo, 0, UINT32_MAX - 1)
-                                                         ? "minItems" : "maxItems");
+    if ((lo != NULL && !integer_in(lo, 0, MAX_ITEMS_BOUND)) ||
+        (hi != NULL && !integer_in(hi, 0, MAX_ITEMS_BOUND)))
+        return fail(c, path, "'%s' must be a count up to 65534",
+                    lo && !integer_in(lo, 0, MAX_ITEMS_BOUND) ? "minItems" : "maxItems");
     uint32_t min = lo ? (uint32_t)json_integer_value(lo) : 0;
     uint32_t max = hi ? (uint32_t)json_integer_value(hi) : UINT32_MAX;
     if (min > max)

@@ -158,7 +158,8 @@ static bool schema_value_start(graft__json_syntax *s, uint8_t c)
     if (s->n_frames > 0 && frame_node(s)->kind == GRAFT__SCHEMA_ARRAY) {
         if (*frame_count(s) == frame_node(s)->max_items)
             return false;
-        (*frame_count(s))++;
+        if (*frame_count(s) < UINT16_MAX) /* bounds are below it (json_schema.c) */
+            (*frame_count(s))++;
     }
     uint16_t n = s->expect;
     int class = graft__json_first_class(c);

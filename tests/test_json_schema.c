@@ -537,13 +537,6 @@ static bool is_space(int c) { return c == ' ' || c == '\t' || c == '\n' || c == 
 
 static bool is_digit(int c) { return c >= '0' && c <= '9'; }
 
-static int hex_value(int c)
-{
-    static const char digits[] = "0123456789abcdef";
-    const char *at = c != 0 ? strchr(digits, tolower(c)) : NULL;
-    return at != NULL ? (int)(at - digits) : -1;
-}
-
 /* ---- the reference: a reader of prefixes led by the schema -------------------------------- */
 
 /* Reads t[0..n) as the start of an instance. Each function reads one construct; when it meets
@@ -707,7 +700,7 @@ static bool escape(reader *r, bool *high)
             *high = unit >= 0xD800 && unit <= 0xDBFF;
             return true;
         }
-        int d = hex_value(c);
+        int d = graft_test_hex_digit(c);
         if (d < 0)
             return refuse(r);
         unsigned so_far = unit << 4 | (unsigned)d;
@@ -1444,25 +1437,6 @@ static void gen_ws(graft_test_bytes *b)
     }
 }
 
-static void put_utf8(graft_test_bytes *b, uint32_t cp)
-{
-    if (cp < 0x80)
-        graft_test_put_byte(b, (uint8_t)cp);
-    else if (cp < 0x800) {
-        graft_test_put_byte(b, (uint8_t)(0xC0 | cp >> 6));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        graft_test_put_byte(b, (uint8_t)(0xE0 | cp >> 12));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
-    } else {
-        graft_test_put_byte(b, (uint8_t)(0xF0 | cp >> 18));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp >> 12 & 0x3F)));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
-    }
-}
-
 static void put_unit(graft_test_bytes *b, unsigned unit)
 {
     char esc[8];
@@ -1495,10 +1469,10 @@ static void gen_string(graft_test_bytes *b, bool nul)
             break;
         case 3:
             cp = 0x80 + (uint32_t)below(0x10000 - 0x80);
-            put_utf8(b, is_surrogate(cp) ? 0xE9 : cp);
+            graft_test_put_utf8(b, is_surrogate(cp) ? 0xE9 : cp);
             break;
         case 4:
-            put_utf8(b, 0x10000 + (uint32_t)below(0x100000));
+            graft_test_put_utf8(b, 0x10000 + (uint32_t)below(0x100000));
             break;
         default:
             cp = 0x20 + (uint32_t)below(0x5F);

@@ -190,17 +190,6 @@ static size_t limits_broken_at(const uint8_t *t, size_t n)
     return n;
 }
 
-static int hex_digit(uint8_t c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Whether, in every string, each \u escape of a high surrogate is followed at once by a \u
  * escape of a low one and no low one stands alone (the header's rule). Other malformed escapes
  * are jansson's to refuse: they break no pairing here. */
@@ -215,7 +204,7 @@ static bool surrogates_paired(const uint8_t *t, size_t n)
         if (t[i] == '\\' && i + 5 < n && t[i + 1] == 'u') {
             int unit = 0;
             for (size_t k = i + 2; k < i + 6 && unit >= 0; k++)
-                unit = hex_digit(t[k]) < 0 ? -1 : unit << 4 | hex_digit(t[k]);
+                unit = graft_test_hex_digit(t[k]) < 0 ? -1 : unit << 4 | graft_test_hex_digit(t[k]);
             if (unit >= 0) {
                 bool low = unit >= 0xDC00 && unit <= 0xDFFF;
                 if (high != low)
@@ -747,25 +736,6 @@ static void test_depth_limit(void **state)
 
 /* ---- random objects --------------------------------------------------------------------- */
 
-static void put_utf8(bytes *b, uint32_t cp)
-{
-    if (cp < 0x80) {
-        graft_test_put_byte(b, (uint8_t)cp);
-    } else if (cp < 0x800) {
-        graft_test_put_byte(b, (uint8_t)(0xC0 | cp >> 6));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        graft_test_put_byte(b, (uint8_t)(0xE0 | cp >> 12));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
-    } else {
-        graft_test_put_byte(b, (uint8_t)(0xF0 | cp >> 18));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp >> 12 & 0x3F)));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
-        graft_test_put_byte(b, (uint8_t)(0x80 | (cp & 0x3F)));
-    }
-}
-
 /* The code point at s[*i] of valid UTF-8 (jansson's strings are). */
 static uint32_t get_utf8(const uint8_t *s, size_t *i)
 {
@@ -815,7 +785,7 @@ static void random_string(bytes *b, bool key)
     size_t len = one_in(8) ? below(40) : below(8);
     for (size_t i = 0; i < len; i++) {
         uint32_t cp = random_code_point();
-        put_utf8(b, key && cp == 0 ? 1 : cp);
+        graft_test_put_utf8(b, key && cp == 0 ? 1 : cp);
     }
 }
 
@@ -1095,7 +1065,7 @@ static void strings_open(const uint8_t *t, size_t n, bool *in_text)
             hex = t[i] == 'u' ? 4 : 0;
             unit = 0;
         } else if (hex > 0) {
-            unit = unit << 4 | (unsigned)hex_digit(t[i]);
+            unit = unit << 4 | (unsigned)graft_test_hex_digit(t[i]);
             if (--hex == 0)
                 low_due = unit >= 0xD800 && unit <= 0xDBFF;
         } else if (t[i] == '\\') {

@@ -34,6 +34,17 @@ void graft_test_put_str(graft_test_bytes *b, const char *s)
     graft_test_put(b, s, strlen(s));
 }
 
+void graft_test_put_utf8(graft_test_bytes *b, uint32_t cp)
+{
+    uint8_t out[4];
+    size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    static const uint8_t lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
+    for (size_t i = n - 1; i > 0; i--, cp >>= 6)
+        out[i] = (uint8_t)(0x80 | (cp & 0x3F));
+    out[0] = (uint8_t)(lead[n] | cp);
+    graft_test_put(b, out, n);
+}
+
 uint64_t graft_test_seed(uint64_t fixed)
 {
     const char *env = getenv("GRAFT_TEST_SEED");

@@ -1,6 +1,7 @@
 /*
- * byte_buffer.h: a growing byte buffer and the seed of a randomised test, for the tests that
- * build texts byte by byte (test_json_syntax.c, test_json_schema.c).
+ * byte_buffer.h: a growing byte buffer (with UTF-8 encoding) and the seed of a randomised
+ * test, for the tests that build texts byte by byte (test_json_syntax.c,
+ * test_json_schema.c).
  *
  * The buffer allocates on its first put, even of 0 bytes, so that its bytes are never NULL
  * once put to; running out of memory fails the test. The seed is the test's fixed one, or
@@ -21,6 +22,8 @@ typedef struct graft_test_bytes {
 void graft_test_put(graft_test_bytes *b, const void *src, size_t n);
 void graft_test_put_byte(graft_test_bytes *b, uint8_t c);
 void graft_test_put_str(graft_test_bytes *b, const char *s);
+/* Code point cp (below 0x110000) as UTF-8. */
+void graft_test_put_utf8(graft_test_bytes *b, uint32_t cp);
 
 uint64_t graft_test_seed(uint64_t fixed);
 

@@ -1,6 +1,7 @@
 /*
  * json_oracle.c: jansson as the oracle of one JSON object (json_oracle.h).
  */
+#include <ctype.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <string.h>
@@ -22,4 +23,11 @@ graft_test_truth graft_test_jansson_object(const uint8_t *t, size_t n)
     bool object = json_is_object(root);
     json_decref(root);
     return object ? GRAFT_TEST_VALID : GRAFT_TEST_INVALID;
+}
+
+int graft_test_hex_digit(int c)
+{
+    static const char digits[] = "0123456789abcdef";
+    const char *at = c != 0 ? strchr(digits, tolower(c)) : NULL;
+    return at != NULL ? (int)(at - digits) : -1;
 }

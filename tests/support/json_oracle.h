@@ -1,6 +1,6 @@
 /*
- * json_oracle.h: jansson 2.14 as the oracle of "one JSON object", for the recognizer's
- * oracle tests (test_json_syntax.c, test_json_schema.c).
+ * json_oracle.h: jansson 2.14 as the oracle of "one JSON object", and reading \u escapes,
+ * for the recognizer's oracle tests (test_json_syntax.c, test_json_schema.c).
  *
  * jansson decides RFC 8259's grammar and UTF-8 (it refuses overlong forms, encoded
  * surrogates, code points above U+10FFFF, raw control bytes in strings, lone and unpaired
@@ -24,5 +24,8 @@ typedef enum { GRAFT_TEST_INVALID, GRAFT_TEST_VALID, GRAFT_TEST_UNKNOWN } graft_
 
 /* Whether t[0..n) is one JSON object by jansson's reading, as above. */
 graft_test_truth graft_test_jansson_object(const uint8_t *t, size_t n);
+
+/* The value of hexadecimal digit c (either case), or -1. */
+int graft_test_hex_digit(int c);
 
 #endif /* GRAFT_TEST_JSON_ORACLE_H */

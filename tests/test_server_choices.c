@@ -615,7 +615,8 @@ static json_t *weather_tools(void)
 }
 
 /* The template renders the tools and an earlier call's arguments as an object; requests
- * with tools answer; what graft cannot honour is refused by name. */
+ * with tools answer; a malformed tool_choice or tool is refused by name (forced calls are
+ * test_server_json's). */
 static void test_tools_rendered_and_checked(void **state)
 {
     (void)state;
@@ -644,7 +645,7 @@ static void test_tools_rendered_and_checked(void **state)
     assert_null(strstr(json_string_value(json_object_get(none, "prompt")), "<tools>"));
     json_decref(none);
 
-    json_object_set_new(body, "tool_choice", json_string("required"));
+    json_object_set_new(body, "tool_choice", json_string("always"));
     json_t *err = post("/v1/chat/completions", json_incref(body), 400);
     assert_string_equal(json_string_value(json_object_get(json_object_get(err, "error"), "param")),
                         "tool_choice");

@@ -1,16 +1,19 @@
 /*
- * test_server_json.c: response_format {"type": "json_object"} through `graft serve`, the
- * real binary on stories260K, spoken to with libcurl.
+ * test_server_json.c: output held to JSON through `graft serve`, the real binary on
+ * stories260K, spoken to with libcurl: response_format json_object and json_schema,
+ * llama-server's json_schema field, and forced tool calls.
  *
  * Checked: every choice that ends "stop" is one JSON object (jansson parses it), on
  * /v1/completions with n = 3 and on /v1/chat/completions; with a json_schema, each of n = 2
  * choices is an instance (checked here by hand from the schema), and so is llama-server's
- * /completion answer to its json_schema field; streamed, each choice's deltas add up to its
- * whole answer; a cut by max_tokens ends "length"; the same request without the
- * format gives other text (the format is not ignored); bad formats are refused naming the
- * field. A model trained on stories rarely closes an object by itself, so the requests bias
- * the tokens of '"', ':' and '}' (ids of stories260K's vocabulary: 37 and 436 are '"', 61
- * and 467 ':', 128 '}').
+ * /completion answer to its json_schema field; tool_choice naming a function or "required"
+ * gives one call of it, its arguments held to its parameters, with no content (cut short,
+ * the call's text is content once); streamed, each choice's deltas add up to its whole
+ * answer; a cut by max_tokens ends "length"; the same request without the format gives
+ * other text (the format is not ignored); bad formats and forced calls are refused naming
+ * the field. A model trained on stories rarely closes an object by itself, so the requests
+ * bias the tokens of '"', ':' and '}' (ids of stories260K's vocabulary: 37 and 436 are '"',
+ * 61 and 467 ':', 128 '}').
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -238,6 +241,109 @@ static void test_llama_json_schema(void **state)
     graft_test_response_free(&r);
 }
 
+/* Two tools: get_weather's parameters the engine follows, get_time's it cannot ("format"). */
+#define TOOLS                                                                                 \
+    "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "          \
+    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "  \
+    "\"days\": {\"type\": \"integer\"}}, \"required\": [\"city\", \"days\"]}}}, {\"type\": "       \
+    "\"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": "          \
+    "\"object\", \"properties\": {\"tz\": {\"type\": \"string\", \"format\": \"tz\"}}}}}]"
+
+/* The one tool call of a whole chat answer: its function's name, and its arguments parsed
+ * (content null, finish reason "tool_calls"). */
+static json_t *the_call(json_t *answer, const char **name)
+{
+    json_t *choice = json_array_get(json_object_get(answer, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(choice, "finish_reason")),
+                        "tool_calls");
+    json_t *msg = json_object_get(choice, "message");
+    assert_true(json_is_null(json_object_get(msg, "content")));
+    json_t *calls = json_object_get(msg, "tool_calls");
+    assert_int_equal(json_array_size(calls), 1);
+    json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    *name = json_string_value(json_object_get(fn, "name"));
+    json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+    assert_true(json_is_object(args));
+    return args;
+}
+
+/* tool_choice naming a function, or "required": the answer is one call of that function (of
+ * one of the tools), its arguments held to the parameters the engine can follow, whole and
+ * streamed alike; a strict tool whose parameters it cannot follow, an unknown name, a
+ * forced call without tools or with a response format are refused. */
+static void test_forced_tool_calls(void **state)
+{
+    (void)state;
+    const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}], "
+                       "\"max_tokens\": %d, \"temperature\": 0, " TOOLS ", " CLOSING_BIAS ", "
+                       "\"tool_choice\": %s%s}";
+    const char *choices[] = {"{\"type\": \"function\", \"function\": {\"name\": "
+                             "\"get_weather\"}}",
+                             "\"required\""};
+    for (int k = 0; k < 2; k++) {
+        char whole[2048], streamed[2048];
+        snprintf(whole, sizeof whole, body, 96, choices[k], "");
+        snprintf(streamed, sizeof streamed, body, 96, choices[k], ", \"stream\": true");
+        response r = graft_test_request(&json_server, "POST", "/v1/chat/completions", whole);
+        json_t *j = graft_test_json_of(&r);
+        const char *name;
+        json_t *args = the_call(j, &name);
+        if (k == 0) {
+            assert_string_equal(name, "get_weather");
+            assert_true(json_is_string(json_object_get(args, "city")));
+            assert_true(json_is_integer(json_object_get(args, "days")));
+            assert_int_equal(json_object_size(args), 2);
+        } else {
+            assert_true(strcmp(name, "get_weather") == 0 || strcmp(name, "get_time") == 0);
+        }
+        /* streamed: the same call in a delta, no content */
+        response st = graft_test_request(&json_server, "POST", "/v1/chat/completions", streamed);
+        json_t *call = json_array_get(json_object_get(json_object_get(
+                           json_array_get(json_object_get(j, "choices"), 0), "message"),
+                                                      "tool_calls"), 0);
+        char *fn = json_dumps(json_object_get(call, "function"), JSON_COMPACT);
+        assert_non_null(strstr(st.body, fn + 1)); /* the function object's members */
+        assert_null(strstr(st.body, "<tool_call>"));
+        free(fn);
+        json_decref(args);
+        json_decref(j);
+        graft_test_response_free(&r);
+        graft_test_response_free(&st);
+    }
+    /* cut short, the call's text is content, once */
+    char cut[2048];
+    snprintf(cut, sizeof cut, body, 4, "\"required\"", "");
+    response r = graft_test_request(&json_server, "POST", "/v1/chat/completions", cut);
+    json_t *j = graft_test_json_of(&r);
+    assert_string_equal(finish_of(j, 0), "length");
+    const char *content = choice_text(j, 0, true);
+    const char *open = strstr(content, "<tool_call>");
+    assert_true(open == content && strstr(open + 1, "<tool_call>") == NULL);
+    json_decref(j);
+    graft_test_response_free(&r);
+    static const struct {
+        const char *tools, *choice, *param;
+    } refused[] = {
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"strict\": "
+         "true, \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+         "\"string\", \"pattern\": \"x\"}}}}}]",
+         "\"required\"", "tools[0].function.parameters"},
+        {TOOLS, "{\"type\": \"function\", \"function\": {\"name\": \"nope\"}}",
+         "tool_choice.function.name"},
+        {"\"tools\": []", "\"required\"", "tool_choice"},
+        {TOOLS ", \"response_format\": {\"type\": \"json_object\"}", "\"required\"",
+         "tool_choice"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char b[2048];
+        snprintf(b, sizeof b, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s, "
+                 "\"tool_choice\": %s}", refused[i].tools, refused[i].choice);
+        response r = graft_test_request(&json_server, "POST", "/v1/chat/completions", b);
+        free(graft_test_expect_error(&r, 400, refused[i].param));
+        graft_test_response_free(&r);
+    }
+}
+
 /* max_tokens cuts an object short: "length", and the text is where it was cut. */
 static void test_json_cut_by_length(void **state)
 {
@@ -295,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_chat_json_object),
         cmocka_unit_test(test_json_schema_answers),
         cmocka_unit_test(test_llama_json_schema),
+        cmocka_unit_test(test_forced_tool_calls),
         cmocka_unit_test(test_json_cut_by_length),
         cmocka_unit_test(test_bad_formats),
     };

@@ -347,6 +347,10 @@ static int start_choice(completion *c, choice *ch)
     if (ch->token_start == NULL || ch->token_ids == NULL || (c->width > 0 && ch->logprobs == NULL) ||
         (r->tools && ch->calls == NULL) || graft_detok_create(c->ctx->model, &ch->detok) != GRAFT_OK)
         return GRAFT_ENOMEM;
+    /* A forced call's opening tag ends the prompt: its text begins the answer's tool calls. */
+    if (r->forced_call && !graft__append(&ch->text, &ch->len, &ch->cap, GRAFT__FORCED_CALL_OPEN,
+                                         sizeof GRAFT__FORCED_CALL_OPEN - 1))
+        return GRAFT_ENOMEM;
     ch->port = (graft__channel_port){&c->channel, ch->index, 0, 0, c->ctx->metrics};
     graft_update_cb up = graft__channel_on_update;
     graft_settled_cb st = graft__channel_on_settled;
@@ -469,6 +473,9 @@ static bool pump(completion *c, int timeout_ms)
             size_t n;
             if (graft_detok_flush(ch->detok, &piece, &n) == GRAFT_OK && n > 0)
                 graft__append(&ch->text, &ch->len, &ch->cap, piece, n);
+            if (c->req.forced_call && graft_generation_finish_reason(ch->gen) == GRAFT_FINISH_STOP)
+                graft__append(&ch->text, &ch->len, &ch->cap, GRAFT__FORCED_CALL_CLOSE,
+                              sizeof GRAFT__FORCED_CALL_CLOSE - 1); /* the call's object closed */
             graft__choice_release(ch);
         }
         if (over)
@@ -585,9 +592,13 @@ static void whole_reply(completion *c, graft__reply *reply)
     }
     json_t *j = graft__envelope_json(c, c->req.chat ? "chat.completion" : "text_completion");
     json_t *choices = json_array();
-    for (int32_t i = 0; i < c->n_choices; i++)
-        json_array_append_new(choices, graft__choice_json(c, &c->choices[i], 0,
-                                                          c->choices[i].len, false, true));
+    for (int32_t i = 0; i < c->n_choices; i++) {
+        const choice *ch = &c->choices[i];
+        size_t content = c->req.tools ? ch->content_end : ch->len; /* then calls, or what
+                                                                      did not parse as calls */
+        json_array_append_new(choices, graft__choice_json(c, &c->choices[i], 0, content, false,
+                                                          true));
+    }
     json_object_set_new(j, "choices", choices);
     json_object_set_new(j, "usage", graft__usage_json(c));
     json_object_set_new(j, "graft", graft__graft_json(c));

@@ -8,10 +8,10 @@
  * max_completion_tokens / n_predict, n, temperature, top_p, top_k, min_p, seed,
  * repetition_penalty / repeat_penalty, presence_penalty, frequency_penalty, logit_bias,
  * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
- * and tool_choice (auto or none), response_format (text, json_object, json_schema) or
- * llama-server's json_schema, stop, stream, stream_options.include_usage, ignore_eos,
- * return_tokens, session_id. A field of the wrong type or out of range is refused naming its
- * JSON path.
+ * and tool_choice (auto, none, required or a named function), response_format (text,
+ * json_object, json_schema) or llama-server's json_schema, stop, stream,
+ * stream_options.include_usage, ignore_eos, return_tokens, session_id. A field of the wrong
+ * type or out of range is refused naming its JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that
  * silently differs from what was asked is worse than a clear 400); unknown fields are
  * ignored, since SDKs send extras.
@@ -301,7 +301,70 @@ static int parse_choices(const json_t *body, graft__completion_request *r, char 
     return GRAFT_OK;
 }
 
-/* tools (checked for the shape templates read) and tool_choice: auto or none. */
+/* The schema of a forced tool call, {"name": ..., "arguments": {...}}: the name one of the
+ * tools' (the one `only` names, when given), the arguments held to that tool's parameters
+ * when there is one such tool and the engine can follow its schema, else to a JSON object.
+ * A tool marked strict whose parameters the engine cannot follow is refused. */
+static int forced_call_schema(const json_t *tools, const char *only,
+                              graft__completion_request *r, char **param, char **message)
+{
+    json_t *names = json_array();
+    const json_t *params = NULL;
+    bool strict = false;
+    size_t at = 0;
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (only != NULL && strcmp(name, only) != 0)
+            continue;
+        json_array_append_new(names, json_string(name));
+        params = json_object_get(fn, "parameters");
+        strict = json_is_true(json_object_get(fn, "strict"));
+        at = i;
+    }
+    if (json_array_size(names) == 0) {
+        json_decref(names);
+        return bad(param, message, "tool_choice.function.name",
+                   "'tool_choice.function.name' %.100s is not among the tools", only);
+    }
+    bool one = json_array_size(names) == 1 && json_is_object(params);
+    int rc = GRAFT_EINVAL;
+    char *why = NULL;
+    for (int attempt = one ? 0 : 1; attempt < 2; attempt++) {
+        json_t *args = attempt == 0 ? json_incref((json_t *)params)
+                                    : json_pack("{s:s}", "type", "object");
+        json_t *schema = json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object",
+                                   "properties", "name", "enum", names, "arguments", args,
+                                   "required", "name", "arguments", "additionalProperties", 0);
+        static const char *const folders[] = {"$defs", "definitions"};
+        for (int f = 0; f < 2 && attempt == 0 && schema != NULL; f++) /* $refs resolve alike */
+            if (json_object_get(params, folders[f]) != NULL)
+                json_object_set(schema, folders[f], json_object_get(params, folders[f]));
+        free(r->json_schema);
+        r->json_schema = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+        json_decref(schema);
+        graft_free(why);
+        why = NULL;
+        rc = r->json_schema == NULL
+                 ? GRAFT_ENOMEM
+                 : graft_json_schema_check(r->json_schema, strlen(r->json_schema), &why);
+        if (rc != GRAFT_EINVAL || strict)
+            break;
+    }
+    json_decref(names);
+    if (rc == GRAFT_EINVAL) { /* only a strict tool's parameters get here */
+        char path[64];
+        snprintf(path, sizeof path, "tools[%zu].function.parameters", at);
+        bad(param, message, path, "%s", why ? why : "the schema is not supported");
+    }
+    graft_free(why);
+    r->output_format = GRAFT_OUTPUT_JSON_SCHEMA;
+    r->forced_call = rc == GRAFT_OK;
+    return rc;
+}
+
+/* tools (checked for the shape templates read) and tool_choice: auto, none, required, or
+ * {"type": "function", "function": {"name": ...}}; the last two force a call. */
 static int parse_tools(const json_t *body, graft__completion_request *r, char **param,
                        char **message)
 {
@@ -326,12 +389,22 @@ static int parse_tools(const json_t *body, graft__completion_request *r, char **
     }
     const json_t *choice = json_object_get(body, "tool_choice");
     const char *mode = json_is_null(choice) || choice == NULL ? "auto" : json_string_value(choice);
-    if (mode == NULL || (strcmp(mode, "auto") != 0 && strcmp(mode, "none") != 0))
+    const char *only = json_string_value(
+        json_object_get(json_object_get(choice, "function"), "name"));
+    if (json_is_object(choice) && only != NULL)
+        mode = "required";
+    if (mode == NULL || (strcmp(mode, "auto") != 0 && strcmp(mode, "none") != 0 &&
+                         strcmp(mode, "required") != 0))
         return bad(param, message, "tool_choice",
-                   "'tool_choice' must be \"auto\" or \"none\": graft does not constrain "
-                   "generation to a tool call");
-    r->tools = json_array_size(tools) > 0 && strcmp(mode, "auto") == 0;
-    return GRAFT_OK;
+                   "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
+                   "\"function\", \"function\": {\"name\": ...}}");
+    r->tools = json_array_size(tools) > 0 && strcmp(mode, "none") != 0;
+    if (strcmp(mode, "required") != 0)
+        return GRAFT_OK;
+    if (json_array_size(tools) == 0)
+        return bad(param, message, "tool_choice", "'tool_choice' %s needs tools",
+                   only ? "naming a function" : "required");
+    return forced_call_schema(tools, only, r, param, message);
 }
 
 /* A schema (at `path` in the body) the output is held to: one outside the subset the
@@ -362,6 +435,11 @@ static int parse_response_format(const json_t *body, graft__completion_request *
 {
     const json_t *f = json_object_get(body, "response_format");
     const json_t *llama_schema = json_object_get(body, "json_schema");
+    if (r->forced_call && ((f != NULL && !json_is_null(f)) ||
+                           (llama_schema != NULL && !json_is_null(llama_schema))))
+        return bad(param, message, "tool_choice",
+                   "a forced tool call's output is the call: it cannot also follow a response "
+                   "format");
     if (llama_schema != NULL && !json_is_null(llama_schema)) {
         if (f != NULL && !json_is_null(f))
             return bad(param, message, "json_schema",
@@ -436,6 +514,20 @@ static int parse_flags(const json_t *body, graft__completion_request *r, char **
     return GRAFT_OK;
 }
 
+/* A forced call's answer begins with the call's opening tag, written after the generation
+ * prompt, so that the model writes the call's object next (completion.c gives the tag back
+ * to the parse of tool calls). */
+static int open_forced_call(graft__completion_request *r)
+{
+    size_t n = strlen(r->prompt_text);
+    char *text = realloc(r->prompt_text, n + sizeof GRAFT__FORCED_CALL_OPEN);
+    if (text == NULL)
+        return GRAFT_ENOMEM;
+    memcpy(text + n, GRAFT__FORCED_CALL_OPEN, sizeof GRAFT__FORCED_CALL_OPEN);
+    r->prompt_text = text;
+    return GRAFT_OK;
+}
+
 int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
                          void *render_user, graft__completion_request *r, char **param,
                          char **message)
@@ -463,6 +555,8 @@ int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
         else if ((rc = render(body, &r->prompt_text, param, message, render_user)) != GRAFT_OK &&
                  *param == NULL)
             *param = strdup("messages");
+        else if (rc == GRAFT_OK && r->forced_call)
+            rc = open_forced_call(r);
     }
     if (rc != GRAFT_OK)
         graft__request_free(r);

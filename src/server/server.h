@@ -241,6 +241,8 @@ typedef struct graft__completion_request {
     int32_t top_logprobs;   /* ... and the most likely tokens' */
     bool tools;             /* chat with tools (tool_choice not "none"): tool calls parsed */
     bool return_tokens;     /* each choice also gives its token ids (llama-server's field) */
+    bool forced_call;       /* tool_choice required or a named function: the answer is one
+                               call (output_format and json_schema hold it to the call) */
     graft_output_format output_format; /* response_format */
     char *json_schema;      /* response_format's schema (GRAFT_OUTPUT_JSON_SCHEMA), compact */
 } graft__completion_request;
@@ -257,6 +259,10 @@ void graft__request_free(graft__completion_request *r);
 /* Whether t is a token id as a request may give one (an integer in [0, INT32_MAX]), into *id;
  * the vocabulary is checked later. */
 bool graft__json_token_id(const json_t *t, int32_t *id);
+
+/* What a forced tool call's prompt ends with, and its answer with when the call is whole. */
+#define GRAFT__FORCED_CALL_OPEN "<tool_call>\n"
+#define GRAFT__FORCED_CALL_CLOSE "\n</tool_call>"
 
 /* ---- tool_calls.c --------------------------------------------------------------------------- */
 

@@ -4,8 +4,8 @@
 // Chat and text completions, whole and streamed: the streamed deltas add up to the whole
 // answer, usage comes in the last chunk; n > 1 (each choice the answer of its seed alone);
 // log-probabilities as the SDK types them; the model list; JSON mode and structured outputs
-// (response_format json_object and json_schema); a request graft refuses surfaces as the
-// SDK's BadRequestError with the status and the field graft names.
+// (response_format json_object and json_schema) and a forced tool call; a request graft
+// refuses surfaces as the SDK's BadRequestError with the status and the field graft names.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -184,6 +184,34 @@ await check('response_format json_object: JSON.parse takes the answer, whole and
     for await (const chunk of await client.chat.completions.create({ ...params, stream: true }))
         for (const c of chunk.choices) streamed += c.delta.content ?? '';
     assert.equal(streamed, content);
+});
+
+await check('tool_choice naming a function: one call, its arguments held to the parameters', async () => {
+    const tools = [{
+        type: 'function',
+        function: {
+            name: 'get_weather',
+            parameters: {
+                type: 'object',
+                properties: { city: { type: 'string' }, unit: { enum: ['C', 'F'] } },
+                required: ['city', 'unit'],
+            },
+        },
+    }];
+    const answer = await client.chat.completions.create({
+        model: 'stories260K', messages, max_tokens: 96, temperature: 0, tools,
+        tool_choice: { type: 'function', function: { name: 'get_weather' } },
+        logit_bias: { 37: 6, 436: 6 },
+    });
+    const choice = answer.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls');
+    assert.equal(choice.message.content, null);
+    assert.equal(choice.message.tool_calls.length, 1);
+    const call = choice.message.tool_calls[0];
+    assert.equal(call.function.name, 'get_weather');
+    const args = JSON.parse(call.function.arguments);
+    assert.deepEqual(Object.keys(args), ['city', 'unit']);
+    assert.ok(['C', 'F'].includes(args.unit));
 });
 
 console.log(`${passed} passed, 0 failed`);

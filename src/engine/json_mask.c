@@ -2,9 +2,9 @@
  * json_mask.c: which tokens can continue a JSON text, for generations held to
  * GRAFT_OUTPUT_JSON_OBJECT or GRAFT_OUTPUT_JSON_SCHEMA.
  *
- * The engine builds one graft__json_mask per model vocabulary when it starts: every token's
- * bytes, the tokens grouped by their first byte, and a flag for the tokens that are plain
- * string text. A mask then costs one probe of the recognizer per first byte (a group whose
+ * The engine builds one graft__json_mask per model vocabulary when it starts, in one block:
+ * every token's bytes, the tokens grouped by their first byte, and a flag for the tokens
+ * that are plain string text. A mask then costs one probe of the recognizer per first byte (a group whose
  * first byte cannot follow is refused whole), and inside a string, where most of the
  * vocabulary can follow, a flag test per plain token; only the other tokens of a group are
  * fed byte by byte. Tokens with no bytes (control tokens: BOS, end of turn) can never
@@ -17,14 +17,15 @@
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
+/* One allocation: the struct, then its arrays (immutable once built). */
 struct graft__json_mask {
     int32_t n_vocab;
-    char *bytes;          /* every token's bytes, in id order */
+    int32_t first[257];   /* group b is by_first[first[b] .. first[b + 1]) */
     size_t *offset;       /* (n_vocab + 1) token t's bytes are [offset[t], offset[t + 1]) */
     int32_t *by_first;    /* the tokens with bytes, grouped by first byte, in id order */
-    int32_t first[257];   /* group b is by_first[first[b] .. first[b + 1]) */
     uint8_t *plain;       /* (n_vocab) 1: complete UTF-8 characters, none of them '"', '\'
                              or a control byte, so the token can stand anywhere in a string */
+    char *bytes;          /* every token's bytes, in id order */
 };
 
 /* Whether n bytes are complete UTF-8 characters with no '"', '\' or byte below 0x20: fed to
@@ -43,51 +44,42 @@ static bool plain_text(const char *p, size_t n)
 
 void graft__json_mask_free(graft__json_mask *m)
 {
-    if (m == NULL)
-        return;
-    graft__free(m->bytes);
-    graft__free(m->offset);
-    graft__free(m->by_first);
-    graft__free(m->plain);
     graft__free(m);
 }
 
-/* m->offset and m->bytes from the vocabulary. */
-static int gather_bytes(graft__json_mask *m, const graft__vocab *v)
+/* The mask's block, its arrays placed after the struct, with every token's bytes. */
+static graft__json_mask *alloc_with_bytes(const graft__vocab *v, int32_t n_vocab)
 {
-    size_t total = 0;
-    for (int32_t t = 0; t < m->n_vocab; t++) {
+    size_t total = 0, n = (size_t)n_vocab;
+    for (int32_t t = 0; t < n_vocab; t++) {
         int len = graft__token_bytes(v, t, NULL, 0);
-        m->offset[t] = total;
         total += len > 0 ? (size_t)len : 0;
     }
-    m->offset[m->n_vocab] = total;
-    m->bytes = graft__malloc(total > 0 ? total : 1);
-    if (m->bytes == NULL)
-        return GRAFT_ENOMEM;
-    for (int32_t t = 0; t < m->n_vocab; t++) {
-        size_t len = m->offset[t + 1] - m->offset[t];
-        if (len > 0)
-            graft__token_bytes(v, t, m->bytes + m->offset[t], len);
+    size_t arrays = (n + 1) * sizeof(size_t) + n * sizeof(int32_t) + n;
+    graft__json_mask *m = graft__malloc(sizeof *m + arrays + total);
+    if (m == NULL)
+        return NULL;
+    m->n_vocab = n_vocab;
+    m->offset = (size_t *)(m + 1); /* the struct's size keeps the arrays aligned */
+    m->by_first = (int32_t *)(m->offset + n + 1);
+    m->plain = (uint8_t *)(m->by_first + n);
+    m->bytes = (char *)(m->plain + n);
+    size_t at = 0;
+    for (int32_t t = 0; t < n_vocab; t++) {
+        m->offset[t] = at;
+        int len = graft__token_bytes(v, t, m->bytes + at, total - at);
+        at += len > 0 ? (size_t)len : 0;
     }
-    return GRAFT_OK;
+    m->offset[n] = at;
+    return m;
 }
 
 int graft__json_mask_create(const graft__vocab *v, int32_t n_vocab, graft__json_mask **out)
 {
-    *out = NULL;
-    graft__json_mask *m = graft__calloc(1, sizeof *m);
+    graft__json_mask *m = alloc_with_bytes(v, n_vocab);
+    *out = m;
     if (m == NULL)
         return GRAFT_ENOMEM;
-    m->n_vocab = n_vocab;
-    m->offset = graft__malloc(((size_t)n_vocab + 1) * sizeof *m->offset);
-    m->by_first = graft__malloc((size_t)n_vocab * sizeof *m->by_first);
-    m->plain = graft__malloc((size_t)n_vocab);
-    if (m->offset == NULL || m->by_first == NULL || m->plain == NULL ||
-        gather_bytes(m, v) != GRAFT_OK) {
-        graft__json_mask_free(m);
-        return GRAFT_ENOMEM;
-    }
     int32_t count[256] = {0};
     for (int32_t t = 0; t < n_vocab; t++) {
         size_t at = m->offset[t], len = m->offset[t + 1] - at;
@@ -103,7 +95,6 @@ int graft__json_mask_create(const graft__vocab *v, int32_t n_vocab, graft__json_
     for (int32_t t = 0; t < n_vocab; t++)
         if (m->offset[t + 1] > m->offset[t])
             m->by_first[fill[(uint8_t)m->bytes[m->offset[t]]]++] = t;
-    *out = m;
     return GRAFT_OK;
 }
 

@@ -605,6 +605,41 @@ static void write_file(char *path, size_t cap, const char *name, const char *tex
     assert_int_equal(fclose(f), 0);
 }
 
+/* --json-schema: the continuation is an instance ({"a": a boolean}, checked here from the
+ * text), and the run ends as the object closes, before -n; a schema outside the subset, a
+ * missing file and --json with --json-schema are refused. */
+static void test_run_json(void **state)
+{
+    (void)state;
+    char schema[1024], bad[1024];
+    write_file(schema, sizeof schema, "cli-schema.json",
+               "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"boolean\"}}, "
+               "\"required\": [\"a\"], \"additionalProperties\": false}");
+    write_file(bad, sizeof bad, "cli-schema-bad.json",
+               "{\"type\": \"object\", \"properties\": {\"a\": {\"minLength\": 2}}}");
+    cli_result r = GRAFT("run", "-m", stories(), "-p", "Once", "--temp", "0", "-n", "60",
+                         "--json-schema", schema);
+    expect_status(&r, 0);
+    assert_int_equal(strncmp(r.out, "Once", 4), 0);
+    const char *open = strchr(r.out, '{'), *close = strrchr(r.out, '}');
+    assert_true(open != NULL && close != NULL && close > open);
+    char *object = strndup(open, (size_t)(close - open + 1));
+    char squeezed[64];
+    size_t n = 0;
+    for (const char *c = object; *c != '\0' && n + 1 < sizeof squeezed; c++)
+        if (*c != ' ' && *c != '\n')
+            squeezed[n++] = *c;
+    squeezed[n] = '\0';
+    if (strcmp(squeezed, "{\"a\":true}") != 0 && strcmp(squeezed, "{\"a\":false}") != 0)
+        fail_msg("not an instance: %s", object);
+    free(object);
+    assert_null(strstr(r.err, "eval: 60 tokens")); /* it ended as the object closed */
+    result_free(&r);
+    FAILURE("'minLength' is not supported", "run", "-m", stories(), "--json-schema", bad);
+    FAILURE("cannot open", "run", "-m", stories(), "--json-schema", "/nonexistent/schema.json");
+    USAGE_ERROR("exclude each other", "run", "--json", "--json-schema", schema);
+}
+
 static void test_run_prompt_cache(void **state)
 {
     (void)state;
@@ -1029,6 +1064,7 @@ int main(void)
         cmocka_unit_test(test_run_default_model),
         cmocka_unit_test(test_logits_out),
         cmocka_unit_test(test_run_engine_options),
+        cmocka_unit_test(test_run_json),
         cmocka_unit_test(test_run_prompt_cache),
         cmocka_unit_test(test_run_chat),
         cmocka_unit_test(test_synth_archs),

@@ -78,6 +78,11 @@ static const char run_usage[] =
     "                          (powers of 1024; default: what the engine gives one session\n"
     "                          of --ctx positions, plus --cache-mem with --prompt-cache)\n"
     "  --threads N             compute threads (default 0: one per online CPU)\n"
+    "  --json                  each continuation is one JSON object: tokens that cannot\n"
+    "                          continue one are never sampled, and it ends as the object\n"
+    "                          closes\n"
+    "  --json-schema FILE      the same, and the object is an instance of the JSON schema in\n"
+    "                          FILE (the subset the README lists; others are refused)\n"
     "  --kernels K             scalar, avx2, avxvnni or avx512 (default: $GRAFT_KERNELS, else the best)\n"
     "  --logits-out FILE       write the last prompt position's logits (n_vocab float32,\n"
     "                          little-endian) to FILE; one prompt only\n"
@@ -89,6 +94,8 @@ typedef struct run_options {
     const char *prompt_file;
     const char *logits_out;
     const char *kernels;
+    const char *json_schema_file; /* --json-schema */
+    int json;                     /* --json */
     int32_t n_predict;
     int32_t n_ctx;
     int32_t threads;
@@ -109,10 +116,13 @@ typedef struct run_state {
     graft__run_stream stream;
     int32_t n_ctx;
     size_t cache_mem;
+    char *json_schema; /* --json-schema's text */
+    size_t json_schema_len;
 } run_state;
 
 static void run_free(run_state *s)
 {
+    free(s->json_schema);
     graft_prefix_cache_free(s->cache);
     graft_engine_free(s->engine);
     graft_model_free(s->model);
@@ -128,6 +138,10 @@ static int check_combinations(const run_options *o)
                                                  : NULL;
     if (cache_opt != NULL && !o->prompt_cache) {
         graft__cli_error("run", "option %s needs --prompt-cache", cache_opt);
+        return GRAFT_CLI_USAGE;
+    }
+    if (o->json && o->json_schema_file != NULL) {
+        graft__cli_error("run", "options --json and --json-schema exclude each other");
         return GRAFT_CLI_USAGE;
     }
     if (o->logits_out != NULL && (o->prompts.n > 1 || o->prompt_file != NULL)) {
@@ -168,6 +182,8 @@ static int parse_run_options(int argc, char **argv, run_options *o)
         {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
         {"--logits-out", NULL, GRAFT_CLI_STRING, &o->logits_out, 0, 0, 0},
+        {"--json", NULL, GRAFT_CLI_FLAG, &o->json, 0, 0, 1},
+        {"--json-schema", NULL, GRAFT_CLI_STRING, &o->json_schema_file, 0, 0, 0},
     };
     const graft__cli_command cmd = {"run", run_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
@@ -410,6 +426,11 @@ static int submit(const run_options *o, run_state *s, graft__run_turn *turn,
     graft_generate_config config = graft_generate_default();
     config.max_new_tokens = max_new;
     config.sampling = o->sampling;
+    config.output_format = o->json                 ? GRAFT_OUTPUT_JSON_OBJECT
+                           : s->json_schema != NULL ? GRAFT_OUTPUT_JSON_SCHEMA
+                                                    : GRAFT_OUTPUT_TEXT;
+    config.json_schema = s->json_schema;
+    config.json_schema_len = s->json_schema_len;
     rc = graft_session_generate(turn->session, p->tokens + turn->reused,
                                 p->n - (size_t)turn->reused, &config, on_update, on_settled,
                                 user, gen);
@@ -518,6 +539,23 @@ static int run_prompts(const run_options *o, run_state *s)
     return rc;
 }
 
+/* --json-schema's file, checked to be a schema the engine can hold output to. */
+static int load_json_schema(const run_options *o, run_state *s)
+{
+    if (o->json_schema_file == NULL)
+        return GRAFT_CLI_OK;
+    s->json_schema = graft__cli_read_file("run", o->json_schema_file, &s->json_schema_len);
+    if (s->json_schema == NULL)
+        return GRAFT_CLI_FAILED;
+    char *why = NULL;
+    int rc = graft_json_schema_check(s->json_schema, s->json_schema_len, &why);
+    if (rc != GRAFT_OK)
+        graft__cli_error("run", "--json-schema %s: %s", o->json_schema_file,
+                         why ? why : graft_status_str(rc));
+    graft_free(why);
+    return rc == GRAFT_OK ? GRAFT_CLI_OK : GRAFT_CLI_FAILED;
+}
+
 int graft__cli_run(int argc, char **argv)
 {
     run_options o = {0};
@@ -527,7 +565,9 @@ int graft__cli_run(int argc, char **argv)
         return rc;
     }
     run_state s = {0};
-    rc = load_model(&o, &s);
+    rc = load_json_schema(&o, &s);
+    if (rc == GRAFT_CLI_OK)
+        rc = load_model(&o, &s);
     if (rc == GRAFT_CLI_OK)
         rc = context_size(&o, &s);
     if (rc == GRAFT_CLI_OK)

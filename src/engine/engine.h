@@ -16,8 +16,9 @@
  *                 KV reservations, reclaim requests, the forward pass
  *   metrics.c     engine metrics
  *   accounting.c  KV accounting for caches: bytes a set of sessions holds alone; reclaim hooks
- *   json_syntax.c, json_mask.c  holding a generation to one JSON object: the recognizer, and
- *                 the vocabulary indexed by bytes to mask the tokens that cannot continue it
+ *   json_syntax.c, json_schema.c, json_mask.c  holding a generation to one JSON object
+ *                 (json_output.h): the recognizer, the schemas it follows, and the
+ *                 vocabulary indexed by bytes to mask the tokens that cannot continue it
  *
  * Commands name their session by id (session_table.c), looked up when they run: a command
  * never holds a pointer that a command earlier in the queue (a close) can free.

@@ -61,7 +61,7 @@ typedef struct graft__schema_node {
 } graft__schema_node;
 
 struct graft__json_schema {
-    graft__schema_node *nodes; /* nodes[0] is the root */
+    graft__schema_node *nodes; /* the root is nodes[root] */
     uint32_t n_nodes;
     /* A property's text is its name as JSON writes it, without the opening quote and with
      * the closing one (what follows the '"' that opens a key); a literal's is its compact

@@ -593,11 +593,11 @@ static void whole_reply(completion *c, graft__reply *reply)
     json_t *j = graft__envelope_json(c, c->req.chat ? "chat.completion" : "text_completion");
     json_t *choices = json_array();
     for (int32_t i = 0; i < c->n_choices; i++) {
-        const choice *ch = &c->choices[i];
-        size_t content = c->req.tools ? ch->content_end : ch->len; /* then calls, or what
-                                                                      did not parse as calls */
-        json_array_append_new(choices, graft__choice_json(c, &c->choices[i], 0, content, false,
-                                                          true));
+        choice *ch = &c->choices[i];
+        /* With tools the content ends where the calls begin (graft__choice_json adds what
+         * did not parse as calls). */
+        size_t content = c->req.tools ? ch->content_end : ch->len;
+        json_array_append_new(choices, graft__choice_json(c, ch, 0, content, false, true));
     }
     json_object_set_new(j, "choices", choices);
     json_object_set_new(j, "usage", graft__usage_json(c));

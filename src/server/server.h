@@ -243,8 +243,8 @@ typedef struct graft__completion_request {
     bool return_tokens;     /* each choice also gives its token ids (llama-server's field) */
     bool forced_call;       /* tool_choice required or a named function: the answer is one
                                call (output_format and json_schema hold it to the call) */
-    graft_output_format output_format; /* response_format */
-    char *json_schema;      /* response_format's schema (GRAFT_OUTPUT_JSON_SCHEMA), compact */
+    graft_output_format output_format; /* response_format, json_schema or a forced call */
+    char *json_schema;      /* the schema of GRAFT_OUTPUT_JSON_SCHEMA, compact JSON */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad

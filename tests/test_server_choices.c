@@ -662,7 +662,7 @@ static void test_tools_rendered_and_checked(void **state)
 
 /* The choice as a stream sees it: text arrives in pieces; content is never given past the
  * start of a tool call, each complete call is parsed once, and the final message carries
- * the content and the calls. */
+ * the content and the calls; with parallel_tool_calls false only the first call. */
 static void feed(choice *ch, const char *piece)
 {
     size_t n = strlen(piece);
@@ -717,6 +717,24 @@ static void test_tool_calls_parsed_from_text(void **state)
                             json_object_get(json_array_get(calls, 1), "function"), "arguments")),
                         "{}");
     json_decref(j);
+
+    /* parallel_tool_calls false: the choice ends after its first call, even when the text
+     * holds a second complete one */
+    free(ch->text);
+    json_decref(ch->calls);
+    *ch = (choice){.c = c, .calls = json_array()};
+    c->req.one_call = true;
+    for (size_t i = 0; i < 5; i++)
+        feed(ch, pieces[i]);
+    graft__choice_release(ch);
+    assert_true(ch->stopped);
+    assert_int_equal(json_array_size(ch->calls), 1);
+    assert_int_equal(ch->len, strlen(pieces[0]) + strlen(pieces[1]) + strlen(pieces[2]) +
+                                  strlen(pieces[3]));
+    graft__choice_settle_tools(ch);
+    assert_false(ch->calls_bad);
+    assert_string_equal(graft__choice_finish_reason(ch), "tool_calls");
+    c->req.one_call = false;
 
     /* a block that is not a call is content after all */
     free(ch->text);

@@ -333,6 +333,7 @@ static void test_forced_tool_calls(void **state)
         {"\"tools\": []", "\"required\"", "tool_choice"},
         {TOOLS ", \"response_format\": {\"type\": \"json_object\"}", "\"required\"",
          "tool_choice"},
+        {TOOLS ", \"parallel_tool_calls\": 1", "\"auto\"", "parallel_tool_calls"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         char b[2048];

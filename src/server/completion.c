@@ -63,6 +63,19 @@ bool graft__append(char **buf, size_t *len, size_t *cap, const char *data, size_
 
 /* ---- stop strings and tool calls --------------------------------------------------------------- */
 
+/* parallel_tool_calls false: the choice ends after its first call, as at a stop string
+ * (calls parsed from the same text after it are dropped). */
+static void end_at_first_call(choice *ch)
+{
+    while (json_array_size(ch->calls) > 1)
+        json_array_remove(ch->calls, json_array_size(ch->calls) - 1);
+    const char *close = strstr(ch->text + ch->content_end, "</tool_call>");
+    ch->len = (size_t)(close - ch->text) + strlen("</tool_call>");
+    ch->text[ch->len] = '\0';
+    ch->tools_parsed = ch->len;
+    ch->stopped = true;
+}
+
 size_t graft__choice_release(choice *ch)
 {
     const graft__completion_request *r = &ch->c->req;
@@ -100,6 +113,8 @@ size_t graft__choice_release(choice *ch)
         if (!ch->calls_bad && ch->content_end < ch->len)
             graft__tool_calls_parse(ch->text, ch->len, &ch->tools_parsed, ch->call_prefix,
                                     ch->calls, &ch->calls_bad);
+        if (r->one_call && json_array_size(ch->calls) > 0 && !ch->stopped)
+            end_at_first_call(ch);
     }
     return keep_from < ch->sent ? ch->sent : keep_from;
 }

@@ -8,7 +8,8 @@
  * max_completion_tokens / n_predict, n, temperature, top_p, top_k, min_p, seed,
  * repetition_penalty / repeat_penalty, presence_penalty, frequency_penalty, logit_bias,
  * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
- * and tool_choice (auto, none, required or a named function), response_format (text,
+ * and tool_choice (auto, none, required or a named function), parallel_tool_calls,
+ * response_format (text,
  * json_object, json_schema) or llama-server's json_schema, stop, stream,
  * stream_options.include_usage, ignore_eos, return_tokens, session_id. A field of the wrong
  * type or out of range is refused naming its JSON path.
@@ -487,6 +488,10 @@ static int parse_flags(const json_t *body, graft__completion_request *r, char **
                        char **message)
 {
     int rc;
+    bool parallel = true;
+    if ((rc = get_bool(body, "parallel_tool_calls", &parallel, param, message)) != GRAFT_OK)
+        return rc;
+    r->one_call = !parallel;
     if ((rc = get_bool(body, "stream", &r->stream, param, message)) != GRAFT_OK ||
         (rc = get_bool(body, "ignore_eos", &r->ignore_eos, param, message)) != GRAFT_OK ||
         (rc = get_bool(body, "return_tokens", &r->return_tokens, param, message)) != GRAFT_OK)

@@ -241,6 +241,7 @@ typedef struct graft__completion_request {
     int32_t top_logprobs;   /* ... and the most likely tokens' */
     bool tools;             /* chat with tools (tool_choice not "none"): tool calls parsed */
     bool return_tokens;     /* each choice also gives its token ids (llama-server's field) */
+    bool one_call;          /* parallel_tool_calls false: a choice ends after its first call */
     bool forced_call;       /* tool_choice required or a named function: the answer is one
                                call (output_format and json_schema hold it to the call) */
     graft_output_format output_format; /* response_format, json_schema or a forced call */

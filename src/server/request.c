@@ -9,10 +9,9 @@
  * repetition_penalty / repeat_penalty, presence_penalty, frequency_penalty, logit_bias,
  * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
  * and tool_choice (auto, none, required or a named function), parallel_tool_calls,
- * response_format (text,
- * json_object, json_schema) or llama-server's json_schema, stop, stream,
- * stream_options.include_usage, ignore_eos, return_tokens, session_id. A field of the wrong
- * type or out of range is refused naming its JSON path.
+ * response_format (text, json_object, json_schema) or llama-server's json_schema, stop,
+ * stream, stream_options.include_usage, ignore_eos, return_tokens, session_id. A field of
+ * the wrong type or out of range is refused naming its JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that
  * silently differs from what was asked is worse than a clear 400); unknown fields are
  * ignored, since SDKs send extras.

@@ -20,9 +20,10 @@
 /* One allocation: the struct, then its arrays (immutable once built). */
 struct graft__json_mask {
     int32_t n_vocab;
-    int32_t first[257];   /* group b is by_first[first[b] .. first[b + 1]) */
+    int32_t first[257];   /* group b is by_first[first[b] .. first[b + 1]); the tokens
+                             without bytes follow, by_first[first[256] .. n_vocab) */
     size_t *offset;       /* (n_vocab + 1) token t's bytes are [offset[t], offset[t + 1]) */
-    int32_t *by_first;    /* the tokens with bytes, grouped by first byte, in id order */
+    int32_t *by_first;    /* (n_vocab) the tokens grouped by first byte, in id order */
     uint8_t *plain;       /* (n_vocab) 1: complete UTF-8 characters, none of them '"', '\'
                              or a control byte, so the token can stand anywhere in a string */
     char *bytes;          /* every token's bytes, in id order */
@@ -90,11 +91,12 @@ int graft__json_mask_create(const graft__vocab *v, int32_t n_vocab, graft__json_
     m->first[0] = 0;
     for (int b = 0; b < 256; b++)
         m->first[b + 1] = m->first[b] + count[b];
-    int32_t fill[256];
+    int32_t fill[257]; /* fill[256]: the tokens without bytes */
     memcpy(fill, m->first, sizeof fill);
-    for (int32_t t = 0; t < n_vocab; t++)
-        if (m->offset[t + 1] > m->offset[t])
-            m->by_first[fill[(uint8_t)m->bytes[m->offset[t]]]++] = t;
+    for (int32_t t = 0; t < n_vocab; t++) {
+        bool has_bytes = m->offset[t + 1] > m->offset[t];
+        m->by_first[fill[has_bytes ? (uint8_t)m->bytes[m->offset[t]] : 256]++] = t;
+    }
     return GRAFT_OK;
 }
 
@@ -123,9 +125,8 @@ bool graft__json_mask_feed(const graft__json_mask *m, graft__json_syntax *s, int
 int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_syntax *s,
                                float *logits)
 {
-    for (int32_t t = 0; t < m->n_vocab; t++)
-        if (m->offset[t + 1] == m->offset[t])
-            logits[t] = -INFINITY;
+    for (int32_t i = m->first[256]; i < m->n_vocab; i++)
+        logits[m->by_first[i]] = -INFINITY;
     const bool in_text = graft__json_syntax_in_text(s);
     int32_t allowed = 0;
     for (int b = 0; b < 256; b++) {

@@ -259,10 +259,15 @@ static bool schema_close(graft__json_syntax *s)
     return (n->required & ~low_bits(count)) == 0;
 }
 
+static bool is_digit(uint8_t c)
+{
+    return c >= '0' && c <= '9';
+}
+
 /* A digit of a number (read before the syntax moves on) within its part's limit. */
 static bool digit_fits(graft__json_syntax *s, uint8_t c)
 {
-    if (c < '0' || c > '9')
+    if (!is_digit(c))
         return true;
     bool more = s->mode == M_INTEGER || s->mode == M_FRACTION || s->mode == M_EXPONENT;
     s->digits = more ? (uint8_t)(s->digits + 1) : 1;
@@ -277,8 +282,7 @@ static bool digit_fits(graft__json_syntax *s, uint8_t c)
 static bool schema_byte(graft__json_syntax *s, uint8_t c)
 {
     bool number = s->mode >= M_MINUS && s->mode <= M_EXPONENT;
-    bool extends = (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' ||
-                   c == '-';
+    bool extends = is_digit(c) || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
     if (number && !extends)
         return true; /* the byte ends the number: value_end checks what was read */
     if (s->check == CHECK_INTEGER && (c == '.' || c == 'e' || c == 'E'))
@@ -288,11 +292,6 @@ static bool schema_byte(graft__json_syntax *s, uint8_t c)
     s->cand = narrow(s, c);
     s->pos++;
     return s->cand != 0;
-}
-
-static bool is_digit(uint8_t c)
-{
-    return c >= '0' && c <= '9';
 }
 
 /* Whether the innermost open container is an object. */

@@ -531,7 +531,14 @@ typedef struct graft_generate_config {
     size_t n_logit_bias;
     int32_t logprobs;     /* nonzero: each sampled token's log-probability is kept ... */
     int32_t top_logprobs; /* ... with the top_logprobs most likely tokens' (at most
-                             GRAFT_MAX_TOP_LOGPROBS) */
+                             GRAFT_MAX_TOP_LOGPROBS; these go with prompt_logprobs too) */
+    int32_t prompt_logprobs; /* nonzero: each given token after the first gets its
+                                log-probability given the tokens before it
+                                (graft_generation_prompt_logprobs); every given token then
+                                has logits computed, a step's logit rows bounding its chunk */
+    int32_t prefill_only; /* nonzero: feed the tokens and sample none: the generation ends
+                             (GRAFT_FINISH_LENGTH) once they are committed; max_new_tokens,
+                             logprobs and the output format do not apply */
     graft_output_format output_format;
     const char *json_schema; /* GRAFT_OUTPUT_JSON_SCHEMA: the schema's JSON, json_schema_len
                                 bytes (compiled at submission: GRAFT_EINVAL when
@@ -610,6 +617,15 @@ typedef struct graft_token_logprob {
  * or no such token was reported. */
 int graft_generation_logprobs(const graft_generation *gen, size_t index,
                               const graft_token_logprob **entries, size_t *n);
+
+/* With config.prompt_logprobs: the log-probabilities of given token index + 1 (the first
+ * given token has none: the logits before it are not at hand), in graft_generation_logprobs'
+ * shape and with its guarantees. Readable on any thread once the last given token is
+ * committed: in the on_update call of the first sampled token and after it, or once done.
+ * GRAFT_EINVAL: prompt logprobs were not asked for, index + 1 is not a given token, or the
+ * tokens are not all committed yet (a generation that failed or was cancelled before). */
+int graft_generation_prompt_logprobs(const graft_generation *gen, size_t index,
+                                     const graft_token_logprob **entries, size_t *n);
 
 typedef struct graft_generation_metrics {
     uint64_t queue_wait_ns;          /* submission to the start of its first step */

@@ -841,7 +841,10 @@ static void test_alloc_failures(void **state)
         assert_int_equal(graft__alloc_live(), base);
         assert_int_equal(graft_test_metrics(e).sessions_open, 1);
     }
-    /* generate, its admission and its steps */
+    /* generate, its admission and its steps (with every buffer a generation may ask for) */
+    c.logprobs = 1;
+    c.prompt_logprobs = 1;
+    c.top_logprobs = 2;
     int32_t position = graft_session_position(s);
     for (long n = 0;; n++) {
         graft_session *t = clone_at(s, position);

@@ -6,7 +6,8 @@
  * picked c > 0 times loses presence + c * frequency; a bias is added). The engine's
  * log-probabilities are checked against a float64 log-softmax of the cold logits computed
  * here, a full sort for the top tokens, and for batch invariance by memcmp with the same
- * request run beside others. Callbacks only record; asserts run on the test's thread.
+ * request run beside others; the prompt's log-probabilities (prompt_logprobs) the same way,
+ * and against the log-probabilities its tokens were sampled with. Callbacks only record; asserts run on the test's thread.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -553,6 +554,214 @@ static void test_logprobs_batch_invariant(void **state)
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
+/* ---- the prompt's log-probabilities ------------------------------------------------------ */
+
+static graft_generate_config prompt_logprobs_only(int32_t top)
+{
+    graft_generate_config c = graft_generate_default();
+    c.prompt_logprobs = 1;
+    c.top_logprobs = top;
+    c.prefill_only = 1;
+    return c;
+}
+
+/* What the first update saw of the prompt's log-probabilities (asserted afterwards). */
+typedef struct first_look {
+    bool looked;
+    int status;
+    graft_token_logprob entries[1 + TOP];
+} first_look;
+
+static void look_at_prompt(graft_generation *gen, const int32_t *tokens, size_t n, void *user)
+{
+    (void)tokens;
+    (void)n;
+    first_look *f = user;
+    if (f->looked)
+        return;
+    const graft_token_logprob *lp = NULL;
+    size_t k = 0;
+    f->looked = true;
+    f->status = graft_generation_prompt_logprobs(gen, 3, &lp, &k);
+    if (f->status == GRAFT_OK && k == 1 + TOP)
+        memcpy(f->entries, lp, k * sizeof *lp);
+}
+
+/* Every given token after the first: its log-probability and the top tokens after the
+ * tokens before it, against a float64 log-softmax of the cold logits; prefill_only samples
+ * nothing and commits the prompt. */
+static void test_prompt_logprobs_match_cold_logits(void **state)
+{
+    (void)state;
+    graft_engine *e = new_engine();
+    enum { N = 20 };
+    int32_t prompt[N];
+    for (int i = 0; i < N; i++)
+        prompt[i] = i == 0 ? BOS : 100 + (i * 37) % 400;
+    graft_generate_config c = prompt_logprobs_only(TOP);
+    run r;
+    start(e, &r, prompt, N, &c);
+    finish(&r);
+    assert_int_equal(graft_generation_finish_reason(r.gen), GRAFT_FINISH_LENGTH);
+    size_t n_out = 99;
+    graft_generation_tokens(r.gen, &n_out);
+    assert_int_equal(n_out, 0);
+    assert_int_equal(graft_session_position(r.session), N);
+    for (size_t i = 0; i + 1 < N; i++) {
+        const graft_token_logprob *lp = NULL;
+        size_t n = 0;
+        assert_int_equal(graft_generation_prompt_logprobs(r.gen, i, &lp, &n), GRAFT_OK);
+        assert_int_equal(n, 1 + TOP);
+        expect_logprobs_match_cold(prompt, i + 1, prompt[i + 1], lp, n);
+    }
+    const graft_token_logprob *lp = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_generation_prompt_logprobs(r.gen, N - 1, &lp, &n), GRAFT_EINVAL);
+    assert_null(lp);
+    assert_int_equal(graft_generation_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
+    graft_token_logprob kept[1 + TOP];
+    assert_int_equal(graft_generation_prompt_logprobs(r.gen, 3, &lp, &n), GRAFT_OK);
+    memcpy(kept, lp, sizeof kept);
+    release(&r);
+
+    /* sampling after the prompt: the log-probabilities are there at the first update */
+    graft_generate_config sampled = graft_test_greedy(3);
+    sampled.prompt_logprobs = 1;
+    sampled.top_logprobs = TOP;
+    first_look look = {0};
+    assert_int_equal(graft_session_open(e, &r.session, NULL), GRAFT_OK);
+    assert_int_equal(graft_session_generate(r.session, prompt, N, &sampled, look_at_prompt, NULL,
+                                            &look, &r.gen),
+                     GRAFT_OK);
+    finish(&r);
+    assert_true(look.looked);
+    assert_int_equal(look.status, GRAFT_OK);
+    assert_memory_equal(look.entries, kept, sizeof kept);
+    graft_generation_tokens(r.gen, &n_out);
+    assert_int_equal(n_out, 3);
+    assert_int_equal(graft_generation_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
+    release(&r);
+
+    /* without prompt_logprobs there are none; a one-token prompt has none to give */
+    graft_generate_config plain = graft_test_greedy(2);
+    start(e, &r, prompt, N, &plain);
+    finish(&r);
+    assert_int_equal(graft_generation_prompt_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
+    release(&r);
+    start(e, &r, prompt, 1, &c);
+    finish(&r);
+    assert_int_equal(graft_generation_finish_reason(r.gen), GRAFT_FINISH_LENGTH);
+    assert_int_equal(graft_generation_prompt_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
+    release(&r);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
+}
+
+/* A sampled answer fed back as a prompt gets, bit for bit, the log-probabilities it was
+ * sampled with: the prompt's rows and the sampling rows are the same logits. */
+static void test_prompt_logprobs_equal_sampled_ones(void **state)
+{
+    (void)state;
+    graft_engine *e = new_engine();
+    const int32_t prompt[6] = {BOS, 403, 261, 347, 41, 280};
+    graft_generate_config c = with_logprobs(3);
+    run r;
+    start(e, &r, prompt, 6, &c);
+    finish(&r);
+    size_t n_out = 0;
+    const int32_t *out = graft_generation_tokens(r.gen, &n_out);
+    assert_int_equal(n_out, N_GEN);
+    int32_t all[6 + N_GEN];
+    memcpy(all, prompt, sizeof prompt);
+    memcpy(all + 6, out, n_out * sizeof *out);
+
+    run fed;
+    graft_generate_config pc = prompt_logprobs_only(3);
+    start(e, &fed, all, 6 + N_GEN, &pc);
+    finish(&fed);
+    for (size_t i = 0; i < N_GEN; i++) {
+        const graft_token_logprob *sampled = NULL, *given = NULL;
+        size_t ns = 0, ng = 0;
+        assert_int_equal(graft_generation_logprobs(r.gen, i, &sampled, &ns), GRAFT_OK);
+        assert_int_equal(graft_generation_prompt_logprobs(fed.gen, 5 + i, &given, &ng), GRAFT_OK);
+        assert_int_equal(ns, ng);
+        assert_memory_equal(sampled, given, ns * sizeof *given);
+    }
+    release(&r);
+    release(&fed);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
+}
+
+/* The same prompt's log-probabilities, bit for bit, in one chunk alone and in chunks of
+ * five and of one (logits rows for three sessions, then one) beside generations that sample
+ * and feed prompts of their own. */
+static void test_prompt_logprobs_chunk_and_batch_invariant(void **state)
+{
+    (void)state;
+    enum { N = 45 };
+    int32_t prompt[N];
+    for (int i = 0; i < N; i++)
+        prompt[i] = i == 0 ? BOS : 50 + (i * 11) % 450;
+    graft_generate_config c = prompt_logprobs_only(TOP);
+    graft_engine *e = new_engine();
+    run alone;
+    start(e, &alone, prompt, N, &c);
+    finish(&alone);
+
+    const int32_t sessions[2] = {3, 1};
+    for (int k = 0; k < 2; k++) {
+        graft_engine_options o = graft_test_engine_options(sessions[k], CONTEXT);
+        o.max_batch_tokens = 5;
+        graft_engine *small = graft_test_engine(stories, &o);
+        run others[2], again;
+        graft_generate_config oc = with_logprobs(2);
+        int32_t n_others = sessions[k] - 1;
+        for (int32_t i = 0; i < n_others; i++)
+            start(small, &others[i], prompt + 1 + i, (size_t)(3 + 17 * i), &oc);
+        start(small, &again, prompt, N, &c);
+        finish(&again);
+        for (size_t i = 0; i + 1 < N; i++) {
+            const graft_token_logprob *la = NULL, *lb = NULL;
+            size_t ka = 0, kb = 0;
+            assert_int_equal(graft_generation_prompt_logprobs(alone.gen, i, &la, &ka), GRAFT_OK);
+            assert_int_equal(graft_generation_prompt_logprobs(again.gen, i, &lb, &kb), GRAFT_OK);
+            assert_int_equal(ka, kb);
+            assert_memory_equal(la, lb, ka * sizeof *la);
+        }
+        for (int32_t i = 0; i < n_others; i++) {
+            finish(&others[i]);
+            release(&others[i]);
+        }
+        release(&again);
+        assert_int_equal(graft_engine_free(small), GRAFT_OK);
+    }
+    release(&alone);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
+}
+
+/* top_logprobs needs logprobs or prompt_logprobs. */
+static void test_prompt_logprobs_refusals(void **state)
+{
+    (void)state;
+    graft_engine *e = new_engine();
+    const int32_t prompt[3] = {BOS, 403, 261};
+    graft_session *s = NULL;
+    graft_generation *gen = NULL;
+    assert_int_equal(graft_session_open(e, &s, NULL), GRAFT_OK);
+    graft_generate_config c = prompt_logprobs_only(GRAFT_MAX_TOP_LOGPROBS + 1);
+    assert_int_equal(graft_session_generate(s, prompt, 3, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.top_logprobs = 2;
+    c.prompt_logprobs = 0;
+    assert_int_equal(graft_session_generate(s, prompt, 3, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    assert_null(gen);
+    const graft_token_logprob *lp = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_generation_prompt_logprobs(NULL, 0, &lp, &n), GRAFT_EINVAL);
+    graft_session_close(s);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -564,6 +773,10 @@ int main(void)
         cmocka_unit_test(test_logprobs_match_cold_logits),
         cmocka_unit_test(test_bias_changes_pick_not_logprobs),
         cmocka_unit_test(test_logprobs_batch_invariant),
+        cmocka_unit_test(test_prompt_logprobs_match_cold_logits),
+        cmocka_unit_test(test_prompt_logprobs_equal_sampled_ones),
+        cmocka_unit_test(test_prompt_logprobs_chunk_and_batch_invariant),
+        cmocka_unit_test(test_prompt_logprobs_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

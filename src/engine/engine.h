@@ -146,6 +146,10 @@ struct graft_generation {
     graft_token_logprob *logprobs; /* (cap_out x logprob_width) when asked for, else NULL */
     float *raw_logits;             /* (n_vocab) the logits before sampling, when asked for */
     int32_t logprob_width;         /* 1 + top_logprobs */
+    graft_token_logprob *prompt_logprobs; /* ((n_prompt - 1) x logprob_width) when asked for */
+    atomic_bool prompt_done; /* set (release) once every prompt token is committed and its
+                                log-probabilities written */
+    bool prefill_only;
     int32_t n_out, cap_out;
     bool has_pending; /* out[n_out - 1] was sampled and is not fed back yet */
     bool admitted;    /* in the engine's active list */
@@ -179,7 +183,10 @@ typedef void (*graft__logits_tap)(graft_generation *gen, const float *logits, vo
 typedef struct graft__slot {
     graft_generation *gen;
     int32_t first, count; /* its entries in the batch */
-    int32_t row;          /* its logits row, or -1 */
+    int32_t fed_from;     /* a prompt chunk: the prompt index of its first token; -1: a
+                             sampled token fed back */
+    int32_t row;          /* its first logits row (its entries from the first that asked for
+                             logits have consecutive rows), or -1 */
 } graft__slot;
 
 struct graft_engine {
@@ -284,6 +291,13 @@ void graft__gen_admit(graft_engine *e, graft_generation *gen);
 /* Samples the generation's next token from its logits row, reports it, and settles the
  * generation when it ends. */
 void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits);
+/* After a prompt chunk of `count` tokens from prompt index `from` was committed: keeps the
+ * prompt log-probabilities its logits rows give (`rows`: one a token with prompt_logprobs,
+ * else the last token's alone when the chunk ends the prompt and a token is to be sampled;
+ * NULL when it has none), and when the chunk ends the prompt samples the first token, or
+ * settles a prefill_only generation. */
+void graft__gen_prompt_fed(graft_engine *e, graft_generation *gen, int32_t from, int32_t count,
+                           float *rows);
 /* Ends the generation: records the outcome, runs on_settled, marks it done, drops the
  * engine's reference. message may be NULL. */
 void graft__gen_settle(graft_engine *e, graft_generation *gen, graft_finish finish, int status,

@@ -37,6 +37,7 @@ static void gen_destroy(graft_generation *gen)
     graft__free(gen->stop);
     graft__free(gen->out);
     graft__free(gen->logprobs);
+    graft__free(gen->prompt_logprobs);
     graft__free(gen->raw_logits);
     graft__free(gen->error);
     graft_sampler_free(gen->sampler);
@@ -73,7 +74,7 @@ static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
         return GRAFT_EINVAL;
     if ((c->n_logit_bias > 0 && c->logit_bias == NULL) || c->top_logprobs < 0 ||
         c->top_logprobs > GRAFT_MAX_TOP_LOGPROBS || c->top_logprobs > m->hp.n_vocab ||
-        (c->top_logprobs > 0 && !c->logprobs))
+        (c->top_logprobs > 0 && !c->logprobs && !c->prompt_logprobs))
         return GRAFT_EINVAL;
     if (c->output_format != GRAFT_OUTPUT_TEXT && c->output_format != GRAFT_OUTPUT_JSON_OBJECT &&
         (c->output_format != GRAFT_OUTPUT_JSON_SCHEMA || c->json_schema == NULL))
@@ -114,12 +115,17 @@ static int gen_new(graft_session *s, const int32_t *tokens, size_t n,
     gen->out = graft__malloc((size_t)gen->cap_out * sizeof *gen->out);
     const int32_t n_vocab = e->model->hp.n_vocab;
     bool logprobs_lost = false;
+    gen->logprob_width = 1 + c->top_logprobs;
     if (c->logprobs) {
-        gen->logprob_width = 1 + c->top_logprobs;
         gen->logprobs = graft__malloc((size_t)gen->cap_out * (size_t)gen->logprob_width *
                                       sizeof *gen->logprobs);
         gen->raw_logits = graft__malloc((size_t)n_vocab * sizeof *gen->raw_logits);
         logprobs_lost = gen->logprobs == NULL || gen->raw_logits == NULL;
+    }
+    if (c->prompt_logprobs) {
+        gen->prompt_logprobs = graft__malloc((n > 1 ? n - 1 : 1) * (size_t)gen->logprob_width *
+                                             sizeof *gen->prompt_logprobs);
+        logprobs_lost = logprobs_lost || gen->prompt_logprobs == NULL;
     }
     int rc = c->output_format != GRAFT_OUTPUT_JSON_SCHEMA
                  ? GRAFT_OK
@@ -158,6 +164,7 @@ int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
     gen->n_stop = c->n_stop_tokens;
     gen->ignore_eog = c->ignore_eog != 0;
     gen->max_new = c->max_new_tokens;
+    gen->prefill_only = c->prefill_only != 0;
     gen->json = c->output_format != GRAFT_OUTPUT_TEXT;
     graft__json_syntax_init_schema(&gen->json_syntax, gen->schema);
     gen->on_update = on_update;
@@ -280,6 +287,26 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
         graft__gen_settle(e, gen, GRAFT_FINISH_LENGTH, GRAFT_OK, NULL);
 }
 
+void graft__gen_prompt_fed(graft_engine *e, graft_generation *gen, int32_t from, int32_t count,
+                           float *rows)
+{
+    const size_t n_vocab = (size_t)e->model->hp.n_vocab, width = (size_t)gen->logprob_width;
+    if (gen->prompt_logprobs != NULL)
+        for (int32_t i = from; i < from + count && i + 1 < gen->n_prompt; i++)
+            graft__logprobs_fill(rows + (size_t)(i - from) * n_vocab, (int32_t)n_vocab,
+                                 gen->prompt[i + 1], (int32_t)width - 1,
+                                 gen->prompt_logprobs + (size_t)i * width);
+    if (from + count < gen->n_prompt)
+        return;
+    atomic_store(&gen->prompt_done, true);
+    if (!gen->prefill_only)
+        graft__gen_deliver(e, gen, rows + (gen->prompt_logprobs ? (size_t)(count - 1) * n_vocab : 0));
+    else if (atomic_load(&gen->cancel))
+        graft__gen_settle(e, gen, GRAFT_FINISH_CANCELLED, GRAFT_ECANCELLED, "cancelled");
+    else
+        graft__gen_settle(e, gen, GRAFT_FINISH_LENGTH, GRAFT_OK, NULL);
+}
+
 static void deactivate(graft_engine *e, graft_generation *gen)
 {
     int32_t i = 0;
@@ -392,6 +419,21 @@ int graft_generation_logprobs(const graft_generation *gen, size_t index,
         index >= (size_t)gen->n_out)
         return GRAFT_EINVAL;
     *entries = gen->logprobs + index * (size_t)gen->logprob_width;
+    *n = (size_t)gen->logprob_width;
+    return GRAFT_OK;
+}
+
+int graft_generation_prompt_logprobs(const graft_generation *gen, size_t index,
+                                     const graft_token_logprob **entries, size_t *n)
+{
+    if (entries != NULL)
+        *entries = NULL;
+    if (n != NULL)
+        *n = 0;
+    if (gen == NULL || entries == NULL || n == NULL || gen->prompt_logprobs == NULL ||
+        index + 1 >= (size_t)gen->n_prompt || !atomic_load(&gen->prompt_done))
+        return GRAFT_EINVAL;
+    *entries = gen->prompt_logprobs + index * (size_t)gen->logprob_width;
     *n = (size_t)gen->logprob_width;
     return GRAFT_OK;
 }

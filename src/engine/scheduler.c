@@ -9,7 +9,10 @@
  *      one token (with logits), starting from a rotating cursor so that a budget smaller
  *      than the number of decoders serves them in turn.
  *   3. Chunked prefill: the remaining budget (max_batch_tokens) goes to prompts in arrival
- *      order; a chunk asks for logits only when it ends its prompt.
+ *      order; a chunk asks for logits only when it ends its prompt and a token is to be
+ *      sampled, or for every token when the prompt's log-probabilities are asked for: then
+ *      the logits rows left (one per session, one kept for each prompt after it) bound its
+ *      length.
  *
  * KV room (DESIGN.md invariant 4). Each slot is charged exactly the slices its positions take
  * now (graft__kv_seq_write_slices: a fresh block where the session has none, a copy where it
@@ -47,7 +50,8 @@ static int32_t write_end(const graft_engine *e, const graft_generation *gen)
 {
     int64_t end = atomic_load(&gen->session->position);
     end += gen->n_prompt - gen->n_fed + (gen->has_pending ? 1 : 0);
-    end += (gen->max_new > 0 ? gen->max_new : e->opts.max_context) - gen->n_out;
+    if (!gen->prefill_only)
+        end += (gen->max_new > 0 ? gen->max_new : e->opts.max_context) - gen->n_out;
     return end < e->opts.max_context ? (int32_t)end : e->opts.max_context;
 }
 
@@ -59,18 +63,22 @@ static int64_t reservation(const graft_engine *e, const graft_generation *gen)
                                       write_end(e, gen) - position);
 }
 
+/* gen's slot: `count` tokens from prompt index fed_from (-1: a sampled token), those from
+ * index rows_from on with logits. */
 static void add_slot(graft_engine *e, plan *p, graft_generation *gen, const int32_t *tokens,
-                     int32_t count, bool logits, int64_t slices)
+                     int32_t count, int32_t fed_from, int32_t rows_from, int64_t slices)
 {
     graft__slot *slot = &e->slots[p->n_slots++];
     int32_t position = atomic_load(&gen->session->position);
     slot->gen = gen;
     slot->first = p->n_entries;
     slot->count = count;
-    slot->row = logits ? p->n_rows++ : -1;
+    slot->fed_from = fed_from;
+    slot->row = rows_from < count ? p->n_rows : -1;
+    p->n_rows += count - rows_from;
     for (int32_t i = 0; i < count; i++)
         e->entries[p->n_entries++] = (graft__batch_entry){
-            gen->session->seq, position + i, tokens[i], logits && i == count - 1};
+            gen->session->seq, position + i, tokens[i], i >= rows_from};
     p->free_slices -= slices;
     gen->kv_wait_since = 0;
 }
@@ -99,7 +107,7 @@ static void plan_decodes(graft_engine *e, plan *p)
             note_wait(e, p, gen, slices - p->free_slices);
             continue;
         }
-        add_slot(e, p, gen, &gen->out[gen->n_out - 1], 1, true, slices);
+        add_slot(e, p, gen, &gen->out[gen->n_out - 1], 1, -1, 0, slices);
         taken++;
     }
     e->decode_cursor = n > 0 ? (e->decode_cursor + taken) % n : 0;
@@ -145,6 +153,27 @@ static bool try_start(graft_engine *e, plan *p, graft_generation *gen)
     return true;
 }
 
+/* The entry of a prompt chunk of `count` tokens from which it asks for logits (count:
+ * none): every entry with prompt_logprobs, else the last one when it ends the prompt and a
+ * token is to be sampled. */
+static int32_t rows_from(const graft_generation *gen, int32_t count)
+{
+    if (gen->prompt_logprobs != NULL)
+        return 0;
+    bool ends = gen->n_fed + count == gen->n_prompt;
+    return ends && !gen->prefill_only ? count - 1 : count;
+}
+
+/* The generations after active[i] still feeding their prompts: each may need a logits row
+ * this step (those sampling have theirs from plan_decodes). */
+static int32_t prompts_after(const graft_engine *e, int32_t i)
+{
+    int32_t n = 0;
+    for (int32_t k = i + 1; k < e->n_active; k++)
+        n += !e->active[k]->has_pending && e->active[k]->n_fed < e->active[k]->n_prompt;
+    return n;
+}
+
 static void plan_prefills(graft_engine *e, plan *p)
 {
     for (int32_t i = 0; i < e->n_active; i++) {
@@ -154,15 +183,19 @@ static void plan_prefills(graft_engine *e, plan *p)
             break;
         if (gen->has_pending || gen->n_fed == gen->n_prompt)
             continue;
-        if (!gen->started && !try_start(e, p, gen))
+        if (gen->prompt_logprobs != NULL) {
+            int32_t rows = e->opts.max_sessions - p->n_rows - prompts_after(e, i);
+            left = rows < left ? rows : left;
+        }
+        if (left <= 0 || (!gen->started && !try_start(e, p, gen)))
             continue;
         int32_t position = atomic_load(&gen->session->position);
         int32_t count = gen->n_prompt - gen->n_fed < left ? gen->n_prompt - gen->n_fed : left;
         int64_t slices;
         count = fit_chunk(e, p, gen, position, count, &slices);
         if (count > 0)
-            add_slot(e, p, gen, gen->prompt + gen->n_fed, count,
-                     gen->n_fed + count == gen->n_prompt, slices);
+            add_slot(e, p, gen, gen->prompt + gen->n_fed, count, gen->n_fed,
+                     rows_from(gen, count), slices);
         else
             note_wait(e, p, gen, graft__kv_seq_write_slices(e->kv, gen->session->seq,
                                                             position, 1) - p->free_slices);
@@ -254,8 +287,13 @@ static void finish_step(graft_engine *e, const plan *p, uint64_t started)
     const size_t n_vocab = (size_t)e->model->hp.n_vocab;
     for (int32_t i = 0; i < p->n_slots; i++) {
         const graft__slot *slot = &e->slots[i];
-        if (commit_slot(e, slot, started) && slot->row >= 0)
-            graft__gen_deliver(e, slot->gen, e->logits + (size_t)slot->row * n_vocab);
+        if (!commit_slot(e, slot, started))
+            continue;
+        float *rows = slot->row >= 0 ? e->logits + (size_t)slot->row * n_vocab : NULL;
+        if (slot->fed_from < 0)
+            graft__gen_deliver(e, slot->gen, rows);
+        else
+            graft__gen_prompt_fed(e, slot->gen, slot->fed_from, slot->count, rows);
     }
 }
 

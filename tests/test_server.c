@@ -292,8 +292,8 @@ static void test_errors(void **state)
     free(m);
     graft_test_response_free(&r);
     r = graft_test_request(&main_server, "POST", "/v1/completions",
-                "{\"prompt\": \"x\", \"echo\": true}");
-    free(graft_test_expect_error(&r, 400, "echo"));
+                           "{\"prompt\": \"x\", \"functions\": [{\"name\": \"f\"}]}");
+    free(graft_test_expect_error(&r, 400, "functions"));
     graft_test_response_free(&r);
     r = graft_test_request(&main_server, "POST", "/v1/completions",
                            "{\"prompt\": \"x\", \"max_tokens\": 2, \"best_of\": 2}");

@@ -250,6 +250,19 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
     return 0;
 }
 
+/* echo: the prompt's text, as POST /detokenize gives it, and where each token's begins. */
+static int echo_prompt(completion *c, graft__reply *reply)
+{
+    c->echo_starts = malloc(c->n_prompt * sizeof *c->echo_starts);
+    if (c->echo_starts == NULL || graft__detokenize(c->ctx->model, c->prompt, c->n_prompt,
+                                                    &c->echo_text, &c->echo_len,
+                                                    c->echo_starts) != GRAFT_OK) {
+        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 /* The named session's conversation as the new prompt can use it: the session itself when
  * the prompt extends its history, else a clone at their common prefix. 0, or -1 when the
  * conversation gave nothing (held is closed then). */
@@ -307,6 +320,14 @@ static int find_session(completion *c, const char *owner, graft__reply *reply)
     choice *ch = &c->choices[0];
     uint64_t t0 = graft__server_now_ns();
     c->source = "cold";
+    if (c->prompt_logprobs) { /* every prompt token's logits: none can be reused */
+        ch->reused = 0;
+        if (graft_session_open(c->ctx->engine, &ch->session, NULL) != GRAFT_OK) {
+            graft__reply_error(reply, 503, "server_error", NULL, "no session available");
+            return -1;
+        }
+        return join_donors(c, false, t0, reply);
+    }
     if (c->req.session_id != NULL) {
         graft_session *held = NULL;
         int rc = graft__sessions_acquire(c->ctx->sessions, c->req.session_id, owner, &c->named,
@@ -395,6 +416,8 @@ static int start_choice(completion *c, choice *ch)
     cfg.n_logit_bias = r->n_logit_bias;
     cfg.logprobs = r->logprobs;
     cfg.top_logprobs = r->top_logprobs;
+    cfg.prompt_logprobs = c->prompt_logprobs && ch->index == 0;
+    cfg.prefill_only = r->prompt_only;
     cfg.output_format = r->output_format;
     cfg.json_schema = r->json_schema;
     cfg.json_schema_len = r->json_schema ? strlen(r->json_schema) : 0;
@@ -562,6 +585,8 @@ void graft__completion_finish(completion *c, graft__request_log *log)
         graft__channel_free(&c->channel);
     graft__request_free(&c->req);
     free(c->prompt);
+    free(c->echo_text);
+    free(c->echo_starts);
     free(c->out);
     free(c->take_logprobs);
     free(c);
@@ -688,9 +713,11 @@ int graft__completion_begin(completion *c, const json_t *body, graft__api api,
         free(message);
         return -1;
     }
-    if (c->llama && c->req.n_choices > 1) {
-        graft__reply_error(reply, 400, "invalid_request_error", "n",
-                           "POST /completion gives one completion: use /v1/completions for n");
+    if (c->llama && (c->req.n_choices > 1 || c->req.echo)) {
+        const char *field = c->req.echo ? "echo" : "n";
+        graft__reply_error(reply, 400, "invalid_request_error", field,
+                           "POST /completion gives one completion without its prompt: use "
+                           "/v1/completions for '%s'", field);
         return -1;
     }
     c->n_choices = c->req.n_choices;
@@ -699,10 +726,19 @@ int graft__completion_begin(completion *c, const json_t *body, graft__api api,
     c->width = c->req.logprobs ? 1 + c->req.top_logprobs : 0;
     if (c->req.session_id == NULL && session_header != NULL && session_header[0] != '\0')
         c->req.session_id = strndup(session_header, 128);
-    if (tokenize_prompt(c, reply) != 0 || find_session(c, owner, reply) != 0)
+    c->prompt_logprobs = c->req.echo && c->req.logprobs;
+    if (c->prompt_logprobs && c->req.session_id != NULL) {
+        graft__reply_error(reply, 400, "invalid_request_error", "echo",
+                           "'echo' with 'logprobs' computes the whole prompt afresh, so it "
+                           "cannot continue a named session");
         return -1;
-    c->max_new = c->req.max_tokens > 0 ? c->req.max_tokens
-                                       : c->ctx->max_context - (int32_t)c->n_prompt;
+    }
+    if (tokenize_prompt(c, reply) != 0 || (c->req.echo && echo_prompt(c, reply) != 0) ||
+        find_session(c, owner, reply) != 0)
+        return -1;
+    c->max_new = c->req.prompt_only     ? 0
+                 : c->req.max_tokens > 0 ? c->req.max_tokens
+                                         : c->ctx->max_context - (int32_t)c->n_prompt;
     size_t cap = (size_t)c->n_choices * ((size_t)c->max_new + 1);
     if (graft__channel_init(&c->channel, cap, c->width) != GRAFT_OK) {
         graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
@@ -770,11 +806,7 @@ static json_t *chunk(completion *c, choice *ch, size_t from, size_t upto, bool f
 {
     if (c->llama)
         return graft__llama_json(c, ch->text ? ch->text + from : "", upto - from, final);
-    json_t *j = graft__envelope_json(c, c->req.chat ? "chat.completion.chunk" : "text_completion");
-    json_t *choices = json_array();
-    json_array_append_new(choices, graft__choice_json(c, ch, from, upto, true, final));
-    json_object_set_new(j, "choices", choices);
-    return j;
+    return graft__envelope_with_choice(c, graft__choice_json(c, ch, from, upto, true, final));
 }
 
 /* The events of one choice since the last: new content and new tool calls, and at its end
@@ -783,6 +815,12 @@ static void produce_choice(completion *c, choice *ch)
 {
     if (!ch->started || ch->failed)
         return;
+    if (c->req.echo && !ch->sent_echo) {
+        if (!graft__echo_ready(c))
+            return;
+        emit(c, graft__envelope_with_choice(c, graft__echo_choice_json(c, ch)));
+        ch->sent_echo = true;
+    }
     size_t upto = graft__choice_release(ch);
     if (ch->done && (!c->req.tools || ch->calls_bad))
         upto = ch->len;

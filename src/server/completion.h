@@ -43,6 +43,7 @@ typedef struct choice {
     bool done;
     bool sent_final_chunk;   /* streaming: its final chunk went out */
     bool sent_role;          /* streaming (chat): the role went out */
+    bool sent_echo;          /* streaming (echo): the prompt went out */
     /* tool calls (requests with tools) */
     size_t content_end;      /* text before it is content, after it tool calls */
     size_t tools_parsed;     /* text up to it parsed into calls */
@@ -69,6 +70,11 @@ struct completion {
     long long created;
     int32_t *prompt;
     size_t n_prompt;
+    char *echo_text;       /* echo: the prompt's tokens decoded (NULL: none, or no text) */
+    size_t echo_len;
+    size_t *echo_starts;   /* (n_prompt) echo: where each prompt token's text begins */
+    bool prompt_logprobs;  /* echo with logprobs: choice 0 computes the whole prompt and
+                              gives its tokens' log-probabilities */
     const char *source;    /* where choice 0's prompt KV came from: cold, cache, session,
                               donor, donor_wait */
     int source_index;      /* GRAFT__FROM_*, or -1: cold */
@@ -164,10 +170,18 @@ json_t *graft__usage_counts_json(size_t prompt, size_t generated, size_t cached)
 json_t *graft__usage_json(const completion *c);
 json_t *graft__graft_json(const completion *c);
 json_t *graft__envelope_json(const completion *c, const char *object);
-/* A choice of a whole response, or of a chunk (delta) carrying text[from, upto) and the
- * log-probabilities of the tokens that begin there (all the rest when final). */
+/* A stream's chunk: the envelope with one choice (consumed). */
+json_t *graft__envelope_with_choice(const completion *c, json_t *choice);
+/* A choice of a whole response (with echo: the prompt first), or of a chunk (delta)
+ * carrying text[from, upto) and the log-probabilities of the tokens that begin there (all
+ * the rest when final). */
 json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, bool delta,
                            bool final);
+/* Whether a stream may send ch's echo: the prompt's log-probabilities, when asked for, are
+ * there (choice 0 committed its prompt). */
+bool graft__echo_ready(const completion *c);
+/* A streamed choice's first chunk with echo: the prompt's text and log-probabilities. */
+json_t *graft__echo_choice_json(completion *c, choice *ch);
 /* llama-server's /completion fields (choice 0; the text given). */
 json_t *graft__llama_json(const completion *c, const char *text, size_t n, bool stop);
 

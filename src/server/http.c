@@ -323,46 +323,33 @@ static void route_detokenize(graft__server *s, const json_t *body, graft__reply 
                            "'tokens' must be an array of token ids");
         return;
     }
-    graft_detok *d = NULL;
-    if (graft_detok_create(s->ctx.model, &d) != GRAFT_OK) {
+    size_t n = json_array_size(tokens);
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    if (ids == NULL) {
         graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
         return;
     }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(tokens, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+            json_integer_value(t) >= info.n_vocab) {
+            char path[40];
+            snprintf(path, sizeof path, "tokens[%zu]", i);
+            graft__reply_error(reply, 400, "invalid_request_error", path,
+                               "'%s' must be a token id below %d", path, (int)info.n_vocab);
+            free(ids);
+            return;
+        }
+        ids[i] = (int32_t)json_integer_value(t);
+    }
     char *text = NULL;
     size_t len = 0;
-    for (size_t i = 0; i <= json_array_size(tokens); i++) {
-        const char *piece;
-        size_t n = 0;
-        if (i < json_array_size(tokens)) {
-            const json_t *t = json_array_get(tokens, i);
-            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-                json_integer_value(t) >= info.n_vocab) {
-                char path[40];
-                snprintf(path, sizeof path, "tokens[%zu]", i);
-                graft__reply_error(reply, 400, "invalid_request_error", path,
-                                   "'%s' must be a token id below %d", path, (int)info.n_vocab);
-                free(text);
-                graft_detok_free(d);
-                return;
-            }
-            graft_detok_push(d, (int32_t)json_integer_value(t), &piece, &n);
-        } else {
-            graft_detok_flush(d, &piece, &n);
-        }
-        char *grown = realloc(text, len + n + 1);
-        if (grown == NULL)
-            break;
-        text = grown;
-        memcpy(text + len, piece, n);
-        len += n;
-        text[len] = '\0';
-    }
-    graft_detok_free(d);
-    /* SentencePiece's tokenizer puts a space before the text: the inverse takes it off. */
-    size_t skip = strcmp(info.tokenizer, "spm") == 0 && len > 0 && text[0] == ' ' ? 1 : 0;
-    graft__reply_json(reply, 200,
-                      json_pack("{s:s%}", "content", text ? text + skip : "", len - skip));
+    if (graft__detokenize(s->ctx.model, ids, n, &text, &len, NULL) != GRAFT_OK)
+        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+    else
+        graft__reply_json(reply, 200, json_pack("{s:s%}", "content", text ? text : "", len));
     free(text);
+    free(ids);
 }
 
 typedef enum route {

@@ -10,7 +10,9 @@
  * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
  * and tool_choice (auto, none, required or a named function), parallel_tool_calls,
  * response_format (text, json_object, json_schema) or llama-server's json_schema, stop,
- * stream, stream_options.include_usage, ignore_eos, return_tokens, session_id. A field of
+ * stream, stream_options.include_usage, ignore_eos, return_tokens, session_id, echo
+ * (completions: the prompt comes back before the answer; max_tokens 0 then asks for the
+ * prompt alone). A field of
  * the wrong type or out of range is refused naming its JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that
  * silently differs from what was asked is worse than a clear 400); unknown fields are
@@ -27,7 +29,7 @@
 
 /* Fields a client may send that graft cannot honour yet, refused when set to anything but
  * their neutral value. */
-static const char *const unsupported[] = {"functions", "function_call", "suffix", "echo",
+static const char *const unsupported[] = {"functions", "function_call", "suffix",
                                           "best_of", "grammar"};
 
 static int bad(char **param, char **message, const char *path, const char *fmt, ...)
@@ -464,19 +466,28 @@ static int parse_response_format(const json_t *body, graft__completion_request *
     return GRAFT_OK;
 }
 
+/* The lengths, and echo: the completions API may ask for the prompt back, then with
+ * max_tokens 0 for the prompt alone. */
 static int parse_lengths(const json_t *body, graft__completion_request *r, char **param,
                          char **message)
 {
+    int rc = get_bool(body, "echo", &r->echo, param, message);
+    if (rc != GRAFT_OK)
+        return rc;
+    if (r->echo && r->chat)
+        return bad(param, message, "echo", "'echo' is a field of /v1/completions");
     static const char *const keys[3] = {"max_tokens", "max_completion_tokens", "n_predict"};
     for (int i = 0; i < 3; i++) {
         long long v = -2;
-        int rc = get_int(body, keys[i], i == 2 ? -1 : 0, INT32_MAX, &v, param, message);
-        if (rc != GRAFT_OK)
+        if ((rc = get_int(body, keys[i], i == 2 ? -1 : 0, INT32_MAX, &v, param, message)) !=
+            GRAFT_OK)
             return rc;
         if (v != -2) {
             r->max_tokens = v < 0 ? 0 : (int32_t)v;
-            if (v == 0 && i != 2)
-                return bad(param, message, keys[i], "'%s' must be at least 1", keys[i]);
+            r->prompt_only = v == 0 && i != 2;
+            if (r->prompt_only && !r->echo)
+                return bad(param, message, keys[i],
+                           "'%s' must be at least 1 (0 only with 'echo')", keys[i]);
             break;
         }
     }

@@ -7,7 +7,8 @@
  * Log-probabilities (and token ids, asked for with return_tokens) go with the text they
  * produced: a chunk carries the tokens whose text begins in it; the final one carries the
  * rest (tokens that only made text a stop string cut are dropped with it). A token is shown
- * as the text it decodes to on its own.
+ * as the text it decodes to on its own; an echoed prompt's tokens as their parts of its
+ * text (so that they spell it), the first of them with no log-probability (null).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,13 @@ json_t *graft__envelope_json(const completion *c, const char *object)
                      "system_fingerprint", "graft-" GRAFT_VERSION);
 }
 
+json_t *graft__envelope_with_choice(const completion *c, json_t *choice)
+{
+    json_t *j = graft__envelope_json(c, c->req.chat ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(j, "choices", json_pack("[o]", choice));
+    return j;
+}
+
 /* ---- log-probabilities ------------------------------------------------------------------------ */
 
 /* The text token decodes to on its own (to free). */
@@ -121,9 +129,61 @@ static json_t *entry_json(const graft_model *model, const graft_token_logprob *e
     return j;
 }
 
-/* The tokens [from, to) of ch: chat's {"content": [...]} or the completions API's
- * {tokens, token_logprobs, top_logprobs, text_offset}. */
-static json_t *logprobs_json(const completion *c, const choice *ch, size_t from, size_t to)
+/* The completions API's {tokens, token_logprobs, top_logprobs, text_offset}, filled a token
+ * at a time. */
+typedef struct legacy_logprobs {
+    json_t *tokens, *lps, *tops, *offsets;
+} legacy_logprobs;
+
+static legacy_logprobs legacy_new(void)
+{
+    return (legacy_logprobs){json_array(), json_array(), json_array(), json_array()};
+}
+
+/* Appends a token shown as `shown` (its entries e: width of them, or NULL: none, as for a
+ * prompt's first token) whose text begins at offset. */
+static void legacy_append(const graft_model *model, legacy_logprobs *l, json_t *shown,
+                          const graft_token_logprob *e, size_t width, size_t offset)
+{
+    json_array_append_new(l->tokens, shown);
+    json_array_append_new(l->lps, e != NULL ? json_real(e[0].logprob) : json_null());
+    json_t *top = e != NULL && width > 1 ? json_object() : json_null();
+    for (size_t k = 1; e != NULL && k < width; k++) {
+        char *alt = token_piece(model, e[k].token);
+        if (json_object_get(top, alt) == NULL) /* tokens of the same text: the likelier */
+            json_object_set_new(top, alt, json_real(e[k].logprob));
+        free(alt);
+    }
+    json_array_append_new(l->tops, top);
+    json_array_append_new(l->offsets, json_integer((json_int_t)offset));
+}
+
+/* echo: the prompt's tokens, the first without a log-probability, each shown as its part of
+ * the echoed text, so that they spell it. */
+static void legacy_append_prompt(const completion *c, legacy_logprobs *l)
+{
+    for (size_t t = 0; t < c->n_prompt; t++) {
+        const graft_token_logprob *e = NULL;
+        size_t n = 0;
+        if (t > 0)
+            graft_generation_prompt_logprobs(c->choices[0].gen, t - 1, &e, &n);
+        size_t end = t + 1 < c->n_prompt ? c->echo_starts[t + 1] : c->echo_len;
+        json_t *shown = json_stringn(c->echo_text ? c->echo_text + c->echo_starts[t] : "",
+                                     end - c->echo_starts[t]);
+        legacy_append(c->ctx->model, l, shown, e, n, c->echo_starts[t]);
+    }
+}
+
+static json_t *legacy_json(legacy_logprobs *l)
+{
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", l->tokens, "token_logprobs", l->lps,
+                     "top_logprobs", l->tops, "text_offset", l->offsets);
+}
+
+/* The tokens [from, to) of ch: chat's {"content": [...]} or the completions API's shape,
+ * after the echoed prompt's tokens when with_prompt. */
+static json_t *logprobs_json(const completion *c, const choice *ch, size_t from, size_t to,
+                             bool with_prompt)
 {
     const graft_model *model = c->ctx->model;
     size_t width = (size_t)c->width;
@@ -140,28 +200,39 @@ static json_t *logprobs_json(const completion *c, const choice *ch, size_t from,
         }
         return json_pack("{s:o}", "content", content);
     }
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
-           *offsets = json_array();
+    legacy_logprobs l = legacy_new();
+    if (with_prompt)
+        legacy_append_prompt(c, &l);
     for (size_t t = from; t < to; t++) {
-        const graft_token_logprob *e = ch->logprobs + t * width;
-        char *piece = token_piece(model, e[0].token);
-        json_array_append_new(tokens, json_string(piece));
+        char *piece = token_piece(model, ch->token_ids[t]);
+        legacy_append(model, &l, json_string(piece), ch->logprobs + t * width, width,
+                      c->echo_len + ch->token_start[t]);
         free(piece);
-        json_array_append_new(lps, json_real(e[0].logprob));
-        json_t *top = json_object();
-        for (size_t k = 1; k < width; k++) {
-            char *alt = token_piece(model, e[k].token);
-            if (json_object_get(top, alt) == NULL) /* tokens of the same text: the likelier */
-                json_object_set_new(top, alt, json_real(e[k].logprob));
-            free(alt);
-        }
-        json_array_append_new(tops, width > 1 ? top : json_null());
-        if (width <= 1)
-            json_decref(top);
-        json_array_append_new(offsets, json_integer((json_int_t)ch->token_start[t]));
     }
-    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
-                     "top_logprobs", tops, "text_offset", offsets);
+    return legacy_json(&l);
+}
+
+bool graft__echo_ready(const completion *c)
+{
+    const graft_token_logprob *e = NULL;
+    size_t n = 0;
+    return !c->prompt_logprobs || c->n_prompt < 2 || graft_generation_done(c->choices[0].gen) ||
+           graft_generation_prompt_logprobs(c->choices[0].gen, 0, &e, &n) == GRAFT_OK;
+}
+
+json_t *graft__echo_choice_json(completion *c, choice *ch)
+{
+    json_t *j = json_pack("{s:i, s:s%}", "index", (int)(c->index_base + ch->index), "text",
+                          c->echo_text ? c->echo_text : "", c->echo_len);
+    json_t *lp = json_null();
+    if (c->req.logprobs) {
+        legacy_logprobs l = legacy_new();
+        legacy_append_prompt(c, &l);
+        lp = legacy_json(&l);
+    }
+    json_object_set_new(j, "logprobs", lp);
+    json_object_set_new(j, "finish_reason", json_null());
+    return j;
 }
 
 /* The tokens a chunk ending at `upto` carries: up to the first that begins at or after it;
@@ -227,12 +298,25 @@ json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, 
             ch->calls_sent = calls;
         }
         json_object_set_new(j, delta ? "delta" : "message", msg);
+    } else if (c->req.echo && !delta) { /* the prompt, then the answer */
+        size_t n = json_string_length(content);
+        char *joined = malloc(c->echo_len + n + 1);
+        if (joined != NULL) {
+            memcpy(joined, c->echo_text ? c->echo_text : "", c->echo_len);
+            memcpy(joined + c->echo_len, json_string_value(content), n);
+        }
+        json_object_set_new(j, "text", joined ? json_stringn(joined, c->echo_len + n)
+                                              : json_string(""));
+        free(joined);
+        json_decref(content);
     } else {
         json_object_set_new(j, "text", content);
     }
     size_t to = tokens_upto(ch, upto, final);
-    json_object_set_new(j, "logprobs", c->req.logprobs ? logprobs_json(c, ch, ch->n_tokens_sent, to)
-                                                       : json_null());
+    json_object_set_new(j, "logprobs",
+                        c->req.logprobs ? logprobs_json(c, ch, ch->n_tokens_sent, to,
+                                                        c->req.echo && !delta)
+                                        : json_null());
     if (c->req.return_tokens) {
         json_t *ids = json_array();
         for (size_t t = ch->n_tokens_sent; t < to; t++)

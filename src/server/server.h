@@ -72,6 +72,12 @@ static inline size_t graft__common_prefix(const int32_t *a, size_t na, const int
     return i;
 }
 
+/* detokenize.c: tokens[0, n) as text (*text, *len; free *text), without SentencePiece's
+ * leading space; starts (n entries, or NULL) receives where each token's text begins.
+ * GRAFT_ENOMEM. */
+int graft__detokenize(const graft_model *model, const int32_t *tokens, size_t n, char **text,
+                      size_t *len, size_t *starts);
+
 /* ---- configuration (the `graft serve` options) ------------------------------------------- */
 
 typedef struct graft__server_config {
@@ -228,7 +234,9 @@ typedef struct graft__completion_request {
     char *prompt_text;      /* the prompt as text (NULL when given as token ids) */
     int32_t *prompt_tokens; /* or as token ids */
     size_t n_prompt_tokens;
-    int32_t max_tokens;     /* 0: until the context is full */
+    int32_t max_tokens;     /* 0: until the context is full, or nothing with prompt_only */
+    bool echo;              /* completions: the prompt's text (and log-probabilities) first */
+    bool prompt_only;       /* echo with max_tokens 0: the prompt is computed, nothing sampled */
     graft_sampling sampling;
     graft_logit_bias *logit_bias; /* (n_logit_bias) token ids checked against the vocabulary
                                      when the prompt is tokenized */

@@ -123,6 +123,22 @@ await check('logprobs: one entry per token, spelling the text, streamed alike', 
     assert.deepEqual(streamed, entries);
 });
 
+await check('echo with logprobs scores a text: an answer fed back gets the logprobs it was sampled with', async () => {
+    const prompt = 'Once upon a time';
+    const answer = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 6, temperature: 0, logprobs: 1 });
+    const text = prompt + answer.choices[0].text;
+    const scored = await client.completions.create({ model: 'stories260K', prompt: text, max_tokens: 0, echo: true, logprobs: 1 });
+    const lp = scored.choices[0].logprobs;
+    assert.equal(scored.choices[0].text, text);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.tokens.join(''), text);
+    // the answer's tokens are the scored text's last ones when its text tokenizes back to them
+    const tail = lp.token_logprobs.slice(-6);
+    assert.deepEqual(lp.tokens.slice(-6), answer.choices[0].logprobs.tokens);
+    assert.deepEqual(tail, answer.choices[0].logprobs.token_logprobs);
+    assert.equal(scored.usage.completion_tokens, 0);
+});
+
 await check('a refused request is the SDK\'s BadRequestError', async () => {
     await assert.rejects(
         client.chat.completions.create({ model: 'stories260K', messages, temperature: 7 }),

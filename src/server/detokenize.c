@@ -1,0 +1,48 @@
+/*
+ * detokenize.c: a whole token sequence back to text, as POST /detokenize and an echoed
+ * prompt give it (server.h).
+ *
+ * The streaming detokenizer an answer uses, and then the inverse of SentencePiece's leading
+ * space: its tokenizer puts a space before the text, so text that starts with one loses it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/completion.h"
+
+int graft__detokenize(const graft_model *model, const int32_t *tokens, size_t n, char **text,
+                      size_t *len, size_t *starts)
+{
+    *text = NULL;
+    *len = 0;
+    graft_detok *d = NULL;
+    if (graft_detok_create(model, &d) != GRAFT_OK)
+        return GRAFT_ENOMEM;
+    size_t cap = 0;
+    const char *piece;
+    size_t k;
+    bool ok = true;
+    for (size_t i = 0; ok && i <= n; i++) {
+        if (starts != NULL && i < n)
+            starts[i] = *len;
+        ok = (i < n ? graft_detok_push(d, tokens[i], &piece, &k)
+                    : graft_detok_flush(d, &piece, &k)) == GRAFT_OK &&
+             graft__append(text, len, &cap, piece, k);
+    }
+    graft_detok_free(d);
+    if (!ok) {
+        free(*text);
+        *text = NULL;
+        *len = 0;
+        return GRAFT_ENOMEM;
+    }
+    graft_model_info info;
+    graft_model_get_info(model, &info);
+    if (strcmp(info.tokenizer, "spm") == 0 && *len > 0 && (*text)[0] == ' ') {
+        memmove(*text, *text + 1, *len);
+        --*len;
+        for (size_t i = 0; starts != NULL && i < n; i++)
+            starts[i] -= starts[i] > 0;
+    }
+    return GRAFT_OK;
+}

@@ -11,6 +11,55 @@
 
 #include "tokenizer/tokenizer.h"
 
+/* json_regex.c: a regular expression of JSON Schema's `pattern` (and of the string
+ * `format`s json_schema.c knows) compiled to a deterministic automaton over Unicode code
+ * points, so that the recognizer can tell after every character of a string whether some
+ * continuation of it still matches. The syntax is the subset of ECMA-262 that schemas use:
+ *   - literal characters; escaped ones (\\ \. \/ \- \[ ... any ASCII punctuation), \t \n
+ *     \r \f \v \0, \xHH, \uHHHH, \u{H...} (a surrogate pair of \u escapes is one code point);
+ *   - `.`: any code point but the line terminators \n \r U+2028 U+2029;
+ *   - classes [...] and [^...] of characters, ranges a-z and the escapes here; \d \D \w \W
+ *     (ASCII: [0-9], [A-Za-z0-9_]) and \s \S (ECMA's white space and line terminators:
+ *     \t \n \v \f \r, space, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F,
+ *     U+3000, U+FEFF), inside classes too;
+ *   - groups (...) and (?:...), alternation |, the quantifiers * + ? {n} {n,} {n,m} and their
+ *     lazy forms (*? ...: the same strings);
+ *   - ^ first and $ last in the pattern or in one of its top-level alternatives. An
+ *     alternative without ^ may begin anywhere in the string and one without $ end anywhere,
+ *     as a JSON Schema validator searches for the pattern.
+ * Anything else (backreferences, lookaround, \b, named groups, ^ or $ elsewhere, flags) is
+ * refused, naming what and where. Matching is case-sensitive; strings are sequences of code
+ * points U+0000..U+10FFFF, surrogates excluded. Bounds: {n,m} at most 1000, the automaton
+ * at most GRAFT__REGEX_MAX_STATES states. */
+enum {
+    GRAFT__REGEX_DEAD = 0xFFFF,
+    GRAFT__REGEX_MAX_STATES = 4096,        /* a pattern's automaton */
+    GRAFT__REGEX_MAX_LENGTH_STATES = 65534, /* with a length bound (bound_length) */
+    GRAFT__REGEX_MAX_REPEAT = 1000
+};
+typedef struct graft__json_regex graft__json_regex;
+/* GRAFT_OK, GRAFT_EINVAL (outside the subset, or beyond the bounds: *errmsg says what, at
+ * which character of the pattern; errmsg may be NULL), GRAFT_ENOMEM. */
+int graft__json_regex_compile(const char *pattern, size_t len, graft__json_regex **out,
+                              char **errmsg);
+void graft__json_regex_free(graft__json_regex *re);
+/* The state before any character: GRAFT__REGEX_DEAD when no string matches. */
+uint16_t graft__json_regex_start(const graft__json_regex *re);
+/* The state after code point cp from `state` (not DEAD): GRAFT__REGEX_DEAD when no string
+ * that begins with the characters fed so far and cp matches. */
+uint16_t graft__json_regex_step(const graft__json_regex *re, uint16_t state, uint32_t cp);
+/* Whether the characters fed so far (that led to state, not DEAD) match. */
+bool graft__json_regex_accepts(const graft__json_regex *re, uint16_t state);
+/* Whether some code point in [lo, hi] leads from state (not DEAD) to a state that is not
+ * DEAD. */
+bool graft__json_regex_any_in(const graft__json_regex *re, uint16_t state, uint32_t lo,
+                              uint32_t hi);
+/* *out: the strings re matches that have min_chars to max_chars code points (UINT32_MAX: no
+ * most), as an automaton of the same interface (at most GRAFT__REGEX_MAX_LENGTH_STATES
+ * states). GRAFT_EINVAL (too large, *errmsg says so), GRAFT_ENOMEM. */
+int graft__json_regex_bound_length(const graft__json_regex *re, uint32_t min_chars,
+                                   uint32_t max_chars, graft__json_regex **out, char **errmsg);
+
 /* json_schema.c: a JSON schema compiled for the recognizer. The subset (what OpenAI's
  * structured outputs and pydantic / zod write): type (a name or a list of names), properties
  * and required (the properties are generated in the order the schema lists them; ones not
@@ -18,7 +67,10 @@
  * maxItems (up to 65534), enum and const (strings, numbers, booleans, null), anyOf / oneOf whose
  * alternatives begin differently (an object, an array, a string, a number, a boolean,
  * null: the first byte of a value picks one), allOf of one schema, $ref to "#" or into
- * $defs / definitions. Annotations (title, description, default, examples, $schema, $id,
+ * $defs / definitions, and on string schemas (with "type" string or a list holding it)
+ * pattern (json_regex.c), format (date, time, date-time, uuid, ipv4, hostname, email, uri:
+ * json_schema.c says as which patterns) or, not both, and minLength / maxLength (code
+ * points, at most 10000), all held to by one automaton per string schema. Annotations (title, description, default, examples, $schema, $id,
  * $comment, deprecated, readOnly, writeOnly) are ignored. Any other keyword restricts
  * values in a way the recognizer does not hold to, so compiling refuses it, naming it. The
  * root must be an object schema. A number the schema types has at most 18 digits before
@@ -58,6 +110,8 @@ typedef struct graft__schema_node {
     uint64_t required;  /* object: bit i set when property first + i is required */
     uint16_t items;     /* array: the node of its items */
     uint32_t min_items, max_items;
+    uint16_t regex;     /* string: 1 + the index of the automaton its characters follow
+                           (pattern, format, lengths), or 0: any string */
 } graft__schema_node;
 
 struct graft__json_schema {
@@ -72,6 +126,8 @@ struct graft__json_schema {
     uint32_t n_texts;
     uint16_t *alts;
     uint32_t n_alts;
+    graft__json_regex **regexes; /* the string nodes' automata */
+    uint32_t n_regexes;
     uint16_t root;
 };
 
@@ -123,6 +179,9 @@ typedef struct graft__json_syntax {
     uint8_t check;    /* how the current scalar or key is checked */
     uint8_t digits;   /* a number: the digits of its current part */
     uint8_t free_depth; /* inside a value the schema leaves free: the depth it began at + 1 */
+    const graft__json_regex *re; /* a string held to a pattern, format or lengths: ... */
+    uint16_t re_state; /* ... its automaton's state after the characters read, ... */
+    uint32_t cp;       /* ... and the character being read (a high surrogate's, once read) */
     uint16_t matched; /* key or literal: the node whose texts it is matched against, ... */
     uint16_t pos;     /* ... the bytes matched so far, ... */
     uint64_t cand;    /* ... and the texts still possible (bit i: text i) */
@@ -145,6 +204,13 @@ bool graft__json_syntax_done(const graft__json_syntax *s);
 /* Whether *s is inside a string at a character boundary, with no escape begun: any run of
  * complete UTF-8 characters without '"', '\\' or control bytes can follow. */
 bool graft__json_syntax_in_text(const graft__json_syntax *s);
+/* Whether *s is inside a string held to an automaton (pattern, format, lengths) at a
+ * character boundary with no escape begun: then text_follows tells what plain text may
+ * follow, without feeding it. */
+bool graft__json_syntax_in_held_text(const graft__json_syntax *s);
+/* With in_held_text: whether text[0, len), complete UTF-8 characters without '"', '\\' or
+ * control bytes, can follow *s (what feeding it would answer). */
+bool graft__json_syntax_text_follows(const graft__json_syntax *s, const char *text, size_t len);
 
 /* json_mask.c: the vocabulary indexed by bytes, to mask the tokens that cannot continue a
  * JSON text. Immutable once built; read by the engine thread. */

@@ -5,7 +5,8 @@
  * Loads a vocabulary (default: the Qwen2 tokenizer, 151,936 tokens,
  * $GRAFT_MODELS_DIR/vocab/ggml-vocab-qwen2.gguf or ../shared/models/...), builds the
  * engine's mask index once (timed), then masks a logits row --reps times (after --warmup) at
- * each of a few texts generated so far, with no schema and with one, and prints for each
+ * each of a few texts generated so far, with no schema and with one (and inside strings held
+ * to formats, whose masks walk every token), and prints for each
  * the tokens left and the median, fastest and slowest mask time. One thread: the engine
  * masks on its own thread, between forward passes.
  *
@@ -23,10 +24,18 @@ static const char schema_text[] =
     "{\"type\": \"integer\"}, \"pets\": {\"type\": \"array\", \"items\": {\"enum\": [\"cat\", "
     "\"dog\"]}}}, \"required\": [\"name\", \"age\", \"pets\"]}";
 
+/* Strings held to formats (an automaton over their characters). */
+static const char strings_schema_text[] =
+    "{\"type\": \"object\", \"properties\": {\"day\": {\"type\": \"string\", \"format\": "
+    "\"date\"}, \"site\": {\"type\": \"string\", \"format\": \"uri\", \"maxLength\": 200}}}";
+
 /* Texts generated so far: the start, inside a string, inside a number, a key, an enum. */
 static const char *const prefixes[] = {"", "{\"name\": \"The qu", "{\"name\": \"A\", \"age\": 12",
                                        "{\"name\": \"A\", \"a", "{\"name\": \"A\", \"age\": 1, "
                                                                 "\"pets\": [\"c"};
+/* Inside a date, and inside a URI of at most 200 characters. */
+static const char *const string_prefixes[] = {"{\"day\": \"2024-0",
+                                              "{\"day\": \"2024-01-02\", \"site\": \"https://ex"};
 
 static double now_us(void)
 {
@@ -90,13 +99,15 @@ int main(int argc, char **argv)
     graft_model_info info;
     graft_model_get_info(model, &info);
     graft__json_mask *mask = NULL;
-    graft__json_schema *schema = NULL;
+    graft__json_schema *schema = NULL, *strings_schema = NULL;
     double t0 = now_us();
     int rc = graft__json_mask_create(model->vocab, info.n_vocab, &mask);
     double build_ms = (now_us() - t0) / 1e3;
     float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
     if (rc != GRAFT_OK || logits == NULL ||
-        graft__json_schema_compile(schema_text, strlen(schema_text), &schema, NULL) != GRAFT_OK) {
+        graft__json_schema_compile(schema_text, strlen(schema_text), &schema, NULL) != GRAFT_OK ||
+        graft__json_schema_compile(strings_schema_text, strlen(strings_schema_text),
+                                   &strings_schema, NULL) != GRAFT_OK) {
         fprintf(stderr, "bench_json_mask: out of memory\n");
         return 1;
     }
@@ -106,8 +117,12 @@ int main(int argc, char **argv)
         bench_prefix(mask, NULL, prefixes[i], logits, info.n_vocab, reps, warmup);
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
         bench_prefix(mask, schema, prefixes[i], logits, info.n_vocab, reps, warmup);
+    for (size_t i = 0; i < sizeof string_prefixes / sizeof string_prefixes[0]; i++)
+        bench_prefix(mask, strings_schema, string_prefixes[i], logits, info.n_vocab, reps,
+                     warmup);
     free(logits);
     graft__json_schema_free(schema);
+    graft__json_schema_free(strings_schema);
     graft__json_mask_free(mask);
     graft_model_free(model);
     return 0;

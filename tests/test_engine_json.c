@@ -10,7 +10,9 @@
  *   engine sampled from (its tap) as the best token whose bytes continue the text; what
  *   ends with the object parses with jansson as an object; max_new_tokens still cuts.
  * - Sampled generations: every pick continues the text, the same seed gives the same
- *   tokens, and they are the same bits alone and batched beside other generations.
+ *   tokens, and they are the same bits alone and batched beside other generations; held to
+ *   schemas, what stops is an instance (checked by hand: nested objects, and strings held to
+ *   formats, a pattern and lengths).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +42,14 @@ enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
     "\"string\"}, {\"type\": \"null\"}]}, \"extra\": {}, \"kids\": {\"type\": \"array\", "        \
     "\"items\": {\"$ref\": \"#\"}}}, \"required\": [\"name\", \"age\", \"pets\"]}"
 
+/* Strings held to formats, a pattern and lengths (in code points). */
+#define STRINGS_SCHEMA                                                                        \
+    "{\"type\": \"object\", \"properties\": {\"day\": {\"type\": \"string\", \"format\": "      \
+    "\"date\"}, \"code\": {\"type\": \"string\", \"pattern\": \"^[A-Z]{2}-\\\\d{3}$\"}, "           \
+    "\"name\": {\"type\": \"string\", \"minLength\": 2, \"maxLength\": 6}, \"id\": {\"type\": "    \
+    "[\"string\", \"null\"], \"format\": \"uuid\"}, \"note\": {\"type\": \"string\", "            \
+    "\"pattern\": \"\\u00e9|\\u00e8\"}}, \"required\": [\"day\", \"code\", \"name\"]}"
+
 /* Texts whose prefixes cover every mode of the recognizer, each with the schema it is an
  * instance of (NULL: any object). */
 static const struct {
@@ -52,6 +63,9 @@ static const struct {
                     "\"nick\": null, \"extra\": {\"any\": [1.5]}, \"kids\": [{\"name\": \"B\", "
                     "\"age\": 2, \"pets\": [\"dog\"], \"nick\": \"b\"}]}"},
     {PERSON_SCHEMA, "{\n  \"name\": \"\",\n  \"age\": 0,\n  \"pets\": [\n    \"dog\"\n  ]\n}"},
+    {STRINGS_SCHEMA, "{\"day\": \"2024-02-29\", \"code\": \"AB-\\u0030\\u00312\", \"name\": "
+                     "\"\\u00e9t\xc3\xa9 \xf0\x9f\x98\x80\", \"id\": "
+                     "\"123e4567-E89b-12d3-a456-426614174000\", \"note\": \"caf\xc3\xa9 \\ud83d\\ude00\"}"},
 };
 
 /* The bytes of token t (at most MAX_TOKEN_BYTES are used) and their count. */
@@ -421,23 +435,22 @@ static bool is_person(const json_t *v)
     return true;
 }
 
-/* Sampled generations held to PERSON_SCHEMA: what ends "stop" is a person (checked by
- * is_person, not by the recognizer), what runs out is MAX_NEW tokens of a prefix; the same
- * seed gives the same tokens. */
-static void test_schema_generations(void **state)
+/* Samples SEEDS generations held to `schema` (the first greedy): what ends "stop" must be
+ * an instance by is_instance (hand-written, not the recognizer), what runs out is MAX_NEW
+ * tokens of a prefix, and the same seed gives the same tokens again. At least half stop. */
+static void sample_instances(const char *schema, bool (*is_instance)(const json_t *))
 {
-    (void)state;
     enum { SEEDS = 8 };
     graft_engine_options o = graft_test_engine_options(2, CONTEXT);
     graft_engine *e = graft_test_engine(stories, &o);
-    int people = 0;
+    int instances = 0;
     for (int k = 0; k < SEEDS; k++) {
         graft_logit_bias bias[16];
         size_t n_bias;
         graft_generate_config c = json_config(k == 0 ? 0.0f : 1.0f, (uint64_t)k, bias, &n_bias);
         c.output_format = GRAFT_OUTPUT_JSON_SCHEMA;
-        c.json_schema = PERSON_SCHEMA;
-        c.json_schema_len = strlen(PERSON_SCHEMA);
+        c.json_schema = schema;
+        c.json_schema_len = strlen(schema);
         run r, again;
         start(e, &r, &c);
         assert_int_equal(graft_generation_wait(r.gen), GRAFT_OK);
@@ -447,10 +460,10 @@ static void test_schema_generations(void **state)
         size_t len = text_of(out, n, text, sizeof text);
         if (graft_generation_finish_reason(r.gen) == GRAFT_FINISH_STOP) {
             json_t *v = json_loadb(text, len, 0, NULL);
-            if (!is_person(v))
-                fail_msg("seed %d: not a person: %s", k, text);
+            if (!is_instance(v))
+                fail_msg("seed %d: not an instance: %s", k, text);
             json_decref(v);
-            people++;
+            instances++;
         } else {
             assert_int_equal(n, MAX_NEW);
         }
@@ -460,8 +473,62 @@ static void test_schema_generations(void **state)
         release(&r);
         release(&again);
     }
-    assert_true(people >= SEEDS / 2);
+    assert_true(instances >= SEEDS / 2);
     graft_test_engine_end(e);
+}
+
+/* Held to PERSON_SCHEMA: nested objects, enums, a recursion. */
+static void test_schema_generations(void **state)
+{
+    (void)state;
+    sample_instances(PERSON_SCHEMA, is_person);
+}
+
+/* Whether text[0, n) is a date of the proleptic Gregorian calendar, YYYY-MM-DD. */
+static bool is_date(const char *text, size_t n)
+{
+    int y, m, d;
+    char tail;
+    if (n != 10 || sscanf(text, "%4d-%2d-%2d%c", &y, &m, &d, &tail) != 3 || text[4] != '-' ||
+        text[7] != '-')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (i != 4 && i != 7 && (text[i] < '0' || text[i] > '9'))
+            return false;
+    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return m >= 1 && m <= 12 && d >= 1 && d <= days[m - 1] + (m == 2 && leap);
+}
+
+/* Code points of UTF-8 text. */
+static size_t code_points(const char *text)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        n += (*p & 0xC0) != 0x80;
+    return n;
+}
+
+/* Whether v is an instance of STRINGS_SCHEMA (its required properties), checked by hand. */
+static bool is_strings_instance(const json_t *v)
+{
+    const json_t *day = json_object_get(v, "day"), *code = json_object_get(v, "code");
+    const char *name = json_string_value(json_object_get(v, "name"));
+    const char *c = json_string_value(code);
+    return json_is_object(v) && json_is_string(day) &&
+           is_date(json_string_value(day), json_string_length(day)) && c != NULL &&
+           json_string_length(code) == 6 && c[0] >= 'A' && c[0] <= 'Z' && c[1] >= 'A' &&
+           c[1] <= 'Z' && c[2] == '-' && c[3] >= '0' && c[3] <= '9' && c[4] >= '0' &&
+           c[4] <= '9' && c[5] >= '0' && c[5] <= '9' && name != NULL &&
+           code_points(name) >= 2 && code_points(name) <= 6;
+}
+
+/* Held to STRINGS_SCHEMA: whatever the model would write, the strings come out as dates,
+ * codes and names of the lengths asked for; none is left without a token to go on with. */
+static void test_string_constraints(void **state)
+{
+    (void)state;
+    sample_instances(STRINGS_SCHEMA, is_strings_instance);
 }
 
 /* A JSON generation cut by max_new_tokens ends LENGTH with a well-formed prefix; an unknown
@@ -515,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_greedy_picks_best_continuing_token),
         cmocka_unit_test(test_sampled_json_is_well_formed_and_batch_invariant),
         cmocka_unit_test(test_schema_generations),
+        cmocka_unit_test(test_string_constraints),
         cmocka_unit_test(test_length_and_bad_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -5,7 +5,8 @@
  *
  * Checked: every choice that ends "stop" is one JSON object (jansson parses it), on
  * /v1/completions with n = 3 and on /v1/chat/completions; with a json_schema, each of n = 2
- * choices is an instance (checked here by hand from the schema), and so is llama-server's
+ * choices is an instance (checked here by hand from the schema; strings held to a format, a
+ * pattern and lengths too), and so is llama-server's
  * /completion answer to its json_schema field; tool_choice naming a function or "required"
  * gives one call of it, its arguments held to its parameters, with no content (cut short,
  * the call's text is content once); streamed, each choice's deltas add up to its whole
@@ -218,6 +219,61 @@ static void test_json_schema_answers(void **state)
     json_decref(j);
 }
 
+/* A date (format), a ticket code (pattern) and a name of 2 to 5 code points. */
+#define TICKET_FORMAT                                                                         \
+    "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "          \
+    "\"ticket\", \"strict\": true, \"schema\": {\"type\": \"object\", \"properties\": "        \
+    "{\"due\": {\"type\": \"string\", \"format\": \"date\"}, \"code\": {\"type\": "            \
+    "\"string\", \"pattern\": \"^T-[0-9a-f]{4}$\"}, \"who\": {\"type\": \"string\", "           \
+    "\"minLength\": 2, \"maxLength\": 5}}, \"required\": [\"due\", \"code\", \"who\"], "         \
+    "\"additionalProperties\": false}}}"
+
+/* Whether the string s is YYYY-MM-DD, a day of the calendar. */
+static bool is_date(const char *s)
+{
+    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (strlen(s) != 10 || s[4] != '-' || s[7] != '-')
+        return false;
+    for (int i = 0; i < 10; i++)
+        if (i != 4 && i != 7 && (s[i] < '0' || s[i] > '9'))
+            return false;
+    int y = atoi(s), m = atoi(s + 5), d = atoi(s + 8);
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return m >= 1 && m <= 12 && d >= 1 && d <= days[m - 1] + (m == 2 && leap);
+}
+
+/* String constraints, n = 3 sampled, completions: each choice's strings are a calendar
+ * date, a code of the pattern and a name of 2 to 5 code points (checked here by hand);
+ * streamed alike. */
+static void test_string_formats(void **state)
+{
+    (void)state;
+    char *texts[3];
+    json_t *j = whole_and_streamed("/v1/completions",
+                                   "{\"prompt\": \"Once\", \"max_tokens\": 128, "
+                                   "\"temperature\": 1, \"seed\": 5, \"n\": 3, " TICKET_FORMAT
+                                   ", " CLOSING_BIAS,
+                                   texts, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_string_equal(finish_of(j, i), "stop");
+        json_t *v = json_loads(choice_text(j, i, false), 0, NULL);
+        const char *due = json_string_value(json_object_get(v, "due"));
+        const char *code = json_string_value(json_object_get(v, "code"));
+        const char *who = json_string_value(json_object_get(v, "who"));
+        if (due == NULL || !is_date(due) || code == NULL || strlen(code) != 6 ||
+            strncmp(code, "T-", 2) != 0 || strspn(code + 2, "0123456789abcdef") != 4 ||
+            who == NULL)
+            fail_msg("not a ticket: %s", choice_text(j, i, false));
+        size_t points = 0;
+        for (const unsigned char *p = (const unsigned char *)who; *p; p++)
+            points += (*p & 0xC0) != 0x80;
+        assert_true(points >= 2 && points <= 5);
+        json_decref(v);
+        free(texts[i]);
+    }
+    json_decref(j);
+}
+
 /* llama-server's /completion with its json_schema field: the content is an instance; its
  * grammar field (GBNF) is refused rather than ignored. */
 static void test_llama_json_schema(void **state)
@@ -326,7 +382,7 @@ static void test_forced_tool_calls(void **state)
     } refused[] = {
         {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"strict\": "
          "true, \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
-         "\"string\", \"pattern\": \"x\"}}}}}]",
+         "\"string\", \"pattern\": \"(?=x)\"}}}}}]",
          "\"required\"", "tools[0].function.parameters"},
         {TOOLS, "{\"type\": \"function\", \"function\": {\"name\": \"nope\"}}",
          "tool_choice.function.name"},
@@ -369,8 +425,8 @@ static void test_bad_formats(void **state)
         const char *format, *param, *words;
     } cases[] = {
         {"{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": "
-         "\"object\", \"properties\": {\"d\": {\"type\": \"string\", \"format\": \"date\"}}}}}",
-         "response_format.json_schema.schema", "'format' is not supported"},
+         "\"object\", \"properties\": {\"d\": {\"type\": \"string\", \"format\": \"ipv6\"}}}}}",
+         "response_format.json_schema.schema", "'format' ipv6 is not supported"},
         {"{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": "
          "\"string\"}}}",
          "response_format.json_schema.schema", "root"},
@@ -401,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_completions_json_object),
         cmocka_unit_test(test_chat_json_object),
         cmocka_unit_test(test_json_schema_answers),
+        cmocka_unit_test(test_string_formats),
         cmocka_unit_test(test_llama_json_schema),
         cmocka_unit_test(test_forced_tool_calls),
         cmocka_unit_test(test_json_cut_by_length),

@@ -6,8 +6,9 @@
  * every token's bytes, the tokens grouped by their first byte, and a flag for the tokens
  * that are plain string text. A mask then costs one probe of the recognizer per first byte (a group whose
  * first byte cannot follow is refused whole), and inside a string, where most of the
- * vocabulary can follow, a flag test per plain token; only the other tokens of a group are
- * fed byte by byte. Tokens with no bytes (control tokens: BOS, end of turn) can never
+ * vocabulary can follow, a flag test per plain token (in a string held to a pattern, format
+ * or lengths, a walk of the plain token's characters through the string's automaton alone);
+ * only the other tokens of a group are fed byte by byte. Tokens with no bytes (control tokens: BOS, end of turn) can never
  * continue a text, so they are always masked; the generation ends when the object closes
  * instead (generation.c).
  */
@@ -128,13 +129,19 @@ int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_synt
     for (int32_t i = m->first[256]; i < m->n_vocab; i++)
         logits[m->by_first[i]] = -INFINITY;
     const bool in_text = graft__json_syntax_in_text(s);
+    const bool held = graft__json_syntax_in_held_text(s);
     int32_t allowed = 0;
     for (int b = 0; b < 256; b++) {
         graft__json_syntax after_first = *s;
         bool first_ok = graft__json_syntax_feed(&after_first, (uint8_t)b);
         for (int32_t i = m->first[b]; i < m->first[b + 1]; i++) {
             int32_t t = m->by_first[i];
-            bool ok = first_ok && ((in_text && m->plain[t]) || rest_follows(m, &after_first, t));
+            const char *bytes = m->bytes + m->offset[t];
+            size_t len = m->offset[t + 1] - m->offset[t];
+            bool ok = first_ok &&
+                      (in_text && m->plain[t] ? true
+                       : held && m->plain[t]  ? graft__json_syntax_text_follows(s, bytes, len)
+                                              : rest_follows(m, &after_first, t));
             if (ok)
                 allowed++;
             else

@@ -25,7 +25,7 @@ typedef struct compiler {
     graft__json_schema *out;
     json_t *root;
     const json_t **seen; /* (n_nodes) the schema object each node came from */
-    size_t cap_nodes, cap_seen, cap_text_at, cap_value_of, cap_alts;
+    size_t cap_nodes, cap_seen, cap_text_at, cap_value_of, cap_alts, cap_regexes;
     size_t arena_len, arena_cap;
     char **errmsg;
     int status;
@@ -34,7 +34,8 @@ typedef struct compiler {
 
 enum {
     MAX_NESTING = 64,
-    MAX_ITEMS_BOUND = 65534 /* item counts saturate at 65535 (json_syntax.c) */
+    MAX_ITEMS_BOUND = 65534, /* item counts saturate at 65535 (json_syntax.c) */
+    MAX_LENGTH_BOUND = 10000 /* minLength, maxLength (the message says it) */
 };
 
 static const char *const annotations[] = {"title", "description", "default", "examples",
@@ -43,7 +44,34 @@ static const char *const annotations[] = {"title", "description", "default", "ex
 static const char *const keywords[] = {"type", "properties", "required",
                                        "additionalProperties", "items", "minItems",
                                        "maxItems", "enum", "const", "anyOf", "oneOf", "allOf",
-                                       "$ref"};
+                                       "$ref", "pattern", "format", "minLength", "maxLength"};
+static const char *const string_keywords[] = {"pattern", "format", "minLength", "maxLength"};
+
+/* The string formats held to, as patterns (json_regex.c): RFC 3339's full-date (real
+ * calendar days: February 29 in leap years only), full-time (an offset or Z required) and
+ * date-time, RFC 4122's UUID, RFC 791's dotted quad, RFC 1123 host names (labels of 1 to 63
+ * characters; the total length is not bounded), e-mail addresses as HTML's input element
+ * takes them, and URIs as a scheme, ':' and RFC 3986's characters with whole percent
+ * escapes. */
+#define DATE                                                                                  \
+    "(\\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|"          \
+    "02-(0[1-9]|1\\d|2[0-8]))|(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)" \
+    "-02-29)"
+#define TIME "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d{1,9})?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)"
+#define LABEL "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+#define OCTET "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
+static const struct {
+    const char *name, *pattern;
+} formats[] = {
+    {"date", "^" DATE "$"},
+    {"time", "^" TIME "$"},
+    {"date-time", "^" DATE "[Tt]" TIME "$"},
+    {"uuid", "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$"},
+    {"ipv4", "^" OCTET "(\\." OCTET "){3}$"},
+    {"hostname", "^" LABEL "(\\." LABEL ")*$"},
+    {"email", "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@" LABEL "(\\." LABEL ")*$"},
+    {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*$"},
+};
 
 static bool listed(const char *key, const char *const *names, size_t n)
 {
@@ -305,6 +333,90 @@ static int compile_array(compiler *c, const json_t *schema, int node, const char
     return node;
 }
 
+static int add_regex(compiler *c, graft__json_regex *re)
+{
+    graft__json_schema *s = c->out;
+    graft__json_regex **grown =
+        graft__grow_array(s->regexes, s->n_regexes, &c->cap_regexes, sizeof *grown, 4);
+    if (grown == NULL) {
+        graft__json_regex_free(re);
+        return out_of_memory(c);
+    }
+    s->regexes = grown;
+    s->regexes[s->n_regexes++] = re;
+    return (int)s->n_regexes;
+}
+
+/* A string length keyword's value (absent: keep *out). */
+static int length_bound(compiler *c, const json_t *schema, const char *key, uint32_t *out,
+                        const char *path)
+{
+    const json_t *v = json_object_get(schema, key);
+    if (v == NULL)
+        return 0;
+    if (!integer_in(v, 0, MAX_LENGTH_BOUND))
+        return fail(c, path, "'%s' must be an integer from 0 to 10000", key);
+    *out = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+/* A string node's pattern, format and lengths, compiled into one automaton. */
+static int compile_string(compiler *c, const json_t *schema, int node, const char *path)
+{
+    const json_t *pattern = json_object_get(schema, "pattern");
+    const json_t *format = json_object_get(schema, "format");
+    uint32_t min = 0, max = UINT32_MAX;
+    if (length_bound(c, schema, "minLength", &min, path) < 0 ||
+        length_bound(c, schema, "maxLength", &max, path) < 0)
+        return -1;
+    if (pattern == NULL && format == NULL && min == 0 && max == UINT32_MAX)
+        return node;
+    if (min > max)
+        return fail(c, path, "'%s' is above 'maxLength'", "minLength");
+    if (pattern != NULL && format != NULL)
+        return fail(c, path, "'%s' and 'format' together are not supported", "pattern");
+    if (pattern != NULL && !json_is_string(pattern))
+        return fail(c, path, "'%s' must be a string", "pattern");
+    const char *text = pattern != NULL ? json_string_value(pattern) : "";
+    size_t len = pattern != NULL ? json_string_length(pattern) : 0;
+    if (format != NULL) {
+        size_t i = 0;
+        while (i < sizeof formats / sizeof formats[0] &&
+               !(json_is_string(format) && strcmp(json_string_value(format), formats[i].name) == 0))
+            i++;
+        if (i == sizeof formats / sizeof formats[0])
+            return fail(c, path, "'format' %.60s is not supported (date, time, date-time, uuid, "
+                                 "ipv4, hostname, email and uri are)",
+                        json_is_string(format) ? json_string_value(format) : "(not a string)");
+        text = formats[i].pattern;
+        len = strlen(text);
+    }
+    graft__json_regex *re = NULL, *bounded = NULL;
+    char *why = NULL;
+    int rc = graft__json_regex_compile(text, len, &re, &why);
+    if (rc == GRAFT_OK && (min > 0 || max != UINT32_MAX)) {
+        rc = graft__json_regex_bound_length(re, min, max, &bounded, &why);
+        graft__json_regex_free(re);
+        re = bounded;
+    }
+    if (rc == GRAFT_OK && graft__json_regex_start(re) == GRAFT__REGEX_DEAD) {
+        graft__json_regex_free(re);
+        return fail(c, path, "%s", "no string is an instance (its pattern, format and lengths "
+                                   "rule out every one)");
+    }
+    if (rc != GRAFT_OK) {
+        fail(c, path, "%.200s", why ? why : "out of memory");
+        c->status = rc;
+        graft__free(why);
+        return -1;
+    }
+    int index = add_regex(c, re);
+    if (index < 0)
+        return -1;
+    c->out->nodes[node].regex = (uint16_t)index;
+    return node;
+}
+
 static bool type_named(const char *type, graft__schema_kind *kind)
 {
     static const struct {
@@ -333,6 +445,8 @@ static int compile_typed(compiler *c, const json_t *schema, const json_t *from,
         return compile_object(c, schema, node, path);
     if (kind == GRAFT__SCHEMA_ARRAY)
         return compile_array(c, schema, node, path);
+    if (kind == GRAFT__SCHEMA_STRING)
+        return compile_string(c, schema, node, path);
     return node;
 }
 
@@ -504,9 +618,19 @@ static int compile_schema(compiler *c, const json_t *schema, const char *path)
             return fail(c, path, "'%s' with more than one schema is not supported", "allOf");
         return compile_union(c, schema, r, json_array_size(r), replacing[i], path);
     }
+    const json_t *type = json_object_get(schema, "type");
+    for (size_t i = 0; i < sizeof string_keywords / sizeof string_keywords[0]; i++) {
+        if (json_object_get(schema, string_keywords[i]) == NULL)
+            continue;
+        if (json_object_get(schema, "enum") != NULL || json_object_get(schema, "const") != NULL)
+            return fail(c, path, "'%s' beside 'enum' or 'const' is not supported",
+                        string_keywords[i]);
+        if (type == NULL)
+            return fail(c, path, "'%s' needs \"type\": \"string\" (or a list with it)",
+                        string_keywords[i]);
+    }
     if (json_object_get(schema, "enum") != NULL || json_object_get(schema, "const") != NULL)
         return compile_literals(c, schema, path);
-    const json_t *type = json_object_get(schema, "type");
     graft__schema_kind kind;
     if (json_is_array(type))
         return compile_union(c, schema, type, json_array_size(type), "type", path);
@@ -534,6 +658,9 @@ void graft__json_schema_free(graft__json_schema *s)
     graft__free(s->text_at);
     graft__free(s->value_of);
     graft__free(s->alts);
+    for (uint32_t i = 0; i < s->n_regexes; i++)
+        graft__json_regex_free(s->regexes[i]);
+    graft__free(s->regexes);
     graft__free(s);
 }
 

@@ -19,7 +19,7 @@
 #include "engine/engine.h"
 
 /* How the current key or scalar is checked against the schema. */
-enum { CHECK_NONE, CHECK_NUMBER, CHECK_INTEGER, CHECK_LITERAL, CHECK_KEY };
+enum { CHECK_NONE, CHECK_NUMBER, CHECK_INTEGER, CHECK_LITERAL, CHECK_KEY, CHECK_STRING };
 
 /* Digits a schema'd number may have in each part: an integer part of 18 digits fits a
  * 64-bit integer, and an exponent of 2 a double, so every parser reads the value. */
@@ -80,6 +80,26 @@ bool graft__json_syntax_in_text(const graft__json_syntax *s)
 {
     return s->mode == M_STRING &&
            (s->schema == NULL || s->free_depth != 0 || s->check < CHECK_LITERAL);
+}
+
+bool graft__json_syntax_in_held_text(const graft__json_syntax *s)
+{
+    return s->mode == M_STRING && s->schema != NULL && s->free_depth == 0 &&
+           s->check == CHECK_STRING;
+}
+
+bool graft__json_syntax_text_follows(const graft__json_syntax *s, const char *text, size_t len)
+{
+    uint16_t state = s->re_state;
+    for (size_t i = 0; i < len && state != GRAFT__REGEX_DEAD;) {
+        uint32_t cp;
+        size_t n = graft__utf8_decode(text + i, len - i, &cp);
+        if (n == 0)
+            return false;
+        state = graft__json_regex_step(s->re, state, cp);
+        i += n;
+    }
+    return state != GRAFT__REGEX_DEAD;
 }
 
 /* ---- following the schema ---- */
@@ -198,7 +218,102 @@ static bool schema_value_start(graft__json_syntax *s, uint8_t c)
         s->cand = narrow(s, c);
         s->pos = 1;
         return s->cand != 0;
-    default: /* string, boolean, null: the first byte's class says it all */
+    case GRAFT__SCHEMA_STRING:
+        if (node->regex != 0) {
+            s->check = CHECK_STRING;
+            s->re = s->schema->regexes[node->regex - 1];
+            s->re_state = graft__json_regex_start(s->re); /* never DEAD (json_schema.c) */
+        }
+        return true;
+    default: /* boolean, null: the first byte's class says it all */
+        return true;
+    }
+}
+
+/* ---- a string held to an automaton: each byte must leave some character that continues a
+ * match, so the text is refused at the first byte that rules every one out ---- */
+
+/* Whether some code point in [lo, hi] continues the match. */
+static bool some_char(const graft__json_syntax *s, uint32_t lo, uint32_t hi)
+{
+    return graft__json_regex_any_in(s->re, s->re_state, lo, hi);
+}
+
+static bool take_char(graft__json_syntax *s, uint32_t cp)
+{
+    s->re_state = graft__json_regex_step(s->re, s->re_state, cp);
+    return s->re_state != GRAFT__REGEX_DEAD;
+}
+
+/* The code points that high surrogates [lo, hi] (within D800-DBFF) begin. */
+static bool some_pair(const graft__json_syntax *s, uint32_t lo, uint32_t hi)
+{
+    return lo <= hi && some_char(s, 0x10000 + ((lo - 0xD800) << 10),
+                                 0x10000 + ((hi - 0xD800) << 10) + 0x3FF);
+}
+
+/* A hex digit of a \u escape, value v so far with `left` digits to come: some character the
+ * escape can still be continues the match. */
+static bool hex_char(graft__json_syntax *s, uint32_t v, int left)
+{
+    uint32_t lo = v << (4 * left), hi = lo | ((1u << (4 * left)) - 1);
+    if (s->low_due) { /* the low half of a pair whose high half is s->cp */
+        uint32_t base = 0x10000 + ((s->cp - 0xD800) << 10);
+        lo = lo > 0xDC00 ? lo : 0xDC00;
+        hi = hi < 0xDFFF ? hi : 0xDFFF;
+        if (left == 0)
+            return take_char(s, base + (v - 0xDC00));
+        return lo <= hi && some_char(s, base + (lo - 0xDC00), base + (hi - 0xDC00));
+    }
+    if (left == 0 && v >= 0xD800 && v <= 0xDBFF) {
+        s->cp = v;
+        return some_pair(s, v, v);
+    }
+    if (left == 0)
+        return take_char(s, v); /* a lone low surrogate is the syntax's to refuse */
+    return (lo <= 0xD7FF && some_char(s, lo, hi < 0xD7FF ? hi : 0xD7FF)) ||
+           (hi >= 0xE000 && some_char(s, lo > 0xE000 ? lo : 0xE000, hi)) ||
+           some_pair(s, lo > 0xD800 ? lo : 0xD800, hi < 0xDBFF ? hi : 0xDBFF);
+}
+
+/* A byte of a held string, before the syntax reads it (which refuses what is not JSON). */
+static bool string_char_byte(graft__json_syntax *s, uint8_t c)
+{
+    static const char simple[] = "\"\"\\\\//b\bf\fn\nr\rt\t";
+    switch (s->mode) {
+    case M_STRING:
+        if (c == '"')
+            return graft__json_regex_accepts(s->re, s->re_state);
+        if (c == '\\')
+            return some_char(s, 0, 0x10FFFF);
+        if (c < 0x80)
+            return take_char(s, c);
+        if (c >= 0xC2 && c <= 0xF4) {
+            int left = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
+            static const uint32_t least[4] = {0, 0x80, 0x800, 0x10000};
+            s->cp = c & (0x3Fu >> left);
+            uint32_t lo = s->cp << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
+            return some_char(s, lo > least[left] ? lo : least[left], hi);
+        }
+        return true;
+    case M_UTF8: {
+        s->cp = s->cp << 6 | (c & 0x3Fu);
+        int left = s->pending - 1;
+        if (left == 0)
+            return take_char(s, s->cp);
+        uint32_t lo = s->cp << (6 * left);
+        return some_char(s, lo, lo | ((1u << (6 * left)) - 1));
+    }
+    case M_ESCAPE:
+        for (const char *e = simple; *e != '\0'; e += 2)
+            if ((uint8_t)e[0] == c)
+                return take_char(s, (uint8_t)e[1]);
+        return true;
+    case M_HEX: {
+        int v = graft__hex_digit(c);
+        return v < 0 || hex_char(s, (uint32_t)s->code << 4 | (uint32_t)v, s->pending - 1);
+    }
+    default: /* the rest of a surrogate pair's second escape */
         return true;
     }
 }
@@ -289,6 +404,8 @@ static bool schema_byte(graft__json_syntax *s, uint8_t c)
         return false;
     if (s->check == CHECK_NUMBER || s->check == CHECK_INTEGER)
         return digit_fits(s, c);
+    if (s->check == CHECK_STRING)
+        return string_char_byte(s, c);
     s->cand = narrow(s, c);
     s->pos++;
     return s->cand != 0;

@@ -4,7 +4,8 @@
 // Chat and text completions, whole and streamed: the streamed deltas add up to the whole
 // answer, usage comes in the last chunk; n > 1 (each choice the answer of its seed alone);
 // log-probabilities as the SDK types them; the model list; JSON mode and structured outputs
-// (response_format json_object and json_schema) and a forced tool call; a request graft
+// (response_format json_object and json_schema, strings held to a format, a pattern and
+// lengths) and a forced tool call; a request graft
 // refuses surfaces as the SDK's BadRequestError with the status and the field graft names.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -149,11 +150,11 @@ await check('a refused request is the SDK\'s BadRequestError', async () => {
             model: 'stories260K', messages,
             response_format: {
                 type: 'json_schema',
-                json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^a' } } } },
+                json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'integer', minimum: 0 } } } },
             },
         }),
         (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format.json_schema.schema'
-            && e.message.includes('pattern'),
+            && e.message.includes('minimum'),
     );
 });
 
@@ -181,6 +182,30 @@ await check('response_format json_schema (structured outputs): the answer is an 
     assert.ok(Number.isInteger(story.year));
     assert.ok(['tale', 'fable'].includes(story.genre));
     assert.ok(story.sequel === null || typeof story.sequel === 'string');
+});
+
+await check('structured outputs with a date, a pattern and lengths: the strings are held to them', async () => {
+    const schema = {
+        type: 'object',
+        properties: {
+            day: { type: 'string', format: 'date' },
+            code: { type: 'string', pattern: '^[A-Z]{3}-\\d{2}$' },
+            who: { type: 'string', minLength: 1, maxLength: 4 },
+        },
+        required: ['day', 'code', 'who'],
+        additionalProperties: false,
+    };
+    const answer = await client.chat.completions.create({
+        model: 'stories260K', messages, max_tokens: 96, temperature: 0,
+        response_format: { type: 'json_schema', json_schema: { name: 'entry', strict: true, schema } },
+        logit_bias: { 37: 6, 436: 6, 128: 10 },
+    });
+    assert.equal(answer.choices[0].finish_reason, 'stop');
+    const entry = JSON.parse(answer.choices[0].message.content);
+    assert.match(entry.day, /^\d{4}-\d{2}-\d{2}$/);
+    assert.equal(new Date(`${entry.day}T00:00:00Z`).toISOString().slice(0, 10), entry.day); // a real day
+    assert.match(entry.code, /^[A-Z]{3}-\d{2}$/);
+    assert.ok([...entry.who].length >= 1 && [...entry.who].length <= 4);
 });
 
 await check('response_format json_object: JSON.parse takes the answer, whole and streamed', async () => {

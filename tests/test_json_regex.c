@@ -92,44 +92,16 @@ typedef graft_test_bytes bytes;
 
 /* ---- the PRNG ----------------------------------------------------------------------------- */
 
-/* splitmix64; the seed is fixed (GRAFT_TEST_SEED overrides it) and printed with a failure */
-static uint64_t seed = 0x6a736f6e5f726567u, rng;
+/* The seed is fixed (GRAFT_TEST_SEED overrides it) and printed with a failure. */
+static uint64_t seed = 0x6a736f6e5f726567u;
 
 static void seed_rng(uint64_t stream)
 {
     seed = graft_test_seed(seed);
-    rng = seed ^ stream;
+    graft_test_random_start(seed, stream);
 }
-
-static uint64_t next_random(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15u);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    return z ^ (z >> 31);
-}
-
-static size_t below(size_t n) { return (size_t)(next_random() % n); }
-
-static bool one_in(size_t n) { return below(n) == 0; }
 
 /* ---- reporting ---------------------------------------------------------------------------- */
-
-/* The pattern as a C string literal, so that a failure can be pasted into a hand case. */
-static void print_pattern(const char *p, size_t n)
-{
-    print_error("\"");
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c == '"' || c == '\\')
-            print_error("\\%c", c);
-        else if (c >= 0x20 && c < 0x7F)
-            print_error("%c", c);
-        else
-            print_error("\\x%02X\"\"", c);
-    }
-    print_error("\"");
-}
 
 static void print_cps(const uint32_t *s, size_t n)
 {
@@ -147,7 +119,7 @@ static void print_cps(const uint32_t *s, size_t n)
 static void fail_on(const char *what, const char *pat, size_t plen, const uint32_t *s, size_t n)
 {
     print_error("%s (seed 0x%" PRIx64 "), pattern ", what, seed);
-    print_pattern(pat, plen);
+    graft_test_print_literal((const uint8_t *)pat, plen);
     if (s != NULL) {
         print_error(", string ");
         print_cps(s, n);
@@ -1700,7 +1672,7 @@ static void test_open_cases(void **state)
             what = "the child failed (a sanitizer's report is above)";
         if (what != NULL) {
             print_error("%s (status 0x%x), pattern ", what, (unsigned)status);
-            print_pattern(pat, strlen(pat));
+            graft_test_print_literal((const uint8_t *)pat, strlen(pat));
             print_error("\n");
             failures++;
         }
@@ -1848,7 +1820,7 @@ static const uint32_t alphabet[] = {
 };
 enum { N_ALPHABET = sizeof alphabet / sizeof alphabet[0] };
 
-static uint32_t random_char(void) { return alphabet[below(N_ALPHABET)]; }
+static uint32_t random_char(void) { return alphabet[graft_test_below(N_ALPHABET)]; }
 
 static const char *const lit_atoms[] = {"a", "a", "b", "b", "c", "1", " ", "_", "-",
                                         "\u00e9", "\U0001F600", "Z", "\u2003"};
@@ -1871,7 +1843,7 @@ static const char *const class_ranges[] = {
     "\\0-\\u{10FFFF}",
 };
 
-#define PICK(arr) (arr[below(sizeof arr / sizeof arr[0])])
+#define PICK(arr) (arr[graft_test_below(sizeof arr / sizeof arr[0])])
 
 static int gen_alts(gpattern *g, int depth);
 
@@ -1881,11 +1853,11 @@ static int gen_class(gpattern *g)
     for (int attempt = 0;; attempt++) {
         g->pat.n = start;
         graft_test_put_str(&g->pat, "[");
-        if (one_in(3))
+        if (graft_test_one_in(3))
             graft_test_put_str(&g->pat, "^");
-        int k = 1 + (int)below(3);
+        int k = 1 + (int)graft_test_below(3);
         for (int e = 0; e < k; e++) {
-            size_t r = below(10);
+            size_t r = graft_test_below(10);
             if (e == 0 && r == 0)
                 graft_test_put_str(&g->pat, "-");
             else if (r <= 3)
@@ -1913,10 +1885,10 @@ static int gen_class(gpattern *g)
 /* One atom; -1 when out of nodes. */
 static int gen_atom(gpattern *g, int depth)
 {
-    size_t r = below(12);
+    size_t r = graft_test_below(12);
     size_t start = g->pat.n;
     if (r >= 10 && depth < 3) {
-        graft_test_put_str(&g->pat, one_in(2) ? "(" : "(?:");
+        graft_test_put_str(&g->pat, graft_test_one_in(2) ? "(" : "(?:");
         int id = gen_alts(g, depth + 1);
         graft_test_put_str(&g->pat, ")");
         return id;
@@ -1949,29 +1921,29 @@ static int gen_atom(gpattern *g, int depth)
 static int gen_item(gpattern *g, int depth)
 {
     int atom = gen_atom(g, depth);
-    if (atom < 0 || !one_in(3))
+    if (atom < 0 || !graft_test_one_in(3))
         return atom;
     int min, max;
     char q[32];
-    switch (below(6)) {
+    switch (graft_test_below(6)) {
     case 0: min = 0, max = -1, snprintf(q, sizeof q, "*"); break;
     case 1: min = 1, max = -1, snprintf(q, sizeof q, "+"); break;
     case 2: min = 0, max = 1, snprintf(q, sizeof q, "?"); break;
     case 3:
-        min = max = (int)below(one_in(8) ? 13 : 4);
+        min = max = (int)graft_test_below(graft_test_one_in(8) ? 13 : 4);
         snprintf(q, sizeof q, "{%d}", min);
         break;
     case 4:
-        min = (int)below(4), max = -1;
+        min = (int)graft_test_below(4), max = -1;
         snprintf(q, sizeof q, "{%d,}", min);
         break;
     default:
-        min = (int)below(3), max = min + (int)below(3);
+        min = (int)graft_test_below(3), max = min + (int)graft_test_below(3);
         snprintf(q, sizeof q, "{%d,%d}", min, max);
         break;
     }
     graft_test_put_str(&g->pat, q);
-    if (one_in(3))
+    if (graft_test_one_in(3))
         graft_test_put_str(&g->pat, "?");
     int id = new_node(g, N_REP);
     if (id < 0)
@@ -1988,7 +1960,7 @@ static int gen_seq(gpattern *g, int depth)
     int id = new_node(g, N_CAT);
     if (id < 0)
         return -1;
-    int k = (int)below(depth == 0 ? 5 : 4);
+    int k = (int)graft_test_below(depth == 0 ? 5 : 4);
     for (int i = 0; i < k; i++) {
         int kid = gen_item(g, depth);
         if (kid < 0)
@@ -2003,7 +1975,7 @@ static int gen_alts(gpattern *g, int depth)
     int id = new_node(g, N_ALT);
     if (id < 0)
         return -1;
-    int k = one_in(3) ? 2 + (int)below(2) : 1;
+    int k = graft_test_one_in(3) ? 2 + (int)graft_test_below(2) : 1;
     for (int i = 0; i < k; i++) {
         if (i > 0)
             graft_test_put_str(&g->pat, "|");
@@ -2021,13 +1993,13 @@ static bool gen_pattern(gpattern *g)
     g->pat.n = 0;
     graft_test_put(&g->pat, "", 0);
     g->n_nodes = 0;
-    g->n_alts = one_in(3) ? 2 + (int)below(2) : 1;
-    bool all_caret = one_in(2); /* so that prefixes can die */
+    g->n_alts = graft_test_one_in(3) ? 2 + (int)graft_test_below(2) : 1;
+    bool all_caret = graft_test_one_in(2); /* so that prefixes can die */
     for (int a = 0; a < g->n_alts; a++) {
         if (a > 0)
             graft_test_put_str(&g->pat, "|");
-        g->alt_caret[a] = all_caret || one_in(2);
-        g->alt_dollar[a] = one_in(3);
+        g->alt_caret[a] = all_caret || graft_test_one_in(2);
+        g->alt_dollar[a] = graft_test_one_in(3);
         if (g->alt_caret[a])
             graft_test_put_str(&g->pat, "^");
         g->alt_seq[a] = gen_seq(g, 0);
@@ -2047,8 +2019,8 @@ static uint32_t random_member(const cpset *s)
             return cp;
     }
     for (;;) {
-        size_t i = below(s->n);
-        uint32_t cp = s->lo[i] + (uint32_t)below((size_t)(s->hi[i] - s->lo[i]) + 1);
+        size_t i = graft_test_below(s->n);
+        uint32_t cp = s->lo[i] + (uint32_t)graft_test_below((size_t)(s->hi[i] - s->lo[i]) + 1);
         if (cp < 0xD800 || cp > 0xDFFF)
             return cp;
     }
@@ -2067,11 +2039,11 @@ static void gen_match(const gpattern *g, int id, uint32_t *s, size_t *n, size_t 
             gen_match(g, nd->kids[i], s, n, cap);
         break;
     case N_ALT:
-        gen_match(g, nd->kids[below((size_t)nd->n_kids)], s, n, cap);
+        gen_match(g, nd->kids[graft_test_below((size_t)nd->n_kids)], s, n, cap);
         break;
     default: {
         int hi = nd->max < 0 || nd->max > nd->min + 3 ? nd->min + 3 : nd->max;
-        int count = nd->min + (int)below((size_t)(hi - nd->min + 1));
+        int count = nd->min + (int)graft_test_below((size_t)(hi - nd->min + 1));
         for (int i = 0; i < count; i++)
             gen_match(g, nd->kids[0], s, n, cap);
         break;
@@ -2085,32 +2057,32 @@ static void gen_match(const gpattern *g, int id, uint32_t *s, size_t *n, size_t 
 static size_t gen_matching_string(const gpattern *g, uint32_t *s)
 {
     size_t n = 0;
-    int a = (int)below((size_t)g->n_alts);
+    int a = (int)graft_test_below((size_t)g->n_alts);
     if (!g->alt_caret[a])
-        for (size_t k = below(3); k > 0; k--)
+        for (size_t k = graft_test_below(3); k > 0; k--)
             s[n++] = random_char();
     gen_match(g, g->alt_seq[a], s, &n, STR_CAP - 3);
     if (!g->alt_dollar[a])
-        for (size_t k = below(3); k > 0; k--)
+        for (size_t k = graft_test_below(3); k > 0; k--)
             s[n++] = random_char();
     return n;
 }
 
 static size_t mutate(uint32_t *s, size_t n)
 {
-    for (size_t m = 1 + below(2); m > 0; m--) {
-        size_t r = below(3);
+    for (size_t m = 1 + graft_test_below(2); m > 0; m--) {
+        size_t r = graft_test_below(3);
         if (r == 0 && n > 0) { /* delete */
-            size_t i = below(n);
+            size_t i = graft_test_below(n);
             memmove(s + i, s + i + 1, (n - i - 1) * sizeof *s);
             n--;
         } else if (r == 1 && n + 1 < STR_CAP) { /* insert */
-            size_t i = below(n + 1);
+            size_t i = graft_test_below(n + 1);
             memmove(s + i + 1, s + i, (n - i) * sizeof *s);
             s[i] = random_char();
             n++;
         } else if (n > 0) {
-            s[below(n)] = random_char();
+            s[graft_test_below(n)] = random_char();
         }
     }
     return n;
@@ -2156,7 +2128,7 @@ static void check_edges(const graft__json_regex *re, oracle *o, const char *pat,
         if (states[k] == DEAD)
             break;
         for (size_t e = 0; e < 12 && e < n_edges; e++) {
-            uint32_t cp = edges[n_edges <= 12 ? e : below(n_edges)];
+            uint32_t cp = edges[n_edges <= 12 ? e : graft_test_below(n_edges)];
             t[k] = cp;
             uint16_t nx = graft__json_regex_step(re, states[k], cp);
             bool live = nx != DEAD, want = oracle_live(o, t, k + 1);
@@ -2198,7 +2170,7 @@ static void check_bfs(const graft__json_regex *re, oracle *o, const char *pat, s
             chars[n_chars++] = alphabet[i];
     }
     for (size_t i = 0; i < 8 && i < n_edges; i++)
-        chars[n_chars++] = edges[below(n_edges)];
+        chars[n_chars++] = edges[graft_test_below(n_edges)];
     size_t n_states = 0, head = 0;
     ids[0] = graft__json_regex_start(re);
     if (ids[0] == DEAD)
@@ -2277,7 +2249,7 @@ static void test_random_patterns(void **state)
             }
             if (n_refused < 3) {
                 print_message("refused for the bound: %s (", err);
-                print_pattern(pat, plen);
+                graft_test_print_literal((const uint8_t *)pat, plen);
                 print_message(")\n");
             }
             graft_free(err);
@@ -2304,14 +2276,14 @@ static void test_random_patterns(void **state)
                 n = gen_matching_string(g, s);
                 n = mutate(s, n);
             } else {
-                n = below(9);
+                n = graft_test_below(9);
                 for (size_t i = 0; i < n; i++)
                     s[i] = random_char();
             }
             n_strings++;
             if (k < N_MATCHING && oracle_matches(o, s, n))
                 n_matching++;
-            check_string(re, o, pat, plen, s, n, true, one_in(4));
+            check_string(re, o, pat, plen, s, n, true, graft_test_one_in(4));
             if (k == 0 || k == N_MATCHING)
                 check_edges(re, o, pat, plen, s, n, edges, n_edges);
         }

@@ -58,26 +58,14 @@
 
 /* ---- buffers, the PRNG, reporting ------------------------------------------------------- */
 
-/* xorshift64*, seeded per test from a fixed seed (GRAFT_TEST_SEED overrides it). */
-static uint64_t seed = 0x6a736f6e5363686du, rng_state;
+/* The seed is fixed (GRAFT_TEST_SEED overrides it) and printed with a failure. */
+static uint64_t seed = 0x6a736f6e5363686du;
 
 static void seed_rng(uint64_t stream)
 {
     seed = graft_test_seed(seed);
-    rng_state = (seed ^ (stream + 1) * 0x9E3779B97F4A7C15u) | 1; /* never 0 */
+    graft_test_random_start(seed, stream);
 }
-
-static uint64_t next_random(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Du;
-}
-
-static size_t below(size_t n) { return (size_t)(next_random() % n); }
-
-static bool one_in(size_t n) { return below(n) == 0; }
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -1335,13 +1323,13 @@ static bool complete(const uint8_t *t, size_t k, graft_test_bytes *out)
  * gives the same verdict as one state fed all of t. */
 static void check_fork(const uint8_t *t, size_t n, verdict v)
 {
-    size_t at = below(v.refused + 1);
+    size_t at = graft_test_below(v.refused + 1);
     graft__json_syntax s, copy;
     graft__json_syntax_init_schema(&s, compiled);
     for (size_t i = 0; i < at; i++)
         assert_true(graft__json_syntax_feed(&s, t[i]));
     copy = s;
-    (void)graft__json_syntax_feed(&s, (uint8_t)"}]\",0 x"[below(7)]);
+    (void)graft__json_syntax_feed(&s, (uint8_t)"}]\",0 x"[graft_test_below(7)]);
     for (size_t i = at;; i++) {
         bool done = graft__json_syntax_done(&copy);
         if (i == n || !graft__json_syntax_feed(&copy, t[i])) {
@@ -1417,7 +1405,7 @@ enum { GEN_DEPTH = 4 }; /* below this many levels only required properties and m
 /* Whitespace that the header allows between tokens; mostly none. */
 static void gen_ws(graft_test_bytes *b)
 {
-    switch (below(12)) {
+    switch (graft_test_below(12)) {
     case 0:
         graft_test_put_byte(b, ' ');
         break;
@@ -1426,10 +1414,10 @@ static void gen_ws(graft_test_bytes *b)
         break;
     case 2:
     case 3: {
-        graft_test_put_str(b, one_in(2) ? "\n" : "\r\n");
-        size_t indent = one_in(4) ? GRAFT__JSON_MAX_INDENT : below(GRAFT__JSON_MAX_INDENT + 1);
+        graft_test_put_str(b, graft_test_one_in(2) ? "\n" : "\r\n");
+        size_t indent = graft_test_one_in(4) ? GRAFT__JSON_MAX_INDENT : graft_test_below(GRAFT__JSON_MAX_INDENT + 1);
         for (; indent > 0; indent--)
-            graft_test_put_byte(b, one_in(4) ? '\t' : ' ');
+            graft_test_put_byte(b, graft_test_one_in(4) ? '\t' : ' ');
         break;
     }
     default:
@@ -1440,7 +1428,7 @@ static void gen_ws(graft_test_bytes *b)
 static void put_unit(graft_test_bytes *b, unsigned unit)
 {
     char esc[8];
-    snprintf(esc, sizeof esc, one_in(2) ? "\\u%04X" : "\\u%04x", unit);
+    snprintf(esc, sizeof esc, graft_test_one_in(2) ? "\\u%04X" : "\\u%04x", unit);
     graft_test_put_str(b, esc);
 }
 
@@ -1453,29 +1441,29 @@ static void gen_string(graft_test_bytes *b, bool nul)
 {
     static const char *const escapes[] = {"\\\"", "\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t"};
     graft_test_put_byte(b, '"');
-    for (size_t k = below(7); k > 0; k--) {
+    for (size_t k = graft_test_below(7); k > 0; k--) {
         uint32_t cp;
-        switch (below(7)) {
+        switch (graft_test_below(7)) {
         case 0:
-            graft_test_put_str(b, escapes[below(8)]);
+            graft_test_put_str(b, escapes[graft_test_below(8)]);
             break;
         case 1:
-            cp = (uint32_t)below(0x10000);
+            cp = (uint32_t)graft_test_below(0x10000);
             put_unit(b, is_surrogate(cp) || (cp == 0 && !nul) ? 0x41 : cp);
             break;
         case 2:
-            put_unit(b, 0xD800 + (unsigned)below(0x400));
-            put_unit(b, 0xDC00 + (unsigned)below(0x400));
+            put_unit(b, 0xD800 + (unsigned)graft_test_below(0x400));
+            put_unit(b, 0xDC00 + (unsigned)graft_test_below(0x400));
             break;
         case 3:
-            cp = 0x80 + (uint32_t)below(0x10000 - 0x80);
+            cp = 0x80 + (uint32_t)graft_test_below(0x10000 - 0x80);
             graft_test_put_utf8(b, is_surrogate(cp) ? 0xE9 : cp);
             break;
         case 4:
-            graft_test_put_utf8(b, 0x10000 + (uint32_t)below(0x100000));
+            graft_test_put_utf8(b, 0x10000 + (uint32_t)graft_test_below(0x100000));
             break;
         default:
-            cp = 0x20 + (uint32_t)below(0x5F);
+            cp = 0x20 + (uint32_t)graft_test_below(0x5F);
             graft_test_put_byte(b, cp == '"' || cp == '\\' ? 'q' : (uint8_t)cp);
             break;
         }
@@ -1486,7 +1474,7 @@ static void gen_string(graft_test_bytes *b, bool nul)
 static void gen_digits(graft_test_bytes *b, size_t count)
 {
     for (; count > 0; count--)
-        graft_test_put_byte(b, (uint8_t)('0' + below(10)));
+        graft_test_put_byte(b, (uint8_t)('0' + graft_test_below(10)));
 }
 
 /* Within the digit limits of a typed number, and now and then at all of them at once (where
@@ -1494,26 +1482,26 @@ static void gen_digits(graft_test_bytes *b, size_t count)
  * oracle of whole texts decides them. */
 static void gen_number(graft_test_bytes *b, bool integer)
 {
-    bool at_limits = one_in(8);
-    if (one_in(3))
+    bool at_limits = graft_test_one_in(8);
+    if (graft_test_one_in(3))
         graft_test_put_byte(b, '-');
-    if (one_in(4) && !at_limits)
+    if (graft_test_one_in(4) && !at_limits)
         graft_test_put_byte(b, '0');
     else {
-        graft_test_put_byte(b, (uint8_t)('1' + below(9)));
-        gen_digits(b, at_limits ? TYPED_DIGITS - 1 : below(9));
+        graft_test_put_byte(b, (uint8_t)('1' + graft_test_below(9)));
+        gen_digits(b, at_limits ? TYPED_DIGITS - 1 : graft_test_below(9));
     }
     if (integer)
         return;
-    if (at_limits || one_in(2)) {
+    if (at_limits || graft_test_one_in(2)) {
         graft_test_put_byte(b, '.');
-        gen_digits(b, at_limits ? TYPED_DIGITS : 1 + below(4));
+        gen_digits(b, at_limits ? TYPED_DIGITS : 1 + graft_test_below(4));
     }
-    if (at_limits || one_in(3)) {
-        graft_test_put_byte(b, one_in(2) ? 'e' : 'E');
-        if (!one_in(3))
-            graft_test_put_byte(b, one_in(2) ? '+' : '-');
-        gen_digits(b, at_limits ? TYPED_EXPONENT_DIGITS : 1 + below(2));
+    if (at_limits || graft_test_one_in(3)) {
+        graft_test_put_byte(b, graft_test_one_in(2) ? 'e' : 'E');
+        if (!graft_test_one_in(3))
+            graft_test_put_byte(b, graft_test_one_in(2) ? '+' : '-');
+        gen_digits(b, at_limits ? TYPED_EXPONENT_DIGITS : 1 + graft_test_below(2));
     }
 }
 
@@ -1522,7 +1510,7 @@ static void gen_free(graft_test_bytes *b, enum kind k, int depth);
 
 static enum kind random_kind(int depth)
 {
-    return (enum kind)(depth >= GEN_DEPTH ? K_STRING + (int)below(4) : (int)below(N_KINDS));
+    return (enum kind)(depth >= GEN_DEPTH ? K_STRING + (int)graft_test_below(4) : (int)graft_test_below(N_KINDS));
 }
 
 static void gen_object(graft_test_bytes *b, const texts *p, int depth)
@@ -1530,9 +1518,9 @@ static void gen_object(graft_test_bytes *b, const texts *p, int depth)
     bool first = true;
     graft_test_put_byte(b, '{');
     gen_ws(b);
-    size_t free_members_left = depth >= GEN_DEPTH ? 0 : below(4);
+    size_t free_members_left = depth >= GEN_DEPTH ? 0 : graft_test_below(4);
     for (size_t j = 0; p->listed ? j < p->n : !p->closed && j < free_members_left; j++) {
-        if (p->listed && !p->required[j] && (depth >= GEN_DEPTH || one_in(2)))
+        if (p->listed && !p->required[j] && (depth >= GEN_DEPTH || graft_test_one_in(2)))
             continue;
         if (!first) {
             gen_ws(b);
@@ -1559,7 +1547,7 @@ static void gen_object(graft_test_bytes *b, const texts *p, int depth)
 
 static void gen_array(graft_test_bytes *b, json_t *items, size_t min, size_t max, int depth)
 {
-    size_t count = min + (depth >= GEN_DEPTH ? 0 : below(min_size(max - min, 3) + 1));
+    size_t count = min + (depth >= GEN_DEPTH ? 0 : graft_test_below(min_size(max - min, 3) + 1));
     graft_test_put_byte(b, '[');
     gen_ws(b);
     for (size_t k = 0; k < count; k++) {
@@ -1594,7 +1582,7 @@ static void gen_free(graft_test_bytes *b, enum kind k, int depth)
         gen_number(b, false);
         break;
     case K_BOOL:
-        graft_test_put_str(b, one_in(2) ? "true" : "false");
+        graft_test_put_str(b, graft_test_one_in(2) ? "true" : "false");
         break;
     default:
         graft_test_put_str(b, "null");
@@ -1615,8 +1603,8 @@ static void gen_value(graft_test_bytes *b, json_t *s, int depth)
             scalars += k >= K_STRING;
         }
     assert_true(n > 0);
-    enum kind k = depth >= GEN_DEPTH && scalars > 0 ? kinds[n - scalars + below(scalars)]
-                                                    : kinds[below(n)];
+    enum kind k = depth >= GEN_DEPTH && scalars > 0 ? kinds[n - scalars + graft_test_below(scalars)]
+                                                    : kinds[graft_test_below(n)];
     pick_kind how = pick(s, k, &w);
     if (how == PICK_ANY)
         gen_free(b, k, depth);
@@ -1626,7 +1614,7 @@ static void gen_value(graft_test_bytes *b, json_t *s, int depth)
         for (size_t i = 0; i < e->n; i++)
             if (kind_of((uint8_t)e->text[i][0]) == k)
                 options[count++] = i;
-        size_t i = options[below(count)];
+        size_t i = options[graft_test_below(count)];
         graft_test_put(b, e->text[i], e->len[i]);
     } else if (k == K_OBJECT)
         gen_object(b, props_of(w.s), depth);
@@ -1672,7 +1660,7 @@ static const tnode *random_object(const tnode **all, size_t n, size_t members)
     for (size_t k = 0; k < n; k++)
         if (all[k]->kind == K_OBJECT && all[k]->n >= members)
             found[count++] = all[k];
-    return count > 0 ? found[below(count)] : NULL;
+    return count > 0 ? found[graft_test_below(count)] : NULL;
 }
 
 /* out: t with [from, to) replaced by src[0..len). */
@@ -1691,11 +1679,11 @@ static void mutate(const uint8_t *t, size_t n, const tnode *tree, graft_test_byt
     const tnode *all[MAX_NODES];
     size_t nodes = 0;
     collect(tree, all, &nodes);
-    size_t at = below(n + 1), what = below(10);
+    size_t at = graft_test_below(n + 1), what = graft_test_below(10);
     const tnode *o = random_object(all, nodes, what == 4 ? 2 : 1);
     graft_test_bytes tmp = {NULL, 0, 0};
     if (what == 4 && o != NULL) { /* swap two adjacent members */
-        size_t m = below(o->n - 1);
+        size_t m = graft_test_below(o->n - 1);
         size_t a0 = o->key_start[m], a1 = o->kids[m].end, b0 = o->key_start[m + 1],
                b1 = o->kids[m + 1].end;
         graft_test_put(&tmp, t + b0, b1 - b0);
@@ -1703,7 +1691,7 @@ static void mutate(const uint8_t *t, size_t n, const tnode *tree, graft_test_byt
         graft_test_put(&tmp, t + a0, a1 - a0);
         splice(out, t, n, a0, b1, tmp.p, tmp.n);
     } else if (what == 5 && o != NULL) { /* drop a member, with a comma */
-        size_t m = below(o->n);
+        size_t m = graft_test_below(o->n);
         if (m + 1 < o->n)
             splice(out, t, n, o->key_start[m], o->key_start[m + 1], "", 0);
         else if (m > 0)
@@ -1711,31 +1699,31 @@ static void mutate(const uint8_t *t, size_t n, const tnode *tree, graft_test_byt
         else
             splice(out, t, n, o->key_start[m], o->kids[m].end, "", 0);
     } else if (what == 6 && o != NULL) { /* duplicate a member */
-        size_t m = below(o->n);
+        size_t m = graft_test_below(o->n);
         graft_test_put_byte(&tmp, ',');
         graft_test_put(&tmp, t + o->key_start[m], o->kids[m].end - o->key_start[m]);
         splice(out, t, n, o->kids[m].end, o->kids[m].end, tmp.p, tmp.n);
     } else if (what == 7 && o != NULL) { /* give a member the key of another (or its own) */
         const tnode *from = random_object(all, nodes, 1);
-        size_t m = below(o->n), f = below(from->n);
+        size_t m = graft_test_below(o->n), f = graft_test_below(from->n);
         splice(out, t, n, o->key_start[m], o->key_end[m], t + from->key_start[f],
                from->key_end[f] - from->key_start[f]);
     } else if (what == 8 && nodes > 1) { /* replace a value with a random one */
-        const tnode *v = all[1 + below(nodes - 1)];
+        const tnode *v = all[1 + graft_test_below(nodes - 1)];
         gen_free(&tmp, random_kind(GEN_DEPTH - 1), GEN_DEPTH - 1);
         splice(out, t, n, v->start, v->end, tmp.p, tmp.n);
     } else if (what == 9) { /* insert a snippet */
-        const char *s = snippets[below(sizeof snippets / sizeof *snippets)];
+        const char *s = snippets[graft_test_below(sizeof snippets / sizeof *snippets)];
         splice(out, t, n, at, at, s, strlen(s));
     } else if (what == 1) { /* insert a byte */
-        splice(out, t, n, at, at, &alphabet[below(sizeof alphabet)], 1);
+        splice(out, t, n, at, at, &alphabet[graft_test_below(sizeof alphabet)], 1);
     } else if (what == 2 && at < n) { /* delete a byte */
         splice(out, t, n, at, at + 1, "", 0);
     } else if (what == 3) { /* truncate */
         splice(out, t, at, at, at, "", 0);
     } else { /* flip a byte */
-        at = below(n);
-        splice(out, t, n, at, at + 1, &alphabet[below(sizeof alphabet)], 1);
+        at = graft_test_below(n);
+        splice(out, t, n, at, at + 1, &alphabet[graft_test_below(sizeof alphabet)], 1);
     }
     free(tmp.p);
 }

@@ -43,47 +43,20 @@
 
 typedef graft_test_bytes bytes;
 
-/* splitmix64; the seed is fixed (GRAFT_TEST_SEED overrides it) and printed with a failure */
-static uint64_t seed = 0x6a736f6e5f737978u, rng;
+/* The seed is fixed (GRAFT_TEST_SEED overrides it) and printed with a failure. */
+static uint64_t seed = 0x6a736f6e5f737978u;
 
 static void seed_rng(uint64_t stream)
 {
     seed = graft_test_seed(seed);
-    rng = seed ^ stream;
-}
-
-static uint64_t next_random(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15u);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    return z ^ (z >> 31);
-}
-
-static size_t below(size_t n) { return (size_t)(next_random() % n); }
-
-static bool one_in(size_t n) { return below(n) == 0; }
-
-/* The text as a C string literal, so that a failure can be pasted into a hand-written case. */
-static void print_text(const uint8_t *t, size_t n)
-{
-    print_error("\"");
-    for (size_t i = 0; i < n; i++) {
-        if (t[i] == '"' || t[i] == '\\')
-            print_error("\\%c", t[i]);
-        else if (t[i] >= 0x20 && t[i] < 0x7F)
-            print_error("%c", t[i]);
-        else
-            print_error("\\x%02X\"\"", t[i]); /* "" ends the escape before a hex digit */
-    }
-    print_error("\"");
+    graft_test_random_start(seed, stream);
 }
 
 /* Fails the test after printing the check, `detail` and the text it was about. */
 static void fail_on(const char *what, const char *detail, const uint8_t *t, size_t n)
 {
     print_error("%s, %s (seed 0x%" PRIx64 "), text of %zu bytes: ", what, detail, seed, n);
-    print_text(t, n);
+    graft_test_print_literal(t, n);
     print_error("\n");
     fail();
 }
@@ -755,23 +728,23 @@ static uint32_t random_code_point(void)
     static const uint32_t edges[] = {0x00,   0x1F,   0x20,   0x7F,   0x80,    0x7FF,  0x800,
                                      0xFFF,  0x1000, 0xD7FF, 0xE000, 0xFFFD,  0xFFFF, 0x10000,
                                      0x3FFFF, 0x40000, 0xFFFFF, 0x100000, 0x10FFFF};
-    switch (below(10)) {
+    switch (graft_test_below(10)) {
     case 0:
-        return edges[below(sizeof edges / sizeof *edges)];
+        return edges[graft_test_below(sizeof edges / sizeof *edges)];
     case 1:
-        return (uint8_t)"\"\\/"[below(3)];
+        return (uint8_t)"\"\\/"[graft_test_below(3)];
     case 2:
-        return (uint32_t)below(0x20);
+        return (uint32_t)graft_test_below(0x20);
     case 3:
-        return 0x80 + (uint32_t)below(0x800 - 0x80);
+        return 0x80 + (uint32_t)graft_test_below(0x800 - 0x80);
     case 4: {
-        uint32_t cp = 0x800 + (uint32_t)below(0x10000 - 0x800);
+        uint32_t cp = 0x800 + (uint32_t)graft_test_below(0x10000 - 0x800);
         return cp >= 0xD800 && cp <= 0xDFFF ? cp + 0x800 : cp; /* no surrogates */
     }
     case 5:
-        return 0x10000 + (uint32_t)below(0x110000 - 0x10000);
+        return 0x10000 + (uint32_t)graft_test_below(0x110000 - 0x10000);
     default:
-        return 0x20 + (uint32_t)below(0x7F - 0x20);
+        return 0x20 + (uint32_t)graft_test_below(0x7F - 0x20);
     }
 }
 
@@ -782,7 +755,7 @@ static void random_string(bytes *b, bool key)
     b->n = 0;
     graft_test_put(b, "",
                    0); /* b->p is not NULL even for an empty string: jansson refuses a NULL one */
-    size_t len = one_in(8) ? below(40) : below(8);
+    size_t len = graft_test_one_in(8) ? graft_test_below(40) : graft_test_below(8);
     for (size_t i = 0; i < len; i++) {
         uint32_t cp = random_code_point();
         graft_test_put_utf8(b, key && cp == 0 ? 1 : cp);
@@ -792,7 +765,7 @@ static void random_string(bytes *b, bool key)
 static json_t *random_scalar(void)
 {
     static const json_int_t edges[] = {0, 1, -1, INT64_MAX, INT64_MIN};
-    switch (below(6)) {
+    switch (graft_test_below(6)) {
     case 0: {
         bytes s = {0};
         random_string(&s, false);
@@ -801,14 +774,14 @@ static json_t *random_scalar(void)
         return v;
     }
     case 1:
-        return json_integer(one_in(3) ? edges[below(5)]
-                                      : (json_int_t)(next_random() >> below(64)) *
-                                            (one_in(2) ? -1 : 1));
+        return json_integer(graft_test_one_in(3) ? edges[graft_test_below(5)]
+                                      : (json_int_t)(graft_test_random() >> graft_test_below(64)) *
+                                            (graft_test_one_in(2) ? -1 : 1));
     case 2:
-        return json_real(ldexp((double)(next_random() >> 11), (int)below(400) - 200) *
-                         (one_in(2) ? -1 : 1));
+        return json_real(ldexp((double)(graft_test_random() >> 11), (int)graft_test_below(400) - 200) *
+                         (graft_test_one_in(2) ? -1 : 1));
     case 3:
-        return json_boolean(one_in(2));
+        return json_boolean(graft_test_one_in(2));
     case 4:
         return json_null();
     default:
@@ -820,8 +793,8 @@ static json_t *random_container(size_t depth, bool object, size_t spine_to, int 
 
 static json_t *random_value(size_t depth, int *budget)
 {
-    if (*budget > 0 && one_in(3))
-        return random_container(depth, one_in(2), 0, budget);
+    if (*budget > 0 && graft_test_one_in(3))
+        return random_container(depth, graft_test_one_in(2), 0, budget);
     return random_scalar();
 }
 
@@ -830,12 +803,12 @@ static json_t *random_value(size_t depth, int *budget)
 static json_t *random_container(size_t depth, bool object, size_t spine_to, int *budget)
 {
     json_t *c = object ? json_object() : json_array();
-    size_t members = *budget > 0 ? below(5) : 0;
-    size_t spine = depth < spine_to ? below(members + 1) : SIZE_MAX;
+    size_t members = *budget > 0 ? graft_test_below(5) : 0;
+    size_t spine = depth < spine_to ? graft_test_below(members + 1) : SIZE_MAX;
     bytes key = {0};
     for (size_t i = 0; i < members + (spine != SIZE_MAX); i++) {
         --*budget;
-        json_t *v = i == spine ? random_container(depth + 1, one_in(2), spine_to, budget)
+        json_t *v = i == spine ? random_container(depth + 1, graft_test_one_in(2), spine_to, budget)
                                : random_value(depth + 1, budget);
         assert_non_null(v);
         if (object) {
@@ -855,25 +828,25 @@ static json_t *random_container(size_t depth, bool object, size_t spine_to, int 
 static void put_random_space(bytes *b, bool over)
 {
     static const char *const broken[] = {"  ", "\t ", " \n", "\n\n", "\r", "\r\r\n", "\n\r\n"};
-    if (over && one_in(64)) {
-        if (one_in(4))
+    if (over && graft_test_one_in(64)) {
+        if (graft_test_one_in(4))
             put_space(b, "\n", GRAFT__JSON_MAX_INDENT + 1);
         else
-            graft_test_put_str(b, broken[below(sizeof broken / sizeof *broken)]);
+            graft_test_put_str(b, broken[graft_test_below(sizeof broken / sizeof *broken)]);
         return;
     }
-    switch (below(8)) {
+    switch (graft_test_below(8)) {
     case 0: case 1: case 2: case 3:
         return;
     case 4:
-        graft_test_put_byte(b, (uint8_t)" \t"[below(2)]);
+        graft_test_put_byte(b, (uint8_t)" \t"[graft_test_below(2)]);
         return;
     default:
-        graft_test_put_str(b, one_in(3) ? "\r\n" : "\n");
-        for (size_t i = 0, indent = one_in(3) ? GRAFT__JSON_MAX_INDENT
-                                              : below(GRAFT__JSON_MAX_INDENT + 1);
+        graft_test_put_str(b, graft_test_one_in(3) ? "\r\n" : "\n");
+        for (size_t i = 0, indent = graft_test_one_in(3) ? GRAFT__JSON_MAX_INDENT
+                                              : graft_test_below(GRAFT__JSON_MAX_INDENT + 1);
              i < indent; i++)
-            graft_test_put_byte(b, (uint8_t)" \t"[below(2)]);
+            graft_test_put_byte(b, (uint8_t)" \t"[graft_test_below(2)]);
     }
 }
 
@@ -882,7 +855,7 @@ static void put_u_escape(bytes *b, uint32_t unit)
     graft_test_put_str(b, "\\u");
     for (int shift = 12; shift >= 0; shift -= 4) {
         unsigned d = unit >> shift & 0xF;
-        graft_test_put_byte(b, (uint8_t)(d < 10 ? '0' + d : (one_in(2) ? 'a' : 'A') + d - 10));
+        graft_test_put_byte(b, (uint8_t)(d < 10 ? '0' + d : (graft_test_one_in(2) ? 'a' : 'A') + d - 10));
     }
 }
 
@@ -897,7 +870,7 @@ static void put_string(bytes *b, const char *s, size_t len)
         uint32_t cp = get_utf8((const uint8_t *)s, &i);
         const char *named = cp != 0 && cp < 0x80 ? strchr(shorts, (int)cp) : NULL;
         bool must = cp < 0x20 || cp == '"' || cp == '\\';
-        size_t choice = below(4);
+        size_t choice = graft_test_below(4);
         if (named != NULL && choice < 2) {
             graft_test_put_byte(b, '\\');
             graft_test_put_byte(b, (uint8_t)short_names[named - shorts]);
@@ -926,19 +899,19 @@ static void put_number(bytes *b, const json_t *v)
         return;
     }
     json_int_t x = json_integer_value(v);
-    snprintf(text, sizeof text, "%s%" JSON_INTEGER_FORMAT, x == 0 && one_in(2) ? "-" : "", x);
+    snprintf(text, sizeof text, "%s%" JSON_INTEGER_FORMAT, x == 0 && graft_test_one_in(2) ? "-" : "", x);
     graft_test_put_str(b, text);
-    if (one_in(4)) {
+    if (graft_test_one_in(4)) {
         graft_test_put_byte(b, '.');
-        for (size_t i = 0, digits = 1 + below(3); i < digits; i++)
-            graft_test_put_byte(b, (uint8_t)('0' + below(10)));
+        for (size_t i = 0, digits = 1 + graft_test_below(3); i < digits; i++)
+            graft_test_put_byte(b, (uint8_t)('0' + graft_test_below(10)));
     }
-    if (one_in(4)) {
-        graft_test_put_byte(b, (uint8_t)"eE"[below(2)]);
-        if (!one_in(3))
-            graft_test_put_byte(b, (uint8_t)"+-"[below(2)]);
-        for (size_t i = 0, digits = 1 + below(2); i < digits; i++)
-            graft_test_put_byte(b, (uint8_t)('0' + below(10)));
+    if (graft_test_one_in(4)) {
+        graft_test_put_byte(b, (uint8_t)"eE"[graft_test_below(2)]);
+        if (!graft_test_one_in(3))
+            graft_test_put_byte(b, (uint8_t)"+-"[graft_test_below(2)]);
+        for (size_t i = 0, digits = 1 + graft_test_below(2); i < digits; i++)
+            graft_test_put_byte(b, (uint8_t)('0' + graft_test_below(10)));
     }
 }
 
@@ -1027,7 +1000,7 @@ enum {
 static void random_texts(bytes texts[N_TEXTS])
 {
     int budget = TREE_BUDGET;
-    size_t spine_to = one_in(5) ? GRAFT__JSON_MAX_DEPTH + below(3) : 0;
+    size_t spine_to = graft_test_one_in(5) ? GRAFT__JSON_MAX_DEPTH + graft_test_below(3) : 0;
     json_t *root = random_container(1, true, spine_to, &budget);
     for (size_t f = 0; f < N_TEXTS; f++) {
         texts[f].n = 0;
@@ -1134,18 +1107,18 @@ static const uint8_t tricky[] = "{}[]:,\"\\/ \t\n\r0123456789-+.eEtrufalsnbu"
 
 static uint8_t random_byte(void)
 {
-    return one_in(4) ? (uint8_t)below(256) : tricky[below(sizeof tricky)]; /* with its NUL */
+    return graft_test_one_in(4) ? (uint8_t)graft_test_below(256) : tricky[graft_test_below(sizeof tricky)]; /* with its NUL */
 }
 
 /* u = t with one edit: a byte replaced, inserted or deleted, a cut, a span deleted, copied
  * elsewhere, or two bytes swapped. u may be t: t is read before u is replaced. */
 static void mutate(const bytes *t, bytes *u)
 {
-    size_t n = t->n, p = below(n + 1), len = 1 + below(8);
-    size_t q = below(n + 1), span = len < n - q ? len : n - q;
+    size_t n = t->n, p = graft_test_below(n + 1), len = 1 + graft_test_below(8);
+    size_t q = graft_test_below(n + 1), span = len < n - q ? len : n - q;
     bytes out = {0};
     graft_test_put(&out, t->p, p);
-    switch (below(7)) {
+    switch (graft_test_below(7)) {
     case 0: /* replace */
         graft_test_put_byte(&out, random_byte());
         if (p < n)
@@ -1203,11 +1176,11 @@ static void test_mutations_agree_with_oracle(void **state)
     for (size_t tree = 0; tree < N_TREES; tree++) {
         random_texts(texts);
         for (size_t m = 0; m < MUTATIONS; m++) {
-            const bytes *t = &texts[below(N_TEXTS)];
+            const bytes *t = &texts[graft_test_below(N_TEXTS)];
             if (t->n > MUTATED_MAX) /* jansson's deep indented texts: the oracle's cost */
                 continue;
             mutate(t, &u);
-            if (one_in(3))
+            if (graft_test_one_in(3))
                 mutate(&u, &u);
             size_t kept = common_prefix(t, &u), broken = limits_broken_at(t->p, t->n);
             verdict v = check_against_oracle(u.p, u.n);
@@ -1237,7 +1210,7 @@ static void check_fork(const bytes *t, const bytes *u)
     size_t limit = common_prefix(t, u);
     limit = limit < vt.refused ? limit : vt.refused;
     limit = limit < vu.refused ? limit : vu.refused;
-    size_t at = below(limit + 1);
+    size_t at = graft_test_below(limit + 1);
     graft__json_syntax *s = malloc(sizeof *s);
     assert_non_null(s);
     graft__json_syntax_init(s);
@@ -1274,10 +1247,10 @@ static void test_copies_fork(void **state)
     for (size_t tree = 0; tree < N_TREES / 2; tree++) {
         random_texts(texts);
         for (size_t k = 0; k < 4; k++) {
-            const bytes *t = &texts[below(N_TEXTS)];
+            const bytes *t = &texts[graft_test_below(N_TEXTS)];
             mutate(t, &u);
             check_fork(t, &u);
-            check_fork(t, &texts[below(N_TEXTS)]);
+            check_fork(t, &texts[graft_test_below(N_TEXTS)]);
         }
     }
     for (size_t f = 0; f < N_TEXTS; f++)

@@ -1,5 +1,6 @@
 /*
- * byte_buffer.c: the growing byte buffer and test seed of byte_buffer.h.
+ * byte_buffer.c: the growing byte buffer, test seed, random numbers and literal printing of
+ * byte_buffer.h.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -49,4 +50,43 @@ uint64_t graft_test_seed(uint64_t fixed)
 {
     const char *env = getenv("GRAFT_TEST_SEED");
     return env != NULL ? strtoull(env, NULL, 0) : fixed;
+}
+
+static uint64_t random_state;
+
+void graft_test_random_start(uint64_t seed, uint64_t stream)
+{
+    random_state = seed ^ stream;
+}
+
+uint64_t graft_test_random(void)
+{
+    uint64_t z = (random_state += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+size_t graft_test_below(size_t n)
+{
+    return (size_t)(graft_test_random() % n);
+}
+
+bool graft_test_one_in(size_t n)
+{
+    return graft_test_below(n) == 0;
+}
+
+void graft_test_print_literal(const uint8_t *t, size_t n)
+{
+    print_error("\"");
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == '"' || t[i] == '\\')
+            print_error("\\%c", t[i]);
+        else if (t[i] >= 0x20 && t[i] < 0x7F)
+            print_error("%c", t[i]);
+        else
+            print_error("\\x%02X\"\"", t[i]); /* "" ends the escape before a hex digit */
+    }
+    print_error("\"");
 }

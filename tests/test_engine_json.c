@@ -11,8 +11,8 @@
  *   ends with the object parses with jansson as an object; max_new_tokens still cuts.
  * - Sampled generations: every pick continues the text, the same seed gives the same
  *   tokens, and they are the same bits alone and batched beside other generations; held to
- *   schemas, what stops is an instance (checked by hand: nested objects, and strings held to
- *   formats, a pattern and lengths).
+ *   schemas, what stops is an instance (checked by hand: nested objects, strings held to
+ *   formats, a pattern and lengths, numbers within bounds).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,6 +50,12 @@ enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
     "[\"string\", \"null\"], \"format\": \"uuid\"}, \"note\": {\"type\": \"string\", "            \
     "\"pattern\": \"\\u00e9|\\u00e8\"}}, \"required\": [\"day\", \"code\", \"name\"]}"
 
+/* Numbers within bounds: an integer in [-3, 12], a number in [0, 1). */
+#define NUMBERS_SCHEMA                                                                        \
+    "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": -3, "    \
+    "\"maximum\": 12}, \"score\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMaximum\": "    \
+    "1}}, \"required\": [\"n\", \"score\"]}"
+
 /* Texts whose prefixes cover every mode of the recognizer, each with the schema it is an
  * instance of (NULL: any object). */
 static const struct {
@@ -66,6 +72,8 @@ static const struct {
     {STRINGS_SCHEMA, "{\"day\": \"2024-02-29\", \"code\": \"AB-\\u0030\\u00312\", \"name\": "
                      "\"\\u00e9t\xc3\xa9 \xf0\x9f\x98\x80\", \"id\": "
                      "\"123e4567-E89b-12d3-a456-426614174000\", \"note\": \"caf\xc3\xa9 \\ud83d\\ude00\"}"},
+    {NUMBERS_SCHEMA, "{\"n\": -3, \"score\": 0.999999999999999999}"},
+    {NUMBERS_SCHEMA, "{\"n\": 12, \"score\": 0}"},
 };
 
 /* The bytes of token t (at most MAX_TOKEN_BYTES are used) and their count. */
@@ -523,6 +531,22 @@ static bool is_strings_instance(const json_t *v)
            code_points(name) >= 2 && code_points(name) <= 6;
 }
 
+/* Whether v is an instance of NUMBERS_SCHEMA, checked by hand. */
+static bool is_numbers_instance(const json_t *v)
+{
+    const json_t *n = json_object_get(v, "n"), *score = json_object_get(v, "score");
+    return json_is_integer(n) && json_integer_value(n) >= -3 && json_integer_value(n) <= 12 &&
+           json_is_number(score) && json_number_value(score) >= 0 &&
+           json_number_value(score) < 1;
+}
+
+/* Held to NUMBERS_SCHEMA: the numbers come out within their bounds. */
+static void test_number_bounds(void **state)
+{
+    (void)state;
+    sample_instances(NUMBERS_SCHEMA, is_numbers_instance);
+}
+
 /* Held to STRINGS_SCHEMA: whatever the model would write, the strings come out as dates,
  * codes and names of the lengths asked for; none is left without a token to go on with. */
 static void test_string_constraints(void **state)
@@ -583,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_sampled_json_is_well_formed_and_batch_invariant),
         cmocka_unit_test(test_schema_generations),
         cmocka_unit_test(test_string_constraints),
+        cmocka_unit_test(test_number_bounds),
         cmocka_unit_test(test_length_and_bad_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -219,13 +219,15 @@ static void test_json_schema_answers(void **state)
     json_decref(j);
 }
 
-/* A date (format), a ticket code (pattern) and a name of 2 to 5 code points. */
+/* A date (format), a ticket code (pattern), a name of 2 to 5 code points and a quantity
+ * from 1 to 9 (bounds). */
 #define TICKET_FORMAT                                                                         \
     "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "          \
     "\"ticket\", \"strict\": true, \"schema\": {\"type\": \"object\", \"properties\": "        \
     "{\"due\": {\"type\": \"string\", \"format\": \"date\"}, \"code\": {\"type\": "            \
     "\"string\", \"pattern\": \"^T-[0-9a-f]{4}$\"}, \"who\": {\"type\": \"string\", "           \
-    "\"minLength\": 2, \"maxLength\": 5}}, \"required\": [\"due\", \"code\", \"who\"], "         \
+    "\"minLength\": 2, \"maxLength\": 5}, \"qty\": {\"type\": \"integer\", \"minimum\": 1, "    \
+    "\"exclusiveMaximum\": 10}}, \"required\": [\"due\", \"code\", \"who\", \"qty\"], "         \
     "\"additionalProperties\": false}}}"
 
 /* Whether the string s is YYYY-MM-DD, a day of the calendar. */
@@ -242,9 +244,9 @@ static bool is_date(const char *s)
     return m >= 1 && m <= 12 && d >= 1 && d <= days[m - 1] + (m == 2 && leap);
 }
 
-/* String constraints, n = 3 sampled, completions: each choice's strings are a calendar
- * date, a code of the pattern and a name of 2 to 5 code points (checked here by hand);
- * streamed alike. */
+/* String constraints and bounds, n = 3 sampled, completions: each choice's strings are a
+ * calendar date, a code of the pattern and a name of 2 to 5 code points, its quantity from 1
+ * to 9 (checked here by hand); streamed alike. */
 static void test_string_formats(void **state)
 {
     (void)state;
@@ -268,6 +270,9 @@ static void test_string_formats(void **state)
         for (const unsigned char *p = (const unsigned char *)who; *p; p++)
             points += (*p & 0xC0) != 0x80;
         assert_true(points >= 2 && points <= 5);
+        json_t *qty = json_object_get(v, "qty");
+        assert_true(json_is_integer(qty) && json_integer_value(qty) >= 1 &&
+                    json_integer_value(qty) <= 9);
         json_decref(v);
         free(texts[i]);
     }

@@ -70,7 +70,9 @@ int graft__json_regex_bound_length(const graft__json_regex *re, uint32_t min_cha
  * $defs / definitions, and on string schemas (with "type" string or a list holding it)
  * pattern (json_regex.c), format (date, time, date-time, uuid, ipv4, hostname, email, uri:
  * json_schema.c says as which patterns) or, not both, and minLength / maxLength (code
- * points, at most 10000), all held to by one automaton per string schema. Annotations (title, description, default, examples, $schema, $id,
+ * points, at most 10000), all held to by one automaton per string schema; on number and
+ * integer schemas minimum, maximum, exclusiveMinimum and exclusiveMaximum (numbers; a
+ * bounded number is written without an exponent). Annotations (title, description, default, examples, $schema, $id,
  * $comment, deprecated, readOnly, writeOnly) are ignored. Any other keyword restricts
  * values in a way the recognizer does not hold to, so compiling refuses it, naming it. The
  * root must be an object schema. A number the schema types has at most 18 digits before
@@ -112,7 +114,17 @@ typedef struct graft__schema_node {
     uint32_t min_items, max_items;
     uint16_t regex;     /* string: 1 + the index of the automaton its characters follow
                            (pattern, format, lengths), or 0: any string */
+    uint16_t bounds;    /* number, integer: 1 + the index of its bounds, or 0: none */
 } graft__schema_node;
+
+/* A number's bounds, inclusive, in units of 10^-18 (GRAFT__JSON_SCALE per 1): what
+ * minimum, maximum, exclusiveMinimum and exclusiveMaximum leave of the numbers a schema'd
+ * text can write (at most 18 digits before the point and 18 after it; an integer's are
+ * whole multiples of GRAFT__JSON_SCALE). */
+#define GRAFT__JSON_SCALE ((__int128)1000000000000000000)
+typedef struct graft__json_bounds {
+    __int128 lo, hi;
+} graft__json_bounds;
 
 struct graft__json_schema {
     graft__schema_node *nodes; /* the root is nodes[root] */
@@ -128,6 +140,8 @@ struct graft__json_schema {
     uint32_t n_alts;
     graft__json_regex **regexes; /* the string nodes' automata */
     uint32_t n_regexes;
+    graft__json_bounds *bounds;  /* the number nodes' bounds */
+    uint32_t n_bounds;
     uint16_t root;
 };
 
@@ -178,6 +192,9 @@ typedef struct graft__json_syntax {
     uint16_t expect;  /* the node the next value must match */
     uint8_t check;    /* how the current scalar or key is checked */
     uint8_t digits;   /* a number: the digits of its current part */
+    bool negative;    /* a bounded number: its sign, ... */
+    uint64_t int_part, frac_part; /* ... and the values of its parts' digits so far */
+    const graft__json_bounds *num_bounds; /* the number's bounds, or NULL */
     uint8_t free_depth; /* inside a value the schema leaves free: the depth it began at + 1 */
     const graft__json_regex *re; /* a string held to a pattern, format or lengths: ... */
     uint16_t re_state; /* ... its automaton's state after the characters read, ... */

@@ -25,7 +25,7 @@ typedef struct compiler {
     graft__json_schema *out;
     json_t *root;
     const json_t **seen; /* (n_nodes) the schema object each node came from */
-    size_t cap_nodes, cap_seen, cap_text_at, cap_value_of, cap_alts, cap_regexes;
+    size_t cap_nodes, cap_seen, cap_text_at, cap_value_of, cap_alts, cap_regexes, cap_bounds;
     size_t arena_len, arena_cap;
     char **errmsg;
     int status;
@@ -44,8 +44,12 @@ static const char *const annotations[] = {"title", "description", "default", "ex
 static const char *const keywords[] = {"type", "properties", "required",
                                        "additionalProperties", "items", "minItems",
                                        "maxItems", "enum", "const", "anyOf", "oneOf", "allOf",
-                                       "$ref", "pattern", "format", "minLength", "maxLength"};
+                                       "$ref", "pattern", "format", "minLength", "maxLength",
+                                       "minimum", "maximum", "exclusiveMinimum",
+                                       "exclusiveMaximum"};
 static const char *const string_keywords[] = {"pattern", "format", "minLength", "maxLength"};
+static const char *const number_keywords[] = {"minimum", "maximum", "exclusiveMinimum",
+                                              "exclusiveMaximum"};
 
 /* The string formats held to, as patterns (json_regex.c): RFC 3339's full-date (real
  * calendar days: February 29 in leap years only), full-time (an offset or Z required) and
@@ -417,6 +421,121 @@ static int compile_string(compiler *c, const json_t *schema, int node, const cha
     return node;
 }
 
+/* Where a bound lies beside the numbers a text can write (magnitudes below 10^18). */
+typedef enum bound_place { BOUND_WITHIN, BOUND_BELOW_ALL, BOUND_ABOVE_ALL } bound_place;
+
+/* JSON number v in units of GRAFT__JSON_SCALE, rounded up or down to a unit (*exact: no
+ * rounding was needed). A real is read as the shortest decimal that gives its double
+ * back, the number its schema's author wrote. */
+static bound_place scaled_bound(const json_t *v, bool up, __int128 *out, bool *exact)
+{
+    const __int128 limit = GRAFT__JSON_SCALE; /* magnitudes below 10^18 */
+    *exact = true;
+    if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        if (i <= -(json_int_t)limit || i >= (json_int_t)limit)
+            return i < 0 ? BOUND_BELOW_ALL : BOUND_ABOVE_ALL;
+        *out = (__int128)i * GRAFT__JSON_SCALE;
+        return BOUND_WITHIN;
+    }
+    double d = json_real_value(v);
+    if (!(d > -1e18 && d < 1e18))
+        return d < 0 ? BOUND_BELOW_ALL : BOUND_ABOVE_ALL;
+    char text[40];
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(text, sizeof text, "%.*e", digits - 1, d);
+        if (strtod(text, NULL) == d)
+            break;
+    }
+    /* text: [-]D[.DDD]e[+-]X: the mantissa's digits and the power of ten of the last */
+    bool negative = text[0] == '-';
+    __int128 mantissa = 0;
+    int n_digits = 0;
+    const char *p = text + negative;
+    for (; *p != 'e'; p++)
+        if (*p != '.')
+            mantissa = mantissa * 10 + (*p - '0'), n_digits++;
+    int power = atoi(p + 1) - (n_digits - 1) + 18; /* value = mantissa 10^power units */
+    __int128 magnitude = mantissa;
+    bool remainder = false;
+    for (; power > 0; power--)
+        magnitude *= 10;
+    for (; power < 0; power++) {
+        remainder = remainder || magnitude % 10 != 0;
+        magnitude /= 10;
+    }
+    *exact = !remainder;
+    if (remainder && up != negative) /* away from zero is up for a positive value */
+        magnitude += 1;
+    *out = negative ? -magnitude : magnitude;
+    return BOUND_WITHIN;
+}
+
+/* One bound keyword into *bound (kept when absent, or when it is less strict). */
+static int bound_keyword(compiler *c, const json_t *schema, const char *key, bool lower,
+                         bool exclusive, bool integer, __int128 *bound, const char *path)
+{
+    const json_t *v = json_object_get(schema, key);
+    if (v == NULL)
+        return 0;
+    if (!json_is_number(v))
+        return fail(c, path, "'%s' must be a number", key);
+    __int128 x, unit = integer ? GRAFT__JSON_SCALE : 1;
+    bool exact;
+    bound_place place = scaled_bound(v, lower, &x, &exact);
+    if (place == (lower ? BOUND_BELOW_ALL : BOUND_ABOVE_ALL))
+        return 0; /* beyond every number a text can write: no bound */
+    if (place != BOUND_WITHIN)
+        return fail(c, path, "no number is an instance ('%s' is beyond 18 digits)", key);
+    if (exclusive && exact)
+        x += lower ? 1 : -1;
+    /* to a multiple of the unit, inwards */
+    __int128 r = x % unit;
+    if (r != 0)
+        x += lower ? (r > 0 ? unit - r : -r) : (r > 0 ? -r : -(unit + r));
+    if (lower ? x > *bound : x < *bound)
+        *bound = x;
+    return 0;
+}
+
+static int add_bounds(compiler *c, graft__json_bounds b)
+{
+    graft__json_schema *s = c->out;
+    graft__json_bounds *grown =
+        graft__grow_array(s->bounds, s->n_bounds, &c->cap_bounds, sizeof *grown, 4);
+    if (grown == NULL)
+        return out_of_memory(c);
+    s->bounds = grown;
+    s->bounds[s->n_bounds++] = b;
+    return (int)s->n_bounds;
+}
+
+/* A number or integer node's bounds. */
+static int compile_bounds(compiler *c, const json_t *schema, int node, bool integer,
+                          const char *path)
+{
+    const __int128 most = GRAFT__JSON_SCALE * GRAFT__JSON_SCALE - 1; /* 18 and 18 digits */
+    const __int128 edge = integer ? most / GRAFT__JSON_SCALE * GRAFT__JSON_SCALE : most;
+    graft__json_bounds b = {-edge, edge};
+    bool any = false;
+    for (size_t i = 0; i < sizeof number_keywords / sizeof number_keywords[0]; i++) {
+        bool lower = i % 2 == 0, exclusive = i >= 2;
+        any = any || json_object_get(schema, number_keywords[i]) != NULL;
+        if (bound_keyword(c, schema, number_keywords[i], lower, exclusive, integer,
+                          lower ? &b.lo : &b.hi, path) < 0)
+            return -1;
+    }
+    if (!any)
+        return node;
+    if (b.lo > b.hi)
+        return fail(c, path, "%s", "no number is an instance (its bounds leave none)");
+    int index = add_bounds(c, b);
+    if (index < 0)
+        return -1;
+    c->out->nodes[node].bounds = (uint16_t)index;
+    return node;
+}
+
 static bool type_named(const char *type, graft__schema_kind *kind)
 {
     static const struct {
@@ -447,6 +566,8 @@ static int compile_typed(compiler *c, const json_t *schema, const json_t *from,
         return compile_array(c, schema, node, path);
     if (kind == GRAFT__SCHEMA_STRING)
         return compile_string(c, schema, node, path);
+    if (kind == GRAFT__SCHEMA_NUMBER || kind == GRAFT__SCHEMA_INTEGER)
+        return compile_bounds(c, schema, node, kind == GRAFT__SCHEMA_INTEGER, path);
     return node;
 }
 
@@ -619,15 +740,20 @@ static int compile_schema(compiler *c, const json_t *schema, const char *path)
         return compile_union(c, schema, r, json_array_size(r), replacing[i], path);
     }
     const json_t *type = json_object_get(schema, "type");
-    for (size_t i = 0; i < sizeof string_keywords / sizeof string_keywords[0]; i++) {
-        if (json_object_get(schema, string_keywords[i]) == NULL)
+    for (size_t i = 0; i < sizeof string_keywords / sizeof string_keywords[0] +
+                               sizeof number_keywords / sizeof number_keywords[0]; i++) {
+        bool text = i < sizeof string_keywords / sizeof string_keywords[0];
+        const char *key = text ? string_keywords[i]
+                               : number_keywords[i - sizeof string_keywords / sizeof string_keywords[0]];
+        if (json_object_get(schema, key) == NULL)
             continue;
         if (json_object_get(schema, "enum") != NULL || json_object_get(schema, "const") != NULL)
-            return fail(c, path, "'%s' beside 'enum' or 'const' is not supported",
-                        string_keywords[i]);
+            return fail(c, path, "'%s' beside 'enum' or 'const' is not supported", key);
         if (type == NULL)
-            return fail(c, path, "'%s' needs \"type\": \"string\" (or a list with it)",
-                        string_keywords[i]);
+            return fail(c, path,
+                        text ? "'%s' needs \"type\": \"string\" (or a list with it)"
+                             : "'%s' needs \"type\": \"number\" or \"integer\" (or a list with one)",
+                        key);
     }
     if (json_object_get(schema, "enum") != NULL || json_object_get(schema, "const") != NULL)
         return compile_literals(c, schema, path);
@@ -661,6 +787,7 @@ void graft__json_schema_free(graft__json_schema *s)
     for (uint32_t i = 0; i < s->n_regexes; i++)
         graft__json_regex_free(s->regexes[i]);
     graft__free(s->regexes);
+    graft__free(s->bounds);
     graft__free(s);
 }
 

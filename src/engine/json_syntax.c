@@ -11,7 +11,9 @@
  * A schema is followed at the syntax's events: a value begins (its first byte picks the
  * union's alternative and must suit the node; an object or array pushes a frame), a key
  * begins (the properties it may name become candidates), a key, enum value or integer is
- * read (each byte narrows the candidates), a comma or closer comes (a property must remain;
+ * read (each byte narrows the candidates; a bounded number's bytes must leave a completion
+ * within its bounds; a held string's characters must leave a match of its automaton), a
+ * comma or closer comes (a property must remain;
  * every required one must have come; the item counts must fit), a value ends (a literal
  * must be whole). Inside a value the schema leaves free (any value, any object) nothing but
  * the syntax is checked until that value ends.
@@ -209,6 +211,10 @@ static bool schema_value_start(graft__json_syntax *s, uint8_t c)
     case GRAFT__SCHEMA_INTEGER:
         s->check = node->kind == GRAFT__SCHEMA_NUMBER ? CHECK_NUMBER : CHECK_INTEGER;
         s->digits = c != '-';
+        s->negative = c == '-';
+        s->int_part = c == '-' ? 0 : (uint64_t)(c - '0');
+        s->frac_part = 0;
+        s->num_bounds = node->bounds ? &s->schema->bounds[node->bounds - 1] : NULL;
         return true;
     case GRAFT__SCHEMA_LITERALS:
         s->check = CHECK_LITERAL;
@@ -386,6 +392,10 @@ static bool digit_fits(graft__json_syntax *s, uint8_t c)
         return true;
     bool more = s->mode == M_INTEGER || s->mode == M_FRACTION || s->mode == M_EXPONENT;
     s->digits = more ? (uint8_t)(s->digits + 1) : 1;
+    if (s->mode == M_MINUS || s->mode == M_INTEGER)
+        s->int_part = s->int_part * 10 + (uint64_t)(c - '0');
+    else if (s->mode == M_POINT || s->mode == M_FRACTION)
+        s->frac_part = s->frac_part * 10 + (uint64_t)(c - '0');
     if (s->mode == M_E || s->mode == M_EXP_SIGN || s->mode == M_EXPONENT)
         return s->digits <= MAX_EXPONENT_DIGITS;
     if (s->mode == M_POINT || s->mode == M_FRACTION)
@@ -402,6 +412,8 @@ static bool schema_byte(graft__json_syntax *s, uint8_t c)
         return true; /* the byte ends the number: value_end checks what was read */
     if (s->check == CHECK_INTEGER && (c == '.' || c == 'e' || c == 'E'))
         return false;
+    if (s->num_bounds != NULL && (c == 'e' || c == 'E')) /* bounded: written without one */
+        return false;
     if (s->check == CHECK_NUMBER || s->check == CHECK_INTEGER)
         return digit_fits(s, c);
     if (s->check == CHECK_STRING)
@@ -409,6 +421,65 @@ static bool schema_byte(graft__json_syntax *s, uint8_t c)
     s->cand = narrow(s, c);
     s->pos++;
     return s->cand != 0;
+}
+
+/* ---- a bounded number: after each byte some completion must lie within its bounds ---- */
+
+static __int128 power_of_ten(int n)
+{
+    __int128 p = 1;
+    while (n-- > 0)
+        p *= 10;
+    return p;
+}
+
+/* Whether [lo, hi] (magnitudes; the number's sign applied here) meets the bounds. */
+static bool magnitudes_fit(const graft__json_syntax *s, __int128 lo, __int128 hi)
+{
+    const graft__json_bounds *b = s->num_bounds;
+    return s->negative ? -lo >= b->lo && -hi <= b->hi : hi >= b->lo && lo <= b->hi;
+}
+
+/* Whether some number that the text so far begins (mode: the syntax's, after the byte) lies
+ * within the bounds: the values its completions reach, as intervals of magnitudes in units
+ * of 10^-18 (an integer's: whole units). */
+static bool number_viable(const graft__json_syntax *s)
+{
+    const __int128 one = GRAFT__JSON_SCALE;
+    const bool integer = s->check == CHECK_INTEGER;
+    const __int128 fraction = integer ? 0 : one - 1; /* what fraction digits can add */
+    const __int128 whole = (__int128)s->int_part * one;
+    switch (s->mode) {
+    case M_MINUS:
+        return magnitudes_fit(s, 0, (one - 1) * one + fraction);
+    case M_ZERO:
+        return magnitudes_fit(s, 0, fraction);
+    case M_INTEGER:
+        for (int more = 0; more <= MAX_INTEGER_DIGITS - s->digits; more++) {
+            __int128 scale = power_of_ten(more);
+            if (magnitudes_fit(s, whole * scale, (whole + one) * scale - one + fraction))
+                return true;
+        }
+        return false;
+    case M_POINT:
+        return magnitudes_fit(s, whole, whole + one - 1);
+    case M_FRACTION: {
+        __int128 unit = power_of_ten(MAX_FRACTION_DIGITS - s->digits);
+        __int128 at = whole + (__int128)s->frac_part * unit;
+        return magnitudes_fit(s, at, at + unit - 1);
+    }
+    default:
+        return true;
+    }
+}
+
+/* A bounded number ends: its value is within the bounds. */
+static bool number_within(const graft__json_syntax *s)
+{
+    __int128 at = (__int128)s->int_part * GRAFT__JSON_SCALE;
+    if (s->mode == M_FRACTION)
+        at += (__int128)s->frac_part * power_of_ten(MAX_FRACTION_DIGITS - s->digits);
+    return magnitudes_fit(s, at, at);
 }
 
 /* Whether the innermost open container is an object. */
@@ -420,6 +491,9 @@ static bool in_object(const graft__json_syntax *s)
 /* A value ended (its last byte read, or for a number the byte after it). */
 static bool value_end(graft__json_syntax *s)
 {
+    if (s->num_bounds != NULL && s->free_depth == 0 && !number_within(s))
+        return false;
+    s->num_bounds = NULL;
     s->mode = s->depth == 0 ? M_DONE : M_AFTER;
     if (s->schema == NULL)
         return true;
@@ -744,6 +818,9 @@ bool graft__json_syntax_feed(graft__json_syntax *s, uint8_t c)
     if (checked && !schema_byte(s, c))
         return false;
     if (!syntax_byte(s, c))
+        return false;
+    if (s->num_bounds != NULL && s->mode >= M_MINUS && s->mode <= M_EXPONENT &&
+        !number_viable(s))
         return false;
     return !(checked && s->check == CHECK_KEY && s->mode == M_COLON) || schema_key_end(s);
 }

@@ -5,7 +5,7 @@
 // answer, usage comes in the last chunk; n > 1 (each choice the answer of its seed alone);
 // log-probabilities as the SDK types them; the model list; JSON mode and structured outputs
 // (response_format json_object and json_schema, strings held to a format, a pattern and
-// lengths) and a forced tool call; a request graft
+// lengths, numbers to bounds) and a forced tool call; a request graft
 // refuses surfaces as the SDK's BadRequestError with the status and the field graft names.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -150,11 +150,11 @@ await check('a refused request is the SDK\'s BadRequestError', async () => {
             model: 'stories260K', messages,
             response_format: {
                 type: 'json_schema',
-                json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'integer', minimum: 0 } } } },
+                json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'integer', multipleOf: 2 } } } },
             },
         }),
         (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format.json_schema.schema'
-            && e.message.includes('minimum'),
+            && e.message.includes('multipleOf'),
     );
 });
 
@@ -184,15 +184,16 @@ await check('response_format json_schema (structured outputs): the answer is an 
     assert.ok(story.sequel === null || typeof story.sequel === 'string');
 });
 
-await check('structured outputs with a date, a pattern and lengths: the strings are held to them', async () => {
+await check('structured outputs with a date, a pattern, lengths and bounds: the values are held to them', async () => {
     const schema = {
         type: 'object',
         properties: {
             day: { type: 'string', format: 'date' },
             code: { type: 'string', pattern: '^[A-Z]{3}-\\d{2}$' },
             who: { type: 'string', minLength: 1, maxLength: 4 },
+            rating: { type: 'number', minimum: 1, maximum: 5 },
         },
-        required: ['day', 'code', 'who'],
+        required: ['day', 'code', 'who', 'rating'],
         additionalProperties: false,
     };
     const answer = await client.chat.completions.create({
@@ -206,6 +207,7 @@ await check('structured outputs with a date, a pattern and lengths: the strings 
     assert.equal(new Date(`${entry.day}T00:00:00Z`).toISOString().slice(0, 10), entry.day); // a real day
     assert.match(entry.code, /^[A-Z]{3}-\d{2}$/);
     assert.ok([...entry.who].length >= 1 && [...entry.who].length <= 4);
+    assert.ok(entry.rating >= 1 && entry.rating <= 5);
 });
 
 await check('response_format json_object: JSON.parse takes the answer, whole and streamed', async () => {

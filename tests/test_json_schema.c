@@ -2179,6 +2179,8 @@ static const struct {
     {PROP("{\"type\":\"string\",\"pattern\":\"(?=a)\"}"), "pattern"},
     {PROP("{\"type\":\"array\",\"items\":{\"type\":\"string\",\"format\":\"ipv6\"}}"), "format"},
     {PROP("{\"type\":\"string\",\"minLength\":-1}"), "minLength"},
+    {PROP("{\"type\":\"string\",\"maxLength\":3.5}"), "maxLength"},
+    {PROP("{\"type\":\"array\",\"maxItems\":2.5}"), "maxItems"},
     {PROP("{\"anyOf\":[{\"type\":\"string\",\"maxLength\":20000},{\"type\":\"null\"}]}"),
      "maxLength"},
     {PROP("{\"pattern\":\"^a\"}"), "pattern"},
@@ -2280,6 +2282,9 @@ static void test_compile_accepts(void **state)
     (void)state;
     begin_test("compile", 301);
     static const char *const good[] = {
+        /* counts written as reals without a fraction are counts (3.0 is 3) */
+        PROP("{\"type\":\"array\",\"minItems\":2.0,\"maxItems\":3.0}"),
+        PROP("{\"type\":\"string\",\"maxLength\":3.0}"),
         ("{\"type\":\"object\",\"properties\":{\"pattern\":{\"type\":\"string\"},"
          "\"minimum\":{\"type\":\"integer\"}},\"default\":{\"minimum\":1,\"pattern\":\"x\"},"
          "\"examples\":[{\"format\":\"x\"}],\"description\":\"minLength\",\"$comment\":\"not\","

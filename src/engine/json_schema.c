@@ -243,9 +243,21 @@ static const json_t *resolve(compiler *c, const char *ref)
     return NULL;
 }
 
-static bool integer_in(const json_t *v, json_int_t lo, json_int_t hi)
+/* A count keyword's value: an integer, or a real with no fraction (JSON Schema reads 3.0 as
+ * the integer 3); negative when it is neither. */
+static json_int_t count_of(const json_t *v)
 {
-    return json_is_integer(v) && json_integer_value(v) >= lo && json_integer_value(v) <= hi;
+    if (json_is_integer(v))
+        return json_integer_value(v);
+    double x = json_real_value(v);
+    return json_is_real(v) && x >= 0 && x < 1e15 && x == (double)(json_int_t)x ? (json_int_t)x
+                                                                                : -1;
+}
+
+static bool count_in(const json_t *v, json_int_t most)
+{
+    json_int_t n = count_of(v);
+    return n >= 0 && n <= most;
 }
 
 static int compile_object(compiler *c, const json_t *schema, int node, const char *path)
@@ -317,12 +329,12 @@ static int compile_array(compiler *c, const json_t *schema, int node, const char
     const json_t *items = json_object_get(schema, "items");
     const json_t *lo = json_object_get(schema, "minItems"),
                  *hi = json_object_get(schema, "maxItems");
-    if ((lo != NULL && !integer_in(lo, 0, MAX_ITEMS_BOUND)) ||
-        (hi != NULL && !integer_in(hi, 0, MAX_ITEMS_BOUND)))
+    if ((lo != NULL && !count_in(lo, MAX_ITEMS_BOUND)) ||
+        (hi != NULL && !count_in(hi, MAX_ITEMS_BOUND)))
         return fail(c, path, "'%s' must be a count up to 65534",
-                    lo && !integer_in(lo, 0, MAX_ITEMS_BOUND) ? "minItems" : "maxItems");
-    uint32_t min = lo ? (uint32_t)json_integer_value(lo) : 0;
-    uint32_t max = hi ? (uint32_t)json_integer_value(hi) : UINT32_MAX;
+                    lo && !count_in(lo, MAX_ITEMS_BOUND) ? "minItems" : "maxItems");
+    uint32_t min = lo ? (uint32_t)count_of(lo) : 0;
+    uint32_t max = hi ? (uint32_t)count_of(hi) : UINT32_MAX;
     if (min > max)
         return fail(c, path, "'%s' is above maxItems", "minItems");
     char sub[512];
@@ -358,9 +370,9 @@ static int length_bound(compiler *c, const json_t *schema, const char *key, uint
     const json_t *v = json_object_get(schema, key);
     if (v == NULL)
         return 0;
-    if (!integer_in(v, 0, MAX_LENGTH_BOUND))
+    if (!count_in(v, MAX_LENGTH_BOUND))
         return fail(c, path, "'%s' must be an integer from 0 to 10000", key);
-    *out = (uint32_t)json_integer_value(v);
+    *out = (uint32_t)count_of(v);
     return 0;
 }
 

@@ -73,14 +73,7 @@ int main(int argc, char **argv)
 {
     const char *path = NULL;
     int reps = 200, warmup = 20;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
-            warmup = atoi(argv[++i]);
-        else
-            path = argv[i];
-    }
+    graft__bench_loop_args(argc, argv, &path, &reps, &warmup);
     char buf[4096];
     if (path == NULL) {
         const char *dir = getenv("GRAFT_MODELS_DIR");
@@ -88,8 +81,6 @@ int main(int argc, char **argv)
                  dir ? dir : "../shared/models");
         path = buf;
     }
-    if (reps < 1)
-        reps = 1;
     graft_model *model = NULL;
     char *err = NULL;
     if (graft_model_load_vocab(path, &model, &err) != GRAFT_OK) {

@@ -70,22 +70,13 @@ int main(int argc, char **argv)
 {
     const char *path = NULL;
     int reps = 2000, warmup = 100;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
-            warmup = atoi(argv[++i]);
-        else
-            path = argv[i];
-    }
+    graft__bench_loop_args(argc, argv, &path, &reps, &warmup);
     char buf[4096];
     if (path == NULL) {
         const char *dir = getenv("GRAFT_TEMPLATES_DIR");
         snprintf(buf, sizeof buf, "%s/Qwen-Qwen3-0.6B.jinja", dir ? dir : "../shared/templates");
         path = buf;
     }
-    if (reps < 1)
-        reps = 1;
     size_t len;
     char *text = graft__read_file(path, &len);
     char *vars = conversation();

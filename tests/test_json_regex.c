@@ -83,6 +83,7 @@
 #include <pcre2.h>
 
 #include "byte_buffer.h"
+#include "json_oracle.h"
 #include "graft.h"
 #include "engine/json_output.h"
 
@@ -263,24 +264,13 @@ typedef struct {
     size_t n, i;
 } cursor;
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static bool read_hex(cursor *c, size_t digits, uint32_t *v)
 {
     *v = 0;
     for (size_t k = 0; k < digits; k++) {
-        if (c->i >= c->n || hexval(c->p[c->i]) < 0)
+        if (c->i >= c->n || graft_test_hex_digit(c->p[c->i]) < 0)
             return false;
-        *v = *v * 16 + (uint32_t)hexval(c->p[c->i++]);
+        *v = *v * 16 + (uint32_t)graft_test_hex_digit(c->p[c->i++]);
     }
     return true;
 }
@@ -332,8 +322,8 @@ static bool parse_escape(cursor *c, bool *is_set, cpset *set, uint32_t *cp)
             c->i++;
             size_t digits = 0;
             *cp = 0;
-            while (c->i < c->n && hexval(c->p[c->i]) >= 0) {
-                *cp = *cp * 16 + (uint32_t)hexval(c->p[c->i++]);
+            while (c->i < c->n && graft_test_hex_digit(c->p[c->i]) >= 0) {
+                *cp = *cp * 16 + (uint32_t)graft_test_hex_digit(c->p[c->i++]);
                 if (*cp > 0x10FFFF)
                     return false;
                 digits++;

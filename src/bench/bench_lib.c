@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "bandwidth_probe.h"
@@ -154,4 +155,18 @@ void graft__bench_speed_json(const graft__bench_speed *s)
         field("decode_roofline_during_tps", r.during);
     }
     printf("}\n");
+}
+
+void graft__bench_loop_args(int argc, char **argv, const char **path, int *reps, int *warmup)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            *reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
+            *warmup = atoi(argv[++i]);
+        else
+            *path = argv[i];
+    }
+    if (*reps < 1)
+        *reps = 1;
 }

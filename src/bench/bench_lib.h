@@ -43,6 +43,10 @@ double graft__bench_rate(double n, double seconds);
 /* The median of v[0..n) (sorted in place; the mean of the middle two when n is even). */
 double graft__bench_median(double *v, int n);
 
+/* The arguments of a timing loop's command line: [PATH] [--reps N] [--warmup N], each
+ * written into its pointer when given (*path stays NULL without one); reps is at least 1. */
+void graft__bench_loop_args(int argc, char **argv, const char **path, int *reps, int *warmup);
+
 /* Valid token ids from a fixed-seed xorshift64* stream: the same ids on every run and in
  * both harnesses. */
 typedef struct graft__bench_rng {

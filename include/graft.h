@@ -512,7 +512,8 @@ typedef enum graft_output_format {
  * Supported: type (one or a list), properties and required (properties are generated in the
  * order listed; unlisted ones never), items, minItems and maxItems (up to 65534), enum and
  * const of scalars, anyOf / oneOf whose alternatives begin differently (object, array,
- * string, number, boolean, null), allOf of one schema, $ref to "#" or into $defs /
+ * string, number, boolean, null) or are objects told apart by a tag (the same first
+ * property in each, required, const or enum values no two share), allOf of one schema, $ref to "#" or into $defs /
  * definitions, and on strings pattern (the ECMA-262 subset schemas use: classes, groups,
  * alternation, quantifiers, anchors; no lookaround or backreferences), format (date, time,
  * date-time, uuid, ipv4, hostname, email, uri) or, not both, and minLength / maxLength (code

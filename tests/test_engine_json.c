@@ -12,7 +12,7 @@
  * - Sampled generations: every pick continues the text, the same seed gives the same
  *   tokens, and they are the same bits alone and batched beside other generations; held to
  *   schemas, what stops is an instance (checked by hand: nested objects, strings held to
- *   formats, a pattern and lengths, numbers within bounds).
+ *   formats, a pattern and lengths, numbers within bounds, a tagged union of objects).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -56,6 +56,15 @@ enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
     "\"maximum\": 12}, \"score\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMaximum\": "    \
     "1}}, \"required\": [\"n\", \"score\"]}"
 
+/* A tagged union of objects (the kind picks the shape), or null. */
+#define SHAPES_SCHEMA                                                                         \
+    "{\"type\": \"object\", \"properties\": {\"shape\": {\"anyOf\": [{\"type\": \"object\", "   \
+    "\"properties\": {\"kind\": {\"const\": \"circle\"}, \"r\": {\"type\": \"integer\", "        \
+    "\"minimum\": 1, \"maximum\": 9}}, \"required\": [\"kind\", \"r\"]}, {\"type\": \"object\", "  \
+    "\"properties\": {\"kind\": {\"enum\": [\"square\", \"box\"]}, \"side\": {\"type\": "        \
+    "\"integer\", \"minimum\": 1, \"maximum\": 9}}, \"required\": [\"kind\", \"side\"]}, "         \
+    "{\"type\": \"null\"}]}}, \"required\": [\"shape\"]}"
+
 /* Texts whose prefixes cover every mode of the recognizer, each with the schema it is an
  * instance of (NULL: any object). */
 static const struct {
@@ -74,6 +83,8 @@ static const struct {
                      "\"123e4567-E89b-12d3-a456-426614174000\", \"note\": \"caf\xc3\xa9 \\ud83d\\ude00\"}"},
     {NUMBERS_SCHEMA, "{\"n\": -3, \"score\": 0.999999999999999999}"},
     {NUMBERS_SCHEMA, "{\"n\": 12, \"score\": 0}"},
+    {SHAPES_SCHEMA, "{\"shape\": {\"kind\": \"box\", \"side\": 3}}"},
+    {SHAPES_SCHEMA, "{\"shape\": {\"kind\": \"circle\", \"r\": 9}}"},
 };
 
 /* The bytes of token t (at most MAX_TOKEN_BYTES are used) and their count. */
@@ -540,6 +551,63 @@ static bool is_numbers_instance(const json_t *v)
            json_number_value(score) < 1;
 }
 
+/* Whether v is an instance of SHAPES_SCHEMA, checked by hand. */
+static bool is_shapes_instance(const json_t *v)
+{
+    const json_t *shape = json_object_get(v, "shape");
+    if (json_is_null(shape))
+        return json_object_size(v) == 1;
+    const char *kind = json_string_value(json_object_get(shape, "kind"));
+    const char *size = kind == NULL ? NULL : strcmp(kind, "circle") == 0 ? "r" : "side";
+    const json_t *n = size ? json_object_get(shape, size) : NULL;
+    bool known = kind != NULL && (strcmp(kind, "circle") == 0 || strcmp(kind, "square") == 0 ||
+                                  strcmp(kind, "box") == 0);
+    return json_is_object(shape) && known && json_object_size(shape) == 2 &&
+           json_is_integer(n) && json_integer_value(n) >= 1 && json_integer_value(n) <= 9;
+}
+
+/* The index of the first byte of text the recognizer refuses under schema (len: none). */
+static size_t first_refused(const char *schema, const char *text)
+{
+    graft__json_schema *compiled = NULL;
+    assert_int_equal(graft__json_schema_compile(schema, strlen(schema), &compiled, NULL),
+                     GRAFT_OK);
+    graft__json_syntax s;
+    graft__json_syntax_init_schema(&s, compiled);
+    size_t at = 0;
+    while (text[at] != '\0' && graft__json_syntax_feed(&s, (uint8_t)text[at]))
+        at++;
+    graft__json_schema_free(compiled);
+    return at;
+}
+
+/* Held to SHAPES_SCHEMA: the tag's value picks the object the rest is held to, refused at
+ * the first byte that no shape allows; sampled answers are instances. */
+static void test_tagged_union(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        size_t refused; /* SIZE_MAX: accepted whole */
+    } cases[] = {
+        {"{\"shape\": {\"kind\": \"square\", \"side\": 9}}", SIZE_MAX},
+        {"{\"shape\": null}", SIZE_MAX},
+        {"{\"shape\": {}", 11},                          /* the tag is required */
+        {"{\"shape\": {\"side\"", 12},                    /* the tag comes first */
+        {"{\"shape\": {\"kind\": \"cube\"", 21},          /* no shape's tag */
+        {"{\"shape\": {\"kind\": \"circle\", \"side\"", 30}, /* a square's property */
+        {"{\"shape\": {\"kind\": \"box\"}", 24},           /* its required side */
+        {"{\"shape\": {\"kind\": \"box\", \"side\": 10", 35}, /* beyond its maximum */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t at = first_refused(SHAPES_SCHEMA, cases[i].text);
+        size_t want = cases[i].refused == SIZE_MAX ? strlen(cases[i].text) : cases[i].refused;
+        if (at != want)
+            fail_msg("'%s': refused at %zu, expected %zu", cases[i].text, at, want);
+    }
+    sample_instances(SHAPES_SCHEMA, is_shapes_instance);
+}
+
 /* Held to NUMBERS_SCHEMA: the numbers come out within their bounds. */
 static void test_number_bounds(void **state)
 {
@@ -608,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_schema_generations),
         cmocka_unit_test(test_string_constraints),
         cmocka_unit_test(test_number_bounds),
+        cmocka_unit_test(test_tagged_union),
         cmocka_unit_test(test_length_and_bad_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

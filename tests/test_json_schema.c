@@ -2222,8 +2222,24 @@ static const struct {
     {"{\"type\":\"string\"}", NULL},
     {"[]", NULL},
     {"\"object\"", NULL},
-    /* alternatives that begin alike */
+    /* alternatives that begin alike (objects without a tag that tells them apart) */
     {PROP("{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"properties\":{}}]}"), "anyOf"},
+    {PROP("{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":1}},\"required\":[\"t\"]},"
+          "{\"type\":\"object\",\"properties\":{\"t\":{\"enum\":[2,1]}},\"required\":[\"t\"]}]}"),
+     "oneOf"},
+    {PROP("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":1}},\"required\":[\"t\"]},"
+          "{\"type\":\"object\",\"properties\":{\"u\":{\"const\":2}},\"required\":[\"u\"]}]}"),
+     "anyOf"},
+    {PROP("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":1}}},"
+          "{\"type\":\"object\",\"properties\":{\"t\":{\"const\":2}},\"required\":[\"t\"]}]}"),
+     "anyOf"},
+    {PROP("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"string\"}},"
+          "\"required\":[\"t\"]},{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"b\"}},"
+          "\"required\":[\"t\"]}]}"),
+     "anyOf"},
+    {PROP("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":1}},\"required\":[\"t\"]},"
+          "{}]}"),
+     "anyOf"},
     {PROP("{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"x\",\"y\"]}]}"), "anyOf"},
     {PROP("{\"anyOf\":[{\"type\":\"null\"},{\"const\":null}]}"), "anyOf"},
     {PROP("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}"), "oneOf"},
@@ -2282,6 +2298,16 @@ static void test_compile_accepts(void **state)
     (void)state;
     begin_test("compile", 301);
     static const char *const good[] = {
+        /* objects told apart by a tag (pydantic's discriminated union, its annotation) */
+        ("{\"$defs\":{\"Cat\":{\"type\":\"object\",\"properties\":{\"pet\":{\"const\":\"cat\"},"
+         "\"meows\":{\"type\":\"integer\"}},\"required\":[\"pet\",\"meows\"]},\"Dog\":{\"type\":"
+         "\"object\",\"properties\":{\"pet\":{\"enum\":[\"dog\",\"pup\"]}},\"required\":[\"pet\"]}},"
+         "\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":[{\"$ref\":\"#/$defs/Cat\"},"
+         "{\"$ref\":\"#/$defs/Dog\"},{\"type\":\"null\"}],\"discriminator\":{\"propertyName\":"
+         "\"pet\"}}}}"),
+        ("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"]},"
+         "{\"type\":\"object\",\"properties\":{\"k\":{\"const\":2},\"next\":{\"$ref\":\"#\"}},"
+         "\"required\":[\"k\"]}]}"),
         /* counts written as reals without a fraction are counts (3.0 is 3) */
         PROP("{\"type\":\"array\",\"minItems\":2.0,\"maxItems\":3.0}"),
         PROP("{\"type\":\"string\",\"maxLength\":3.0}"),

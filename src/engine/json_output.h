@@ -66,7 +66,9 @@ int graft__json_regex_bound_length(const graft__json_regex *re, uint32_t min_cha
  * listed are never generated, whatever additionalProperties says), items, minItems and
  * maxItems (up to 65534), enum and const (strings, numbers, booleans, null), anyOf / oneOf whose
  * alternatives begin differently (an object, an array, a string, a number, a boolean,
- * null: the first byte of a value picks one), allOf of one schema, $ref to "#" or into
+ * null: the first byte of a value picks one) or, for objects, whose first property is a tag
+ * (the same name first in each, required, with const or enum values no two share: its
+ * value picks one), allOf of one schema, $ref to "#" or into
  * $defs / definitions, and on string schemas (with "type" string or a list holding it)
  * pattern (json_regex.c), format (date, time, date-time, uuid, ipv4, hostname, email, uri:
  * json_schema.c says as which patterns) or, not both, and minLength / maxLength (code
@@ -100,8 +102,13 @@ typedef enum graft__schema_kind {
     GRAFT__SCHEMA_BOOLEAN,
     GRAFT__SCHEMA_NULL,
     GRAFT__SCHEMA_LITERALS,   /* one of the values texts[first, first + count) */
-    GRAFT__SCHEMA_UNION       /* one of the nodes alts[first, first + count), told apart by
+    GRAFT__SCHEMA_UNION,      /* one of the nodes alts[first, first + count), told apart by
                                  the first byte of the value */
+    GRAFT__SCHEMA_TAGGED      /* one of the object nodes alts[first, first + count), told
+                                 apart by the value of their first property (the tag: the
+                                 same name, required in each, const or enum values none
+                                 share): `items` is the literals node of every tag value,
+                                 value_of of each text the index of its object */
 } graft__schema_kind;
 
 typedef struct graft__schema_node {

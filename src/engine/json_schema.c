@@ -8,7 +8,9 @@
  * error. Property names and enum values become texts, the bytes the recognizer matches: a
  * name as JSON writes it (its closing quote included, its opening one not), a value as its
  * compact JSON. Alternatives of a union must begin with bytes of different classes, so the
- * first byte of a value picks one and the recognizer never follows two at once.
+ * first byte of a value picks one and the recognizer never follows two at once; object
+ * alternatives may instead share a tag, a first property whose literal value picks one
+ * (GRAFT__SCHEMA_TAGGED), which keeps that true.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -40,7 +42,8 @@ enum {
 
 static const char *const annotations[] = {"title", "description", "default", "examples",
                                           "$schema", "$id", "$comment", "deprecated",
-                                          "readOnly", "writeOnly", "$defs", "definitions"};
+                                          "readOnly", "writeOnly", "$defs", "definitions",
+                                          "discriminator"};
 static const char *const keywords[] = {"type", "properties", "required",
                                        "additionalProperties", "items", "minItems",
                                        "maxItems", "enum", "const", "anyOf", "oneOf", "allOf",
@@ -640,8 +643,80 @@ static int compile_literals(compiler *c, const json_t *schema, const char *path)
     return node;
 }
 
+/* The index of the text of node (LITERALS) that equals text i, or -1. */
+static int same_text(const graft__json_schema *s, const graft__schema_node *node, uint32_t i)
+{
+    uint32_t len = s->text_at[i + 1] - s->text_at[i];
+    for (uint32_t k = node->first; k < node->first + node->count; k++)
+        if (s->text_at[k + 1] - s->text_at[k] == len &&
+            memcmp(s->arena + s->text_at[k], s->arena + s->text_at[i], len) == 0)
+            return (int)k;
+    return -1;
+}
+
+/* Object alternatives objects[0, n) told apart by their tag (GRAFT__SCHEMA_TAGGED): each a
+ * schema'd object whose first property has the first's name, is required and holds
+ * literals no other holds. Its node, or -1 (refused, naming `key`). */
+static int compile_tagged(compiler *c, const uint16_t *objects, size_t n, const char *key,
+                          const char *path)
+{
+    graft__json_schema *s = c->out;
+    const graft__schema_node *first = &s->nodes[objects[0]];
+    for (size_t i = 0; i < n; i++) {
+        const graft__schema_node *o = &s->nodes[objects[i]];
+        uint32_t name = o->first, want = first->first;
+        bool tagged = o->kind == GRAFT__SCHEMA_OBJECT && o->count > 0 && (o->required & 1) &&
+                      s->value_of[name] < s->n_nodes &&
+                      s->nodes[s->value_of[name]].kind == GRAFT__SCHEMA_LITERALS &&
+                      s->text_at[name + 1] - s->text_at[name] ==
+                          s->text_at[want + 1] - s->text_at[want] &&
+                      memcmp(s->arena + s->text_at[name], s->arena + s->text_at[want],
+                             s->text_at[name + 1] - s->text_at[name]) == 0;
+        if (!tagged)
+            return fail(c, path, "'%s' has object alternatives that a tag does not tell apart: "
+                        "each needs the same first property, required, with const or enum "
+                        "values that no other alternative has", key);
+    }
+    int tags = new_node(c, NULL, GRAFT__SCHEMA_LITERALS);
+    int node = tags < 0 ? -1 : new_node(c, NULL, GRAFT__SCHEMA_TAGGED);
+    if (node < 0)
+        return -1;
+    uint32_t texts = s->n_texts;
+    for (size_t i = 0; i < n; i++) {
+        const graft__schema_node *values = &s->nodes[s->value_of[s->nodes[objects[i]].first]];
+        for (uint32_t k = values->first; k < values->first + values->count; k++) {
+            graft__schema_node so_far = {.first = texts, .count = s->n_texts - texts};
+            if (same_text(s, &so_far, k) >= 0)
+                return fail(c, path, "'%s' has object alternatives whose tags share a value",
+                            key);
+            if (s->n_texts - texts == GRAFT__SCHEMA_MAX_TEXTS)
+                return fail(c, path, "'%s' has more than 64 tag values", key);
+            char value[256];
+            uint32_t len = s->text_at[k + 1] - s->text_at[k];
+            if (len > sizeof value)
+                return fail(c, path, "'%s' has a tag value above 256 bytes", key);
+            memcpy(value, s->arena + s->text_at[k], len); /* add_text may move the arena */
+            if (add_text(c, value, len, (uint16_t)i) < 0)
+                return -1;
+            s->nodes[tags].classes |= (uint8_t)graft__json_first_class((uint8_t)value[0]);
+        }
+    }
+    s->nodes[tags].first = texts;
+    s->nodes[tags].count = s->n_texts - texts;
+    s->nodes[node].classes = C_OBJECT;
+    s->nodes[node].items = (uint16_t)tags;
+    s->nodes[node].required = 1;
+    s->nodes[node].first = s->n_alts;
+    s->nodes[node].count = (uint32_t)n;
+    for (size_t i = 0; i < n; i++)
+        if (add_alt(c, objects[i]) < 0)
+            return -1;
+    return node;
+}
+
 /* A union of the nodes made by `alt` for each of n alternatives, checked to begin
- * differently; a single alternative is returned as is. */
+ * differently (object alternatives may instead be told apart by a tag); a single
+ * alternative is returned as is. */
 static int compile_union(compiler *c, const json_t *schema, const json_t *list, size_t n,
                          const char *key, const char *path)
 {
@@ -656,6 +731,8 @@ static int compile_union(compiler *c, const json_t *schema, const json_t *list, 
         return -1;
     char sub[512];
     int seen = 0;
+    uint16_t objects[GRAFT__SCHEMA_MAX_TEXTS];
+    size_t n_objects = 0, m = 0;
     for (size_t i = 0; i < n; i++) {
         int alt;
         graft__schema_kind kind;
@@ -671,20 +748,35 @@ static int compile_union(compiler *c, const json_t *schema, const json_t *list, 
         }
         if (alt < 0)
             return -1;
+        if (c->out->nodes[alt].classes == C_OBJECT) { /* objects: together, below */
+            objects[n_objects++] = (uint16_t)alt;
+            continue;
+        }
         int classes = c->out->nodes[alt].classes;
         if (classes & seen)
-            return fail(c, path, "'%s' has alternatives that begin alike (two objects, two "
-                        "arrays, two strings...): the first byte of a value must pick one",
+            return fail(c, path, "'%s' has alternatives that begin alike (two arrays, two "
+                        "strings...): the first byte of a value must pick one",
                         key);
         seen |= classes;
-        nodes[i] = (uint16_t)alt;
+        nodes[m++] = (uint16_t)alt;
+    }
+    if (n_objects > 0) {
+        int objects_node = n_objects == 1 ? objects[0]
+                                          : compile_tagged(c, objects, n_objects, key, path);
+        if (objects_node < 0)
+            return -1;
+        if (seen & C_OBJECT)
+            return fail(c, path, "'%s' has alternatives that begin alike (an object and a "
+                        "value that may be one): the first byte of a value must pick one", key);
+        seen |= C_OBJECT;
+        nodes[m++] = (uint16_t)objects_node;
     }
     if (n == 1)
         return nodes[0];
     c->out->nodes[node].first = c->out->n_alts;
-    c->out->nodes[node].count = (uint32_t)n;
+    c->out->nodes[node].count = (uint32_t)m;
     c->out->nodes[node].classes = (uint8_t)seen;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < m; i++)
         if (add_alt(c, nodes[i]) < 0)
             return -1;
     return node;

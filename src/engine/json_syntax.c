@@ -203,6 +203,7 @@ static bool schema_value_start(graft__json_syntax *s, uint8_t c)
         s->free_depth = (uint8_t)(s->depth + 1);
         return true;
     case GRAFT__SCHEMA_OBJECT:
+    case GRAFT__SCHEMA_TAGGED: /* its tag's value picks the object (tag_read) */
         return push_frame(s, n);
     case GRAFT__SCHEMA_ARRAY:
         s->expect = node->items;
@@ -331,6 +332,13 @@ static bool schema_key_start(graft__json_syntax *s)
     if (!schema_on(s))
         return true;
     const graft__schema_node *n = frame_node(s);
+    s->pos = 0;
+    s->check = CHECK_KEY;
+    if (n->kind == GRAFT__SCHEMA_TAGGED) { /* the tag: the first property of every object */
+        s->matched = s->schema->alts[n->first];
+        s->cand = 1;
+        return true;
+    }
     uint32_t next = *frame_count(s);
     if (next >= n->count)
         return false;
@@ -339,8 +347,6 @@ static bool schema_key_start(graft__json_syntax *s)
     s->cand = required ? remaining & low_bits((uint32_t)__builtin_ctzll(required) + 1)
                        : remaining;
     s->matched = s->frames[s->n_frames - 1].node;
-    s->pos = 0;
-    s->check = CHECK_KEY;
     return true;
 }
 
@@ -351,7 +357,9 @@ static bool schema_key_end(graft__json_syntax *s)
     if (i < 0)
         return false;
     *frame_count(s) = (uint16_t)(i + 1);
-    s->expect = s->schema->value_of[frame_node(s)->first + (uint32_t)i];
+    const graft__schema_node *n = frame_node(s);
+    s->expect = n->kind == GRAFT__SCHEMA_TAGGED ? n->items
+                                                : s->schema->value_of[n->first + (uint32_t)i];
     s->check = CHECK_NONE;
     return true;
 }
@@ -502,9 +510,15 @@ static bool value_end(graft__json_syntax *s)
             s->free_depth = 0;
         return true;
     }
-    bool whole = s->check != CHECK_LITERAL || whole_candidate(s) >= 0;
+    int literal = s->check == CHECK_LITERAL ? whole_candidate(s) : 0;
+    if (literal >= 0 && s->check == CHECK_LITERAL && s->n_frames > 0 &&
+        frame_node(s)->kind == GRAFT__SCHEMA_TAGGED) { /* the tag's value picks the object */
+        const graft__schema_node *tagged = frame_node(s);
+        uint32_t text = node_of(s, tagged->items)->first + (uint32_t)literal;
+        s->frames[s->n_frames - 1].node = s->schema->alts[tagged->first + s->schema->value_of[text]];
+    }
     s->check = CHECK_NONE;
-    return whole;
+    return literal >= 0;
 }
 
 static bool open_container(graft__json_syntax *s, bool object)

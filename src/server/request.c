@@ -303,63 +303,92 @@ static int parse_choices(const json_t *body, graft__completion_request *r, char 
     return GRAFT_OK;
 }
 
+/* The schema of one tool's call, {"name": <its name>, "arguments": <args>} (args consumed);
+ * folders: its parameters' $defs / definitions, copied so that their $refs resolve. */
+static json_t *call_schema(const char *name, json_t *args, const json_t *folders)
+{
+    json_t *schema = json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s], s:b}", "type", "object",
+                               "properties", "name", "const", name, "arguments", args,
+                               "required", "name", "arguments", "additionalProperties", 0);
+    static const char *const names[] = {"$defs", "definitions"};
+    for (int f = 0; f < 2 && schema != NULL && folders != NULL; f++)
+        if (json_object_get(folders, names[f]) != NULL)
+            json_object_set(schema, names[f], json_object_get(folders, names[f]));
+    return schema;
+}
+
+/* Whether the engine can hold arguments to a tool's parameters: an object schema of the
+ * subset; *why (to graft_free) says why not. */
+static bool parameters_followed(const char *name, const json_t *params, char **why)
+{
+    *why = NULL;
+    if (!json_is_object(params))
+        return false;
+    json_t *schema = call_schema(name, json_incref((json_t *)params), params);
+    char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    json_decref(schema);
+    bool ok = text != NULL && graft_json_schema_check(text, strlen(text), why) == GRAFT_OK;
+    free(text);
+    return ok;
+}
+
 /* The schema of a forced tool call, {"name": ..., "arguments": {...}}: the name one of the
  * tools' (the one `only` names, when given), the arguments held to that tool's parameters
- * when there is one such tool and the engine can follow its schema, else to a JSON object.
- * A tool marked strict whose parameters the engine cannot follow is refused. */
+ * when the engine can follow them, else to a JSON object. With several tools the call is
+ * one of their calls, told apart by the name (a tag); parameters with $defs are then held
+ * to a JSON object only, since two tools' $defs could share names. A tool marked strict
+ * whose parameters the engine cannot follow is refused. */
 static int forced_call_schema(const json_t *tools, const char *only,
                               graft__completion_request *r, char **param, char **message)
 {
-    json_t *names = json_array();
-    const json_t *params = NULL;
-    bool strict = false;
-    size_t at = 0;
+    json_t *calls = json_array();
+    size_t n = 0;
     for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (only == NULL || strcmp(name, only) == 0)
+            n++;
+    }
+    if (n == 0) {
+        json_decref(calls);
+        return bad(param, message, "tool_choice.function.name",
+                   "'tool_choice.function.name' %.100s is not among the tools", only);
+    }
+    int rc = GRAFT_OK;
+    for (size_t i = 0; i < json_array_size(tools) && rc == GRAFT_OK; i++) {
         const json_t *fn = json_object_get(json_array_get(tools, i), "function");
         const char *name = json_string_value(json_object_get(fn, "name"));
         if (only != NULL && strcmp(name, only) != 0)
             continue;
-        json_array_append_new(names, json_string(name));
-        params = json_object_get(fn, "parameters");
-        strict = json_is_true(json_object_get(fn, "strict"));
-        at = i;
+        const json_t *params = json_object_get(fn, "parameters");
+        bool folders = json_object_get(params, "$defs") || json_object_get(params, "definitions");
+        char *why = NULL;
+        bool followed = parameters_followed(name, params, &why);
+        if (!followed && json_is_true(json_object_get(fn, "strict"))) {
+            char path[64];
+            snprintf(path, sizeof path, "tools[%zu].function.parameters", i);
+            rc = bad(param, message, path, "%s", why ? why : "the schema is not supported");
+        } else {
+            bool held = followed && (n == 1 || !folders);
+            json_t *args = held ? json_incref((json_t *)params)
+                                : json_pack("{s:s}", "type", "object");
+            json_array_append_new(calls, call_schema(name, args, held ? params : NULL));
+        }
+        graft_free(why);
     }
-    if (json_array_size(names) == 0) {
-        json_decref(names);
-        return bad(param, message, "tool_choice.function.name",
-                   "'tool_choice.function.name' %.100s is not among the tools", only);
-    }
-    bool one = json_array_size(names) == 1 && json_is_object(params);
-    int rc = GRAFT_EINVAL;
-    char *why = NULL;
-    for (int attempt = one ? 0 : 1; attempt < 2; attempt++) {
-        json_t *args = attempt == 0 ? json_incref((json_t *)params)
-                                    : json_pack("{s:s}", "type", "object");
-        json_t *schema = json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object",
-                                   "properties", "name", "enum", names, "arguments", args,
-                                   "required", "name", "arguments", "additionalProperties", 0);
-        static const char *const folders[] = {"$defs", "definitions"};
-        for (int f = 0; f < 2 && attempt == 0 && schema != NULL; f++) /* $refs resolve alike */
-            if (json_object_get(params, folders[f]) != NULL)
-                json_object_set(schema, folders[f], json_object_get(params, folders[f]));
+    json_t *schema = n == 1 ? json_incref(json_array_get(calls, 0))
+                            : json_pack("{s:O}", "anyOf", calls);
+    json_decref(calls);
+    if (rc == GRAFT_OK) {
         free(r->json_schema);
         r->json_schema = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
-        json_decref(schema);
-        graft_free(why);
-        why = NULL;
-        rc = r->json_schema == NULL
-                 ? GRAFT_ENOMEM
-                 : graft_json_schema_check(r->json_schema, strlen(r->json_schema), &why);
-        if (rc != GRAFT_EINVAL || strict)
-            break;
+        rc = r->json_schema == NULL ? GRAFT_ENOMEM
+                                    : graft_json_schema_check(r->json_schema,
+                                                              strlen(r->json_schema), NULL);
     }
-    json_decref(names);
-    if (rc == GRAFT_EINVAL) { /* only a strict tool's parameters get here */
-        char path[64];
-        snprintf(path, sizeof path, "tools[%zu].function.parameters", at);
-        bad(param, message, path, "%s", why ? why : "the schema is not supported");
-    }
-    graft_free(why);
+    json_decref(schema);
+    if (rc == GRAFT_EINVAL && *param == NULL) /* two tools of one name */
+        rc = bad(param, message, "tools", "the tools' names must differ");
     r->output_format = GRAFT_OUTPUT_JSON_SCHEMA;
     r->forced_call = rc == GRAFT_OK;
     return rc;

@@ -1,6 +1,6 @@
 /*
- * json_oracle.h: jansson 2.14 as the oracle of "one JSON object", and reading \u escapes,
- * for the recognizer's oracle tests (test_json_syntax.c, test_json_schema.c).
+ * json_oracle.h: jansson 2.14 as the oracle of "one JSON object", reading \u escapes and
+ * compiling a schema that must compile, for the recognizer's oracle tests (test_json_*.c).
  *
  * jansson decides RFC 8259's grammar and UTF-8 (it refuses overlong forms, encoded
  * surrogates, code points above U+10FFFF, raw control bytes in strings, lone and unpaired
@@ -27,5 +27,9 @@ graft_test_truth graft_test_jansson_object(const uint8_t *t, size_t n);
 
 /* The value of hexadecimal digit c (either case), or -1. */
 int graft_test_hex_digit(int c);
+
+/* schema_text compiled (graft__json_schema_compile), or NULL after printing, with cmocka's
+ * print_error, the status and message: a failure for the calling test to count. */
+struct graft__json_schema *graft_test_compile_schema(const char *schema_text);
 
 #endif /* GRAFT_TEST_JSON_ORACLE_H */

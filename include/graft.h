@@ -517,11 +517,11 @@ typedef enum graft_output_format {
  * definitions, and on strings pattern (the ECMA-262 subset schemas use: classes, groups,
  * alternation, quantifiers, anchors; no lookaround or backreferences), format (date, time,
  * date-time, uuid, ipv4, hostname, email, uri) or, not both, and minLength / maxLength (code
- * points, at most 10000), and on numbers minimum, maximum, exclusiveMinimum and
- * exclusiveMaximum; annotations (title, description, default, examples...) are ignored. A
- * typed number has at most 18 digits before its point, 18 after it and 2 in its exponent
- * (none when it is bounded). Any other keyword (multipleOf, uniqueItems, patternProperties...)
- * is refused: GRAFT_EINVAL with
+ * points, at most 10000), and on numbers minimum, maximum, exclusiveMinimum,
+ * exclusiveMaximum and multipleOf; annotations (title, description, default, examples...) are
+ * ignored. A typed number has at most 18 digits before its point, 18 after it and 2 in its
+ * exponent (none when it is bounded). Any other keyword (uniqueItems, patternProperties,
+ * not...) is refused: GRAFT_EINVAL with
  * *errmsg (when errmsg is not NULL; free with graft_free) naming the keyword and where it
  * is. GRAFT_ENOMEM. */
 int graft_json_schema_check(const char *schema, size_t len, char **errmsg);

@@ -50,11 +50,14 @@ enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
     "[\"string\", \"null\"], \"format\": \"uuid\"}, \"note\": {\"type\": \"string\", "            \
     "\"pattern\": \"\\u00e9|\\u00e8\"}}, \"required\": [\"day\", \"code\", \"name\"]}"
 
-/* Numbers within bounds: an integer in [-3, 12], a number in [0, 1). */
+/* Numbers within bounds: an integer in [-3, 12], a number in [0, 1), an even integer and a
+ * price in quarters. */
 #define NUMBERS_SCHEMA                                                                        \
     "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": -3, "    \
     "\"maximum\": 12}, \"score\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMaximum\": "    \
-    "1}}, \"required\": [\"n\", \"score\"]}"
+    "1}, \"even\": {\"type\": \"integer\", \"multipleOf\": 2}, \"price\": {\"type\": \"number\", "  \
+    "\"multipleOf\": 0.25, \"minimum\": 0, \"maximum\": 10}}, \"required\": [\"n\", \"score\", "     \
+    "\"even\", \"price\"]}"
 
 /* A tagged union of objects (the kind picks the shape), or null. */
 #define SHAPES_SCHEMA                                                                         \
@@ -81,8 +84,9 @@ static const struct {
     {STRINGS_SCHEMA, "{\"day\": \"2024-02-29\", \"code\": \"AB-\\u0030\\u00312\", \"name\": "
                      "\"\\u00e9t\xc3\xa9 \xf0\x9f\x98\x80\", \"id\": "
                      "\"123e4567-E89b-12d3-a456-426614174000\", \"note\": \"caf\xc3\xa9 \\ud83d\\ude00\"}"},
-    {NUMBERS_SCHEMA, "{\"n\": -3, \"score\": 0.999999999999999999}"},
-    {NUMBERS_SCHEMA, "{\"n\": 12, \"score\": 0}"},
+    {NUMBERS_SCHEMA, "{\"n\": -3, \"score\": 0.999999999999999999, \"even\": -14, "
+                     "\"price\": 9.75}"},
+    {NUMBERS_SCHEMA, "{\"n\": 12, \"score\": 0, \"even\": 0, \"price\": 0.250}"},
     {SHAPES_SCHEMA, "{\"shape\": {\"kind\": \"box\", \"side\": 3}}"},
     {SHAPES_SCHEMA, "{\"shape\": {\"kind\": \"circle\", \"r\": 9}}"},
 };
@@ -546,9 +550,14 @@ static bool is_strings_instance(const json_t *v)
 static bool is_numbers_instance(const json_t *v)
 {
     const json_t *n = json_object_get(v, "n"), *score = json_object_get(v, "score");
+    const json_t *even = json_object_get(v, "even"), *price = json_object_get(v, "price");
+    double quarters = json_number_value(price) * 4;
     return json_is_integer(n) && json_integer_value(n) >= -3 && json_integer_value(n) <= 12 &&
            json_is_number(score) && json_number_value(score) >= 0 &&
-           json_number_value(score) < 1;
+           json_number_value(score) < 1 && json_is_integer(even) &&
+           json_integer_value(even) % 2 == 0 && json_is_number(price) &&
+           json_number_value(price) >= 0 && json_number_value(price) <= 10 &&
+           quarters == (double)(long)quarters;
 }
 
 /* Whether v is an instance of SHAPES_SCHEMA, checked by hand. */
@@ -608,10 +617,32 @@ static void test_tagged_union(void **state)
     sample_instances(SHAPES_SCHEMA, is_shapes_instance);
 }
 
-/* Held to NUMBERS_SCHEMA: the numbers come out within their bounds. */
+/* Held to NUMBERS_SCHEMA: the numbers come out within their bounds and multiples, refused
+ * at the first byte no such number can follow. */
 static void test_number_bounds(void **state)
 {
     (void)state;
+    static const char schema[] =
+        "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\", \"multipleOf\": "
+        "5, \"minimum\": 0, \"maximum\": 100}, \"b\": {\"type\": \"number\", \"multipleOf\": "
+        "0.25}}}";
+    static const struct {
+        const char *text;
+        size_t refused; /* SIZE_MAX: accepted whole */
+    } cases[] = {
+        {"{\"a\": 75, \"b\": -1.25}", SIZE_MAX},
+        {"{\"a\": 7}", 7},      /* 7 is no multiple of 5 (70 and 75 would be) */
+        {"{\"a\": 101", 8},     /* beyond 100 */
+        {"{\"b\": 0.3", 8},     /* no quarter in [0.3, 0.4) */
+        {"{\"b\": 0.2}", 9},    /* 0.25 was still possible */
+        {"{\"b\": 0.250}", SIZE_MAX},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t at = first_refused(schema, cases[i].text);
+        size_t want = cases[i].refused == SIZE_MAX ? strlen(cases[i].text) : cases[i].refused;
+        if (at != want)
+            fail_msg("'%s': refused at %zu, expected %zu", cases[i].text, at, want);
+    }
     sample_instances(NUMBERS_SCHEMA, is_numbers_instance);
 }
 

@@ -300,7 +300,8 @@ void graft__gen_prompt_fed(graft_engine *e, graft_generation *gen, int32_t from,
         return;
     atomic_store(&gen->prompt_done, true);
     if (!gen->prefill_only)
-        graft__gen_deliver(e, gen, rows + (gen->prompt_logprobs ? (size_t)(count - 1) * n_vocab : 0));
+        graft__gen_deliver(e, gen,
+                           rows + (gen->prompt_logprobs ? (size_t)(count - 1) * n_vocab : 0));
     else if (atomic_load(&gen->cancel))
         graft__gen_settle(e, gen, GRAFT_FINISH_CANCELLED, GRAFT_ECANCELLED, "cancelled");
     else

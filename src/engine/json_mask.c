@@ -4,13 +4,13 @@
  *
  * The engine builds one graft__json_mask per model vocabulary when it starts, in one block:
  * every token's bytes, the tokens grouped by their first byte, and a flag for the tokens
- * that are plain string text. A mask then costs one probe of the recognizer per first byte (a group whose
- * first byte cannot follow is refused whole), and inside a string, where most of the
- * vocabulary can follow, a flag test per plain token (in a string held to a pattern, format
- * or lengths, a walk of the plain token's characters through the string's automaton alone);
- * only the other tokens of a group are fed byte by byte. Tokens with no bytes (control tokens: BOS, end of turn) can never
- * continue a text, so they are always masked; the generation ends when the object closes
- * instead (generation.c).
+ * that are plain string text. A mask then costs one probe of the recognizer per first byte
+ * (a group whose first byte cannot follow is refused whole), and inside a string, where most
+ * of the vocabulary can follow, a flag test per plain token (in a string held to a pattern,
+ * format or lengths, a walk of the plain token's characters through the string's automaton
+ * alone); only the other tokens of a group are fed byte by byte. Tokens with no bytes
+ * (control tokens: BOS, end of turn) can never continue a text, so they are always masked;
+ * the generation ends when the object closes instead (generation.c).
  */
 #include <math.h>
 #include <string.h>

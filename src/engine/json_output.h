@@ -73,8 +73,9 @@ int graft__json_regex_bound_length(const graft__json_regex *re, uint32_t min_cha
  * pattern (json_regex.c), format (date, time, date-time, uuid, ipv4, hostname, email, uri:
  * json_schema.c says as which patterns) or, not both, and minLength / maxLength (code
  * points, at most 10000), all held to by one automaton per string schema; on number and
- * integer schemas minimum, maximum, exclusiveMinimum and exclusiveMaximum (numbers; a
- * bounded number is written without an exponent). Annotations (title, description, default, examples, $schema, $id,
+ * integer schemas minimum, maximum, exclusiveMinimum, exclusiveMaximum and multipleOf
+ * (numbers with at most 18 digits after the point; a bounded number is written without an
+ * exponent). Annotations (title, description, default, examples, $schema, $id,
  * $comment, deprecated, readOnly, writeOnly) are ignored. Any other keyword restricts
  * values in a way the recognizer does not hold to, so compiling refuses it, naming it. The
  * root must be an object schema. A number the schema types has at most 18 digits before
@@ -125,12 +126,13 @@ typedef struct graft__schema_node {
 } graft__schema_node;
 
 /* A number's bounds, inclusive, in units of 10^-18 (GRAFT__JSON_SCALE per 1): what
- * minimum, maximum, exclusiveMinimum and exclusiveMaximum leave of the numbers a schema'd
- * text can write (at most 18 digits before the point and 18 after it; an integer's are
- * whole multiples of GRAFT__JSON_SCALE). */
+ * minimum, maximum, exclusiveMinimum, exclusiveMaximum and multipleOf leave of the numbers a
+ * schema'd text can write (at most 18 digits before the point and 18 after it): the
+ * multiples of step in [lo, hi] (step: 1 for a number, GRAFT__JSON_SCALE for an integer,
+ * with multipleOf the least multiple of both; lo and hi are multiples of it). */
 #define GRAFT__JSON_SCALE ((__int128)1000000000000000000)
 typedef struct graft__json_bounds {
-    __int128 lo, hi;
+    __int128 lo, hi, step;
 } graft__json_bounds;
 
 struct graft__json_schema {

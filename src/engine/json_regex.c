@@ -966,7 +966,8 @@ int graft__json_regex_bound_length(const graft__json_regex *re, uint32_t min_cha
                              "minLength / maxLength: %u characters with this pattern need too "
                              "large an automaton", (unsigned)cap);
     /* product states: (pattern state a, characters k capped at cap), numbered as found */
-    uint32_t *id = graft__malloc(pairs * sizeof *id), *pair_of = graft__malloc(pairs * sizeof *pair_of);
+    uint32_t *id = graft__malloc(pairs * sizeof *id);
+    uint32_t *pair_of = graft__malloc(pairs * sizeof *pair_of);
     uint32_t *next = graft__malloc(pairs * n_classes * sizeof *next);
     uint8_t *accepts = graft__malloc(pairs);
     graft__json_regex *r = graft__calloc(1, sizeof *r);

@@ -49,10 +49,12 @@ static const char *const keywords[] = {"type", "properties", "required",
                                        "maxItems", "enum", "const", "anyOf", "oneOf", "allOf",
                                        "$ref", "pattern", "format", "minLength", "maxLength",
                                        "minimum", "maximum", "exclusiveMinimum",
-                                       "exclusiveMaximum"};
+                                       "exclusiveMaximum", "multipleOf"};
 static const char *const string_keywords[] = {"pattern", "format", "minLength", "maxLength"};
+/* Bounds first (lower, upper, exclusive lower, exclusive upper), then multipleOf. */
 static const char *const number_keywords[] = {"minimum", "maximum", "exclusiveMinimum",
-                                              "exclusiveMaximum"};
+                                              "exclusiveMaximum", "multipleOf"};
+enum { N_BOUND_KEYWORDS = 4 };
 
 /* The string formats held to, as patterns (json_regex.c): RFC 3339's full-date (real
  * calendar days: February 29 in leap years only), full-time (an offset or Z required) and
@@ -62,9 +64,10 @@ static const char *const number_keywords[] = {"minimum", "maximum", "exclusiveMi
  * escapes. */
 #define DATE                                                                                  \
     "(\\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|"          \
-    "02-(0[1-9]|1\\d|2[0-8]))|(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)" \
-    "-02-29)"
-#define TIME "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d{1,9})?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)"
+    "02-(0[1-9]|1\\d|2[0-8]))|"                                                                \
+    "(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)"
+#define TIME                                                                                  \
+    "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d{1,9})?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)"
 #define LABEL "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 #define OCTET "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
 static const struct {
@@ -486,16 +489,26 @@ static bound_place scaled_bound(const json_t *v, bool up, __int128 *out, bool *e
     return BOUND_WITHIN;
 }
 
-/* One bound keyword into *bound (kept when absent, or when it is less strict). */
+/* The greatest multiple of unit (> 0) at or below x. */
+static __int128 floor_multiple(__int128 x, __int128 unit)
+{
+    __int128 q = x / unit;
+    if (x % unit != 0 && x < 0)
+        q--;
+    return q * unit;
+}
+
+/* One bound keyword into *bound (kept when absent, or when it is less strict), a multiple
+ * of unit. */
 static int bound_keyword(compiler *c, const json_t *schema, const char *key, bool lower,
-                         bool exclusive, bool integer, __int128 *bound, const char *path)
+                         bool exclusive, __int128 unit, __int128 *bound, const char *path)
 {
     const json_t *v = json_object_get(schema, key);
     if (v == NULL)
         return 0;
     if (!json_is_number(v))
         return fail(c, path, "'%s' must be a number", key);
-    __int128 x, unit = integer ? GRAFT__JSON_SCALE : 1;
+    __int128 x;
     bool exact;
     bound_place place = scaled_bound(v, lower, &x, &exact);
     if (place == (lower ? BOUND_BELOW_ALL : BOUND_ABOVE_ALL))
@@ -504,12 +517,36 @@ static int bound_keyword(compiler *c, const json_t *schema, const char *key, boo
         return fail(c, path, "no number is an instance ('%s' is beyond 18 digits)", key);
     if (exclusive && exact)
         x += lower ? 1 : -1;
-    /* to a multiple of the unit, inwards */
-    __int128 r = x % unit;
-    if (r != 0)
-        x += lower ? (r > 0 ? unit - r : -r) : (r > 0 ? -r : -(unit + r));
+    x = lower ? -floor_multiple(-x, unit) : floor_multiple(x, unit); /* inwards */
     if (lower ? x > *bound : x < *bound)
         *bound = x;
+    return 0;
+}
+
+static __int128 gcd(__int128 a, __int128 b)
+{
+    while (b != 0) {
+        __int128 t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* multipleOf into *step (the unit of the node's numbers): the least multiple of both. */
+static int multiple_keyword(compiler *c, const json_t *schema, __int128 *step, const char *path)
+{
+    const json_t *v = json_object_get(schema, "multipleOf");
+    if (v == NULL)
+        return 0;
+    __int128 m;
+    bool exact;
+    if (!json_is_number(v) || json_number_value(v) <= 0 ||
+        scaled_bound(v, true, &m, &exact) != BOUND_WITHIN || !exact || m == 0)
+        return fail(c, path, "'%s' must be a number above 0, below 10^18, with at most 18 "
+                    "digits after its point", "multipleOf");
+    __int128 times = m / gcd(m, *step), most = GRAFT__JSON_SCALE * GRAFT__JSON_SCALE;
+    *step = times > most / *step ? most : times * *step; /* most: only 0 is a multiple */
     return 0;
 }
 
@@ -530,13 +567,16 @@ static int compile_bounds(compiler *c, const json_t *schema, int node, bool inte
                           const char *path)
 {
     const __int128 most = GRAFT__JSON_SCALE * GRAFT__JSON_SCALE - 1; /* 18 and 18 digits */
-    const __int128 edge = integer ? most / GRAFT__JSON_SCALE * GRAFT__JSON_SCALE : most;
-    graft__json_bounds b = {-edge, edge};
-    bool any = false;
-    for (size_t i = 0; i < sizeof number_keywords / sizeof number_keywords[0]; i++) {
+    graft__json_bounds b = {0, 0, integer ? GRAFT__JSON_SCALE : 1};
+    if (multiple_keyword(c, schema, &b.step, path) < 0)
+        return -1;
+    b.hi = floor_multiple(most, b.step);
+    b.lo = -b.hi;
+    bool any = json_object_get(schema, "multipleOf") != NULL;
+    for (size_t i = 0; i < N_BOUND_KEYWORDS; i++) {
         bool lower = i % 2 == 0, exclusive = i >= 2;
         any = any || json_object_get(schema, number_keywords[i]) != NULL;
-        if (bound_keyword(c, schema, number_keywords[i], lower, exclusive, integer,
+        if (bound_keyword(c, schema, number_keywords[i], lower, exclusive, b.step,
                           lower ? &b.lo : &b.hi, path) < 0)
             return -1;
     }
@@ -844,11 +884,10 @@ static int compile_schema(compiler *c, const json_t *schema, const char *path)
         return compile_union(c, schema, r, json_array_size(r), replacing[i], path);
     }
     const json_t *type = json_object_get(schema, "type");
-    for (size_t i = 0; i < sizeof string_keywords / sizeof string_keywords[0] +
-                               sizeof number_keywords / sizeof number_keywords[0]; i++) {
-        bool text = i < sizeof string_keywords / sizeof string_keywords[0];
-        const char *key = text ? string_keywords[i]
-                               : number_keywords[i - sizeof string_keywords / sizeof string_keywords[0]];
+    const size_t n_string = sizeof string_keywords / sizeof string_keywords[0];
+    for (size_t i = 0; i < n_string + sizeof number_keywords / sizeof number_keywords[0]; i++) {
+        bool text = i < n_string;
+        const char *key = text ? string_keywords[i] : number_keywords[i - n_string];
         if (json_object_get(schema, key) == NULL)
             continue;
         if (json_object_get(schema, "enum") != NULL || json_object_get(schema, "const") != NULL)
@@ -856,7 +895,8 @@ static int compile_schema(compiler *c, const json_t *schema, const char *path)
         if (type == NULL)
             return fail(c, path,
                         text ? "'%s' needs \"type\": \"string\" (or a list with it)"
-                             : "'%s' needs \"type\": \"number\" or \"integer\" (or a list with one)",
+                             : "'%s' needs \"type\": \"number\" or \"integer\" (or a list "
+                               "with one)",
                         key);
     }
     if (json_object_get(schema, "enum") != NULL || json_object_get(schema, "const") != NULL)

@@ -203,7 +203,7 @@ static bool schema_value_start(graft__json_syntax *s, uint8_t c)
         s->free_depth = (uint8_t)(s->depth + 1);
         return true;
     case GRAFT__SCHEMA_OBJECT:
-    case GRAFT__SCHEMA_TAGGED: /* its tag's value picks the object (tag_read) */
+    case GRAFT__SCHEMA_TAGGED: /* its tag's value picks the object (value_end) */
         return push_frame(s, n);
     case GRAFT__SCHEMA_ARRAY:
         s->expect = node->items;
@@ -441,11 +441,20 @@ static __int128 power_of_ten(int n)
     return p;
 }
 
-/* Whether [lo, hi] (magnitudes; the number's sign applied here) meets the bounds. */
+/* Whether [lo, hi] (magnitudes; the number's sign applied here) holds a multiple of the
+ * bounds' step within them (the bounds are multiples of it). */
 static bool magnitudes_fit(const graft__json_syntax *s, __int128 lo, __int128 hi)
 {
     const graft__json_bounds *b = s->num_bounds;
-    return s->negative ? -lo >= b->lo && -hi <= b->hi : hi >= b->lo && lo <= b->hi;
+    __int128 from = s->negative ? -hi : lo, to = s->negative ? -lo : hi;
+    from = from > b->lo ? from : b->lo;
+    to = to < b->hi ? to : b->hi;
+    if (from > to)
+        return false;
+    __int128 q = to / b->step; /* q * step: the greatest multiple at or below to */
+    if (to % b->step != 0 && to < 0)
+        q--;
+    return q * b->step >= from;
 }
 
 /* Whether some number that the text so far begins (mode: the syntax's, after the byte) lies
@@ -515,7 +524,8 @@ static bool value_end(graft__json_syntax *s)
         frame_node(s)->kind == GRAFT__SCHEMA_TAGGED) { /* the tag's value picks the object */
         const graft__schema_node *tagged = frame_node(s);
         uint32_t text = node_of(s, tagged->items)->first + (uint32_t)literal;
-        s->frames[s->n_frames - 1].node = s->schema->alts[tagged->first + s->schema->value_of[text]];
+        uint32_t chosen = tagged->first + s->schema->value_of[text];
+        s->frames[s->n_frames - 1].node = s->schema->alts[chosen];
     }
     s->check = CHECK_NONE;
     return literal >= 0;

@@ -150,11 +150,11 @@ await check('a refused request is the SDK\'s BadRequestError', async () => {
             model: 'stories260K', messages,
             response_format: {
                 type: 'json_schema',
-                json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'integer', multipleOf: 2 } } } },
+                json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'array', uniqueItems: true } } } },
             },
         }),
         (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format.json_schema.schema'
-            && e.message.includes('multipleOf'),
+            && e.message.includes('uniqueItems'),
     );
 });
 

@@ -5,10 +5,13 @@
 // answer, usage comes in the last chunk; n > 1 (each choice the answer of its seed alone);
 // log-probabilities as the SDK types them; the model list; JSON mode and structured outputs
 // (response_format json_object and json_schema, strings held to a format, a pattern and
-// lengths, numbers to bounds) and a forced tool call; a request graft
+// lengths, numbers to bounds, a zod discriminated union through the SDK's zodResponseFormat
+// and parse) and a forced tool call; a request graft
 // refuses surfaces as the SDK's BadRequestError with the status and the field graft names.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { zodResponseFormat } from 'openai/helpers/zod';
+import { z } from 'zod';
 
 const port = process.argv[2];
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -208,6 +211,24 @@ await check('structured outputs with a date, a pattern, lengths and bounds: the 
     assert.match(entry.code, /^[A-Z]{3}-\d{2}$/);
     assert.ok([...entry.who].length >= 1 && [...entry.who].length <= 4);
     assert.ok(entry.rating >= 1 && entry.rating <= 5);
+});
+
+await check('zod through the SDK: a discriminated union with bounds, parsed and checked by zod', async () => {
+    const Shape = z.discriminatedUnion('kind', [
+        z.object({ kind: z.literal('circle'), radius: z.number().int().min(1).max(9) }),
+        z.object({ kind: z.literal('square'), side: z.number().int().min(1).max(9) }),
+    ]);
+    const Drawing = z.object({ title: z.string().min(1).max(12), shape: Shape });
+    for (const seed of [1, 2, 3]) {
+        const completion = await client.chat.completions.parse({
+            model: 'stories260K', messages, max_tokens: 96, temperature: 1, seed,
+            response_format: zodResponseFormat(Drawing, 'drawing'),
+            logit_bias: { 37: 6, 436: 6, 128: 10 },
+        });
+        // parse() runs zod on the answer: it throws unless the answer is a Drawing
+        const drawing = completion.choices[0].message.parsed;
+        assert.ok(drawing.shape.kind === 'circle' || drawing.shape.kind === 'square');
+    }
 });
 
 await check('response_format json_object: JSON.parse takes the answer, whole and streamed', async () => {

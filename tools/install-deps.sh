@@ -19,9 +19,11 @@ if [ -n "$missing" ]; then
         exit 1
     fi
 fi
-# The official openai npm client, for tests/openai (the version package-lock.json pins).
+# The official openai npm client (and zod), for tests/openai, as package-lock.json pins them:
+# installed again when the lockfile is newer than what npm last installed.
 client="$(dirname "$0")/../tests/openai"
-if [ ! -d "$client/node_modules/openai" ]; then
+installed="$client/node_modules/.package-lock.json"
+if [ ! -f "$installed" ] || [ "$client/package-lock.json" -nt "$installed" ]; then
     command -v npm >/dev/null || { echo "graft: npm is needed for the openai client test" >&2; exit 1; }
     echo "graft: installing the openai npm client for tests/openai" >&2
     (cd "$client" && npm ci --no-audit --no-fund --silent)

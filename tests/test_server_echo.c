@@ -10,7 +10,8 @@
  * first prompt token has none (null). Also checked: the same scoring request again, whole
  * and streamed, gives the same bytes of logprobs though the prompt is cached (it is computed
  * afresh: tokens_reused 0), echo without logprobs reuses the cache, n = 2 and a batch of
- * two prompts each echo their prompt, and the refusals name their field.
+ * two prompts each echo their prompt, a harness's batch of token-id prompts scores each as
+ * it would alone, and the refusals name their field.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -244,6 +245,43 @@ static void test_echo_without_logprobs(void **state)
     json_decref(batch);
 }
 
+/* What an evaluation harness sends (lm-evaluation-harness's local-completions): several
+ * token-id prompts in one request, echo, logprobs 1, max_tokens 1, greedy. Each prompt's
+ * log-probabilities are, byte for byte in the JSON, those of the prompt sent alone. */
+static void test_scoring_batch(void **state)
+{
+    (void)state;
+    json_t *ids = prompt_ids();
+    json_t *shorter = json_deep_copy(ids);
+    json_array_remove(shorter, json_array_size(shorter) - 1);
+    char *batch = dumps(json_pack("{s:[O, O], s:i, s:i, s:b, s:i, s:i}", "prompt", ids, shorter,
+                                  "max_tokens", 1, "logprobs", 1, "echo", 1, "temperature", 0,
+                                  "seed", 1234));
+    json_t *both = post_ok("/v1/completions", batch);
+    assert_int_equal(json_array_size(json_object_get(both, "choices")), 2);
+    json_t *prompts[2] = {ids, shorter};
+    for (size_t p = 0; p < 2; p++) {
+        char *one = dumps(json_pack("{s:O, s:i, s:i, s:b, s:i, s:i}", "prompt", prompts[p],
+                                    "max_tokens", 1, "logprobs", 1, "echo", 1, "temperature", 0,
+                                    "seed", 1234));
+        json_t *alone = post_ok("/v1/completions", one);
+        char *a = json_dumps(json_object_get(choice_of(alone, 0), "logprobs"), JSON_COMPACT);
+        char *b = json_dumps(json_object_get(choice_of(both, p), "logprobs"), JSON_COMPACT);
+        assert_string_equal(a, b);
+        /* the prompt's tokens and the one answer token */
+        assert_int_equal(json_array_size(logprobs_field(both, p, "tokens")),
+                         json_array_size(prompts[p]) + 1);
+        free(a);
+        free(b);
+        free(one);
+        json_decref(alone);
+    }
+    free(batch);
+    json_decref(both);
+    json_decref(shorter);
+    json_decref(ids);
+}
+
 static void expect_refused(const char *path, const char *body, const char *param)
 {
     response r = graft_test_request(&echo_server, "POST", path, body);
@@ -274,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_scored_answer_matches_its_sampling),
         cmocka_unit_test(test_streamed_echo),
         cmocka_unit_test(test_echo_without_logprobs),
+        cmocka_unit_test(test_scoring_batch),
         cmocka_unit_test(test_echo_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -513,8 +513,8 @@ typedef enum graft_output_format {
  * order listed; unlisted ones never), items, minItems and maxItems (up to 65534), enum and
  * const of scalars, anyOf / oneOf whose alternatives begin differently (object, array,
  * string, number, boolean, null) or are objects told apart by a tag (the same first
- * property in each, required, const or enum values no two share), allOf of one schema, $ref to "#" or into $defs /
- * definitions, and on strings pattern (the ECMA-262 subset schemas use: classes, groups,
+ * property in each, required, const or enum values no two share), allOf of one schema, $ref
+ * to "#" or into $defs / definitions, and on strings pattern (the ECMA-262 subset schemas use: classes, groups,
  * alternation, quantifiers, anchors; no lookaround or backreferences), format (date, time,
  * date-time, uuid, ipv4, hostname, email, uri) or, not both, and minLength / maxLength (code
  * points, at most 10000), and on numbers minimum, maximum, exclusiveMinimum,

@@ -45,7 +45,7 @@ enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
 /* Strings held to formats, a pattern and lengths (in code points). */
 #define STRINGS_SCHEMA                                                                        \
     "{\"type\": \"object\", \"properties\": {\"day\": {\"type\": \"string\", \"format\": "      \
-    "\"date\"}, \"code\": {\"type\": \"string\", \"pattern\": \"^[A-Z]{2}-\\\\d{3}$\"}, "           \
+    "\"date\"}, \"code\": {\"type\": \"string\", \"pattern\": \"^[A-Z]{2}-\\\\d{3}$\"}, "          \
     "\"name\": {\"type\": \"string\", \"minLength\": 2, \"maxLength\": 6}, \"id\": {\"type\": "    \
     "[\"string\", \"null\"], \"format\": \"uuid\"}, \"note\": {\"type\": \"string\", "            \
     "\"pattern\": \"\\u00e9|\\u00e8\"}}, \"required\": [\"day\", \"code\", \"name\"]}"
@@ -54,9 +54,9 @@ enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
  * price in quarters. */
 #define NUMBERS_SCHEMA                                                                        \
     "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": -3, "    \
-    "\"maximum\": 12}, \"score\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMaximum\": "    \
-    "1}, \"even\": {\"type\": \"integer\", \"multipleOf\": 2}, \"price\": {\"type\": \"number\", "  \
-    "\"multipleOf\": 0.25, \"minimum\": 0, \"maximum\": 10}}, \"required\": [\"n\", \"score\", "     \
+    "\"maximum\": 12}, \"score\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMaximum\": "   \
+    "1}, \"even\": {\"type\": \"integer\", \"multipleOf\": 2}, \"price\": {\"type\": \"number\", " \
+    "\"multipleOf\": 0.25, \"minimum\": 0, \"maximum\": 10}}, \"required\": [\"n\", \"score\", "   \
     "\"even\", \"price\"]}"
 
 /* A tagged union of objects (the kind picks the shape), or null. */
@@ -83,7 +83,8 @@ static const struct {
     {PERSON_SCHEMA, "{\n  \"name\": \"\",\n  \"age\": 0,\n  \"pets\": [\n    \"dog\"\n  ]\n}"},
     {STRINGS_SCHEMA, "{\"day\": \"2024-02-29\", \"code\": \"AB-\\u0030\\u00312\", \"name\": "
                      "\"\\u00e9t\xc3\xa9 \xf0\x9f\x98\x80\", \"id\": "
-                     "\"123e4567-E89b-12d3-a456-426614174000\", \"note\": \"caf\xc3\xa9 \\ud83d\\ude00\"}"},
+                     "\"123e4567-E89b-12d3-a456-426614174000\", \"note\": "
+                     "\"caf\xc3\xa9 \\ud83d\\ude00\"}"},
     {NUMBERS_SCHEMA, "{\"n\": -3, \"score\": 0.999999999999999999, \"even\": -14, "
                      "\"price\": 9.75}"},
     {NUMBERS_SCHEMA, "{\"n\": 12, \"score\": 0, \"even\": 0, \"price\": 0.250}"},
@@ -575,19 +576,31 @@ static bool is_shapes_instance(const json_t *v)
            json_is_integer(n) && json_integer_value(n) >= 1 && json_integer_value(n) <= 9;
 }
 
-/* The index of the first byte of text the recognizer refuses under schema (len: none). */
-static size_t first_refused(const char *schema, const char *text)
+/* A text and the index of the first byte the recognizer must refuse in it (SIZE_MAX: it
+ * accepts the whole text). */
+typedef struct refusal {
+    const char *text;
+    size_t refused;
+} refusal;
+
+/* Each case's text fed under schema is refused exactly where the case says. */
+static void expect_refusals(const char *schema, const refusal *cases, size_t n)
 {
     graft__json_schema *compiled = NULL;
     assert_int_equal(graft__json_schema_compile(schema, strlen(schema), &compiled, NULL),
                      GRAFT_OK);
-    graft__json_syntax s;
-    graft__json_syntax_init_schema(&s, compiled);
-    size_t at = 0;
-    while (text[at] != '\0' && graft__json_syntax_feed(&s, (uint8_t)text[at]))
-        at++;
+    for (size_t i = 0; i < n; i++) {
+        graft__json_syntax s;
+        graft__json_syntax_init_schema(&s, compiled);
+        size_t at = 0;
+        const char *text = cases[i].text;
+        while (text[at] != '\0' && graft__json_syntax_feed(&s, (uint8_t)text[at]))
+            at++;
+        size_t want = cases[i].refused == SIZE_MAX ? strlen(cases[i].text) : cases[i].refused;
+        if (at != want)
+            fail_msg("'%s': refused at %zu, expected %zu", cases[i].text, at, want);
+    }
     graft__json_schema_free(compiled);
-    return at;
 }
 
 /* Held to SHAPES_SCHEMA: the tag's value picks the object the rest is held to, refused at
@@ -595,10 +608,7 @@ static size_t first_refused(const char *schema, const char *text)
 static void test_tagged_union(void **state)
 {
     (void)state;
-    static const struct {
-        const char *text;
-        size_t refused; /* SIZE_MAX: accepted whole */
-    } cases[] = {
+    static const refusal cases[] = {
         {"{\"shape\": {\"kind\": \"square\", \"side\": 9}}", SIZE_MAX},
         {"{\"shape\": null}", SIZE_MAX},
         {"{\"shape\": {}", 11},                          /* the tag is required */
@@ -608,12 +618,7 @@ static void test_tagged_union(void **state)
         {"{\"shape\": {\"kind\": \"box\"}", 24},           /* its required side */
         {"{\"shape\": {\"kind\": \"box\", \"side\": 10", 35}, /* beyond its maximum */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        size_t at = first_refused(SHAPES_SCHEMA, cases[i].text);
-        size_t want = cases[i].refused == SIZE_MAX ? strlen(cases[i].text) : cases[i].refused;
-        if (at != want)
-            fail_msg("'%s': refused at %zu, expected %zu", cases[i].text, at, want);
-    }
+    expect_refusals(SHAPES_SCHEMA, cases, sizeof cases / sizeof cases[0]);
     sample_instances(SHAPES_SCHEMA, is_shapes_instance);
 }
 
@@ -626,10 +631,7 @@ static void test_number_bounds(void **state)
         "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\", \"multipleOf\": "
         "5, \"minimum\": 0, \"maximum\": 100}, \"b\": {\"type\": \"number\", \"multipleOf\": "
         "0.25}}}";
-    static const struct {
-        const char *text;
-        size_t refused; /* SIZE_MAX: accepted whole */
-    } cases[] = {
+    static const refusal cases[] = {
         {"{\"a\": 75, \"b\": -1.25}", SIZE_MAX},
         {"{\"a\": 7}", 7},      /* 7 is no multiple of 5 (70 and 75 would be) */
         {"{\"a\": 101", 8},     /* beyond 100 */
@@ -637,12 +639,7 @@ static void test_number_bounds(void **state)
         {"{\"b\": 0.2}", 9},    /* 0.25 was still possible */
         {"{\"b\": 0.250}", SIZE_MAX},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        size_t at = first_refused(schema, cases[i].text);
-        size_t want = cases[i].refused == SIZE_MAX ? strlen(cases[i].text) : cases[i].refused;
-        if (at != want)
-            fail_msg("'%s': refused at %zu, expected %zu", cases[i].text, at, want);
-    }
+    expect_refusals(schema, cases, sizeof cases / sizeof cases[0]);
     sample_instances(NUMBERS_SCHEMA, is_numbers_instance);
 }
 

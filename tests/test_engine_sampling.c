@@ -7,7 +7,8 @@
  * log-probabilities are checked against a float64 log-softmax of the cold logits computed
  * here, a full sort for the top tokens, and for batch invariance by memcmp with the same
  * request run beside others; the prompt's log-probabilities (prompt_logprobs) the same way,
- * and against the log-probabilities its tokens were sampled with. Callbacks only record; asserts run on the test's thread.
+ * and against the log-probabilities its tokens were sampled with. Callbacks only record;
+ * asserts run on the test's thread.
  */
 #include <setjmp.h>
 #include <stdarg.h>

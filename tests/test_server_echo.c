@@ -217,8 +217,9 @@ static void test_streamed_echo(void **state)
 static void test_echo_without_logprobs(void **state)
 {
     (void)state;
-    json_t *first = post_ok("/v1/completions", "{\"prompt\": \"" PROMPT " and\", \"max_tokens\": 0, "
-                                               "\"echo\": true, \"n\": 2}");
+    json_t *first = post_ok("/v1/completions",
+                            "{\"prompt\": \"" PROMPT " and\", \"max_tokens\": 0, "
+                            "\"echo\": true, \"n\": 2}");
     for (size_t i = 0; i < 2; i++) {
         json_t *c = choice_of(first, i);
         assert_string_equal(json_string_value(json_object_get(c, "text")), PROMPT " and");
@@ -226,8 +227,9 @@ static void test_echo_without_logprobs(void **state)
         assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "length");
     }
     json_decref(first);
-    json_t *again = post_ok("/v1/completions", "{\"prompt\": \"" PROMPT " and\", \"max_tokens\": 2, "
-                                               "\"echo\": true, \"temperature\": 0}");
+    json_t *again = post_ok("/v1/completions",
+                            "{\"prompt\": \"" PROMPT " and\", \"max_tokens\": 2, "
+                            "\"echo\": true, \"temperature\": 0}");
     json_t *graft = json_object_get(again, "graft");
     assert_string_equal(json_string_value(json_object_get(graft, "source")), "cache");
     const char *text = json_string_value(json_object_get(choice_of(again, 0), "text"));
@@ -302,7 +304,8 @@ static void test_echo_refusals(void **state)
                    "{\"prompt\": \"hi\", \"echo\": true, \"logprobs\": 1, \"session_id\": \"s\"}",
                    "echo");
     /* the server goes on */
-    json_t *ok = post_ok("/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 1, \"echo\": false}");
+    json_t *ok =
+        post_ok("/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 1, \"echo\": false}");
     json_decref(ok);
 }
 

@@ -187,7 +187,11 @@ static void plan_prefills(graft_engine *e, plan *p)
             int32_t rows = e->opts.max_sessions - p->n_rows - prompts_after(e, i);
             left = rows < left ? rows : left;
         }
-        if (left <= 0 || (!gen->started && !try_start(e, p, gen)))
+        if (left <= 0) { /* no logits row left: it waits, and so do later starts */
+            p->start_blocked = p->start_blocked || !gen->started;
+            continue;
+        }
+        if (!gen->started && !try_start(e, p, gen))
             continue;
         int32_t position = atomic_load(&gen->session->position);
         int32_t count = gen->n_prompt - gen->n_fed < left ? gen->n_prompt - gen->n_fed : left;

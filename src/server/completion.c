@@ -20,6 +20,11 @@
  * fails (http.c frees the stream, which cancels). Several prompts in one request are
  * batch.c's: one completion each.
  *
+ * Echo (completions): the prompt's text comes before each choice's answer. With logprobs
+ * too, choice 0 computes its whole prompt on a new session (a cache or donor keeps no
+ * logits) with prompt_logprobs, and the prompt's entries are read from its generation once
+ * committed (a stream sends them, with the text, as each choice's first chunk).
+ *
  * Named sessions (sessions.c): a request with a session id takes its conversation's
  * session: the session itself when the prompt extends its committed history, else a clone at
  * their longest common prefix (as long as the session retains); the first request of a new

@@ -135,6 +135,15 @@ typedef struct graft__json_bounds {
     __int128 lo, hi, step;
 } graft__json_bounds;
 
+/* The greatest multiple of unit (> 0) at or below x. */
+static inline __int128 graft__json_floor_multiple(__int128 x, __int128 unit)
+{
+    __int128 q = x / unit;
+    if (x % unit != 0 && x < 0)
+        q--;
+    return q * unit;
+}
+
 struct graft__json_schema {
     graft__schema_node *nodes; /* the root is nodes[root] */
     uint32_t n_nodes;

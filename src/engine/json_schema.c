@@ -489,15 +489,6 @@ static bound_place scaled_bound(const json_t *v, bool up, __int128 *out, bool *e
     return BOUND_WITHIN;
 }
 
-/* The greatest multiple of unit (> 0) at or below x. */
-static __int128 floor_multiple(__int128 x, __int128 unit)
-{
-    __int128 q = x / unit;
-    if (x % unit != 0 && x < 0)
-        q--;
-    return q * unit;
-}
-
 /* One bound keyword into *bound (kept when absent, or when it is less strict), a multiple
  * of unit. */
 static int bound_keyword(compiler *c, const json_t *schema, const char *key, bool lower,
@@ -517,7 +508,8 @@ static int bound_keyword(compiler *c, const json_t *schema, const char *key, boo
         return fail(c, path, "no number is an instance ('%s' is beyond 18 digits)", key);
     if (exclusive && exact)
         x += lower ? 1 : -1;
-    x = lower ? -floor_multiple(-x, unit) : floor_multiple(x, unit); /* inwards */
+    /* to a multiple of the unit, inwards */
+    x = lower ? -graft__json_floor_multiple(-x, unit) : graft__json_floor_multiple(x, unit);
     if (lower ? x > *bound : x < *bound)
         *bound = x;
     return 0;
@@ -570,7 +562,7 @@ static int compile_bounds(compiler *c, const json_t *schema, int node, bool inte
     graft__json_bounds b = {0, 0, integer ? GRAFT__JSON_SCALE : 1};
     if (multiple_keyword(c, schema, &b.step, path) < 0)
         return -1;
-    b.hi = floor_multiple(most, b.step);
+    b.hi = graft__json_floor_multiple(most, b.step);
     b.lo = -b.hi;
     bool any = json_object_get(schema, "multipleOf") != NULL;
     for (size_t i = 0; i < N_BOUND_KEYWORDS; i++) {

@@ -451,10 +451,7 @@ static bool magnitudes_fit(const graft__json_syntax *s, __int128 lo, __int128 hi
     to = to < b->hi ? to : b->hi;
     if (from > to)
         return false;
-    __int128 q = to / b->step; /* q * step: the greatest multiple at or below to */
-    if (to % b->step != 0 && to < 0)
-        q--;
-    return q * b->step >= from;
+    return graft__json_floor_multiple(to, b->step) >= from;
 }
 
 /* Whether some number that the text so far begins (mode: the syntax's, after the byte) lies

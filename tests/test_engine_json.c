@@ -12,7 +12,8 @@
  * - Sampled generations: every pick continues the text, the same seed gives the same
  *   tokens, and they are the same bits alone and batched beside other generations; held to
  *   schemas, what stops is an instance (checked by hand: nested objects, strings held to
- *   formats, a pattern and lengths, numbers within bounds, a tagged union of objects).
+ *   formats, a pattern and lengths, numbers within bounds, a tagged union of objects,
+ *   unions whose alternatives begin alike).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,7 +32,7 @@
 #include "graft.h"
 #include "models.h"
 
-enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
+enum { CONTEXT = 256, MAX_NEW = 160, MAX_TOKEN_BYTES = 256, BOS = 1 };
 
 /* A schema of every kind of node: properties in order, optional ones, an integer, an enum
  * of mixed scalars, a nullable string, an array with bounds, a free value, a recursion. */
@@ -68,6 +69,20 @@ enum { CONTEXT = 256, MAX_NEW = 96, MAX_TOKEN_BYTES = 256, BOS = 1 };
     "\"integer\", \"minimum\": 1, \"maximum\": 9}}, \"required\": [\"kind\", \"side\"]}, "         \
     "{\"type\": \"null\"}]}}, \"required\": [\"shape\"]}"
 
+/* Unions that the first byte of a value does not decide, followed together: pets that are
+ * cats or dogs (both begin with a name), an id that is a small integer or a number from 100
+ * to 200, a tag of a's or one of two words. */
+#define UNIONS_SCHEMA                                                                         \
+    "{\"type\": \"object\", \"properties\": {\"pets\": {\"type\": \"array\", \"minItems\": 1, "   \
+    "\"maxItems\": 2, \"items\": {\"anyOf\": [{\"type\": \"object\", \"properties\": {\"name\": "  \
+    "{\"type\": \"string\", \"maxLength\": 8}, \"meow\": {\"type\": \"boolean\"}}, "               \
+    "\"required\": [\"name\", \"meow\"]}, {\"type\": \"object\", \"properties\": {\"name\": "     \
+    "{\"type\": \"string\", \"maxLength\": 8}, \"bark\": {\"type\": \"integer\", \"minimum\": 1, " \
+    "\"maximum\": 5}}, \"required\": [\"name\", \"bark\"]}]}}, \"id\": {\"anyOf\": [{\"type\": "   \
+    "\"integer\", \"minimum\": 0, \"maximum\": 9}, {\"type\": \"number\", \"minimum\": 100, "      \
+    "\"maximum\": 200}]}, \"tag\": {\"anyOf\": [{\"type\": \"string\", \"pattern\": \"^a+$\"}, "   \
+    "{\"enum\": [\"b\", \"ab\"]}]}}, \"required\": [\"pets\", \"id\", \"tag\"]}"
+
 /* Texts whose prefixes cover every mode of the recognizer, each with the schema it is an
  * instance of (NULL: any object). */
 static const struct {
@@ -90,6 +105,8 @@ static const struct {
     {NUMBERS_SCHEMA, "{\"n\": 12, \"score\": 0, \"even\": 0, \"price\": 0.250}"},
     {SHAPES_SCHEMA, "{\"shape\": {\"kind\": \"box\", \"side\": 3}}"},
     {SHAPES_SCHEMA, "{\"shape\": {\"kind\": \"circle\", \"r\": 9}}"},
+    {UNIONS_SCHEMA, "{\"pets\": [{\"name\": \"a\", \"meow\": true}, {\"name\": \"b\", "
+                    "\"bark\": 2}], \"id\": 150, \"tag\": \"ab\"}"},
 };
 
 /* The bytes of token t (at most MAX_TOKEN_BYTES are used) and their count. */
@@ -100,14 +117,14 @@ static size_t token_bytes(const graft_model *m, int32_t t, char *buf)
     return (size_t)len;
 }
 
-/* Brute force: whether all of t's bytes, one or more, can follow s. */
-static bool token_follows(const graft_model *m, const graft__json_syntax *s, int32_t t)
+/* Brute force: whether all of t's bytes, one or more, can follow r. */
+static bool token_follows(const graft_model *m, const graft__json_recognizer *r, int32_t t)
 {
     char buf[MAX_TOKEN_BYTES];
     size_t n = token_bytes(m, t, buf);
-    graft__json_syntax probe = *s;
+    graft__json_recognizer probe = *r;
     for (size_t i = 0; i < n; i++)
-        if (!graft__json_syntax_feed(&probe, (uint8_t)buf[i]))
+        if (!graft__json_recognizer_feed(&probe, (uint8_t)buf[i]))
             return false;
     return n > 0;
 }
@@ -134,8 +151,8 @@ static void check_mask(const graft_model *m, int stride)
             assert_int_equal(graft__json_schema_compile(texts[k].schema,
                                                         strlen(texts[k].schema), &schema, NULL),
                              GRAFT_OK);
-        graft__json_syntax s;
-        graft__json_syntax_init_schema(&s, schema);
+        graft__json_recognizer s;
+        graft__json_recognizer_init(&s, schema);
         const char *text = texts[k].text;
         size_t len = strlen(text);
         for (size_t at = 0; at <= len; at++) {
@@ -157,9 +174,9 @@ static void check_mask(const graft_model *m, int stride)
                 assert_true(at == len || expected > 0);
             }
             if (at < len)
-                assert_true(graft__json_syntax_feed(&s, (uint8_t)text[at]));
+                assert_true(graft__json_recognizer_feed(&s, (uint8_t)text[at]));
         }
-        assert_true(graft__json_syntax_done(&s));
+        assert_true(graft__json_recognizer_done(&s));
         graft__json_schema_free(schema);
     }
     free(logits);
@@ -276,20 +293,20 @@ static void check_output(graft_generation *gen)
 {
     size_t n = 0;
     const int32_t *out = graft_generation_tokens(gen, &n);
-    graft__json_syntax s;
-    graft__json_syntax_init(&s);
+    graft__json_recognizer s;
+    graft__json_recognizer_init(&s, NULL);
     for (size_t i = 0; i < n; i++) {
         assert_true(token_follows(stories, &s, out[i]));
         char buf[MAX_TOKEN_BYTES];
         size_t b = token_bytes(stories, out[i], buf);
         for (size_t j = 0; j < b; j++)
-            graft__json_syntax_feed(&s, (uint8_t)buf[j]);
-        assert_true(i + 1 == n || !graft__json_syntax_done(&s));
+            graft__json_recognizer_feed(&s, (uint8_t)buf[j]);
+        assert_true(i + 1 == n || !graft__json_recognizer_done(&s));
     }
     char text[MAX_NEW * MAX_TOKEN_BYTES];
     size_t len = text_of(out, n, text, sizeof text);
     if (graft_generation_finish_reason(gen) == GRAFT_FINISH_STOP) {
-        assert_true(graft__json_syntax_done(&s));
+        assert_true(graft__json_recognizer_done(&s));
         json_error_t err;
         json_t *root = json_loadb(text, len, JSON_ALLOW_NUL, &err);
         if (root == NULL)
@@ -326,8 +343,8 @@ static void test_greedy_picks_best_continuing_token(void **state)
     size_t n = 0;
     const int32_t *out = graft_generation_tokens(gen, &n);
     assert_int_equal(r.n, (int)n);
-    graft__json_syntax syn;
-    graft__json_syntax_init(&syn);
+    graft__json_recognizer syn;
+    graft__json_recognizer_init(&syn, NULL);
     for (size_t i = 0; i < n; i++) {
         const float *row = r.logits + i * (size_t)n_vocab;
         int32_t best = -1;
@@ -590,11 +607,11 @@ static void expect_refusals(const char *schema, const refusal *cases, size_t n)
     assert_int_equal(graft__json_schema_compile(schema, strlen(schema), &compiled, NULL),
                      GRAFT_OK);
     for (size_t i = 0; i < n; i++) {
-        graft__json_syntax s;
-        graft__json_syntax_init_schema(&s, compiled);
+        graft__json_recognizer s;
+        graft__json_recognizer_init(&s, compiled);
         size_t at = 0;
         const char *text = cases[i].text;
-        while (text[at] != '\0' && graft__json_syntax_feed(&s, (uint8_t)text[at]))
+        while (text[at] != '\0' && graft__json_recognizer_feed(&s, (uint8_t)text[at]))
             at++;
         size_t want = cases[i].refused == SIZE_MAX ? strlen(cases[i].text) : cases[i].refused;
         if (at != want)
@@ -620,6 +637,61 @@ static void test_tagged_union(void **state)
     };
     expect_refusals(SHAPES_SCHEMA, cases, sizeof cases / sizeof cases[0]);
     sample_instances(SHAPES_SCHEMA, is_shapes_instance);
+}
+
+/* Whether v is an instance of UNIONS_SCHEMA, checked by hand. */
+static bool is_unions_instance(const json_t *v)
+{
+    const json_t *pets = json_object_get(v, "pets"), *id = json_object_get(v, "id");
+    const char *tag = json_string_value(json_object_get(v, "tag"));
+    if (!json_is_array(pets) || json_array_size(pets) < 1 || json_array_size(pets) > 2 ||
+        json_object_size(v) != 3 || tag == NULL)
+        return false;
+    for (size_t i = 0; i < json_array_size(pets); i++) {
+        const json_t *pet = json_array_get(pets, i), *bark = json_object_get(pet, "bark");
+        const char *name = json_string_value(json_object_get(pet, "name"));
+        bool cat = json_is_boolean(json_object_get(pet, "meow"));
+        bool dog = json_is_integer(bark) && json_integer_value(bark) >= 1 &&
+                   json_integer_value(bark) <= 5;
+        if (name == NULL || code_points(name) > 8 || json_object_size(pet) != 2 ||
+            !(cat || dog))
+            return false;
+    }
+    double x = json_number_value(id);
+    bool small = json_is_integer(id) && json_integer_value(id) >= 0 &&
+                 json_integer_value(id) <= 9;
+    bool large = json_is_number(id) && x >= 100 && x <= 200;
+    bool a_run = tag[0] != '\0' && strspn(tag, "a") == strlen(tag);
+    return (small || large) &&
+           (a_run || strcmp(tag, "b") == 0 || strcmp(tag, "ab") == 0);
+}
+
+/* Held to UNIONS_SCHEMA: alternatives whose values begin alike are followed together, so a
+ * byte is refused only when every one of them refuses it; sampled answers are instances. */
+static void test_untagged_unions(void **state)
+{
+    (void)state;
+#define PET "{\"pets\": [{\"name\": \"a\", "
+#define CAT "{\"pets\": [{\"name\": \"a\", \"meow\": false}], "
+    static const refusal cases[] = {
+        {PET "\"meow\": true}, {\"name\": \"b\", \"bark\": 2}], \"id\": 150, \"tag\": \"ab\"}",
+         SIZE_MAX},
+        {CAT "\"id\": 100, \"tag\": \"aaa\"}", SIZE_MAX},
+        {CAT "\"id\": 0, \"tag\": \"b\"}", SIZE_MAX},
+        {PET "\"bark\": true", 32},    /* a dog's bark is an integer */
+        {"{\"pets\": [{\"name\": \"a\"}", 22}, /* cat and dog both need a second property */
+        {PET "\"woof\"", 25},          /* neither's property */
+        {"{\"pets\": [{\"name\": \"abcdefghi\"", 28}, /* beyond both names' maxLength */
+        {CAT "\"id\": 15,", 49},         /* neither 0 to 9 nor 100 to 200 */
+        {CAT "\"id\": 201", 49},
+        {CAT "\"id\": 9.5", 48},
+        {CAT "\"id\": 3, \"tag\": \"aab\"", 60}, /* neither a's nor a word */
+        {CAT "\"id\": 3, \"tag\": \"abc\"", 60},
+    };
+#undef PET
+#undef CAT
+    expect_refusals(UNIONS_SCHEMA, cases, sizeof cases / sizeof cases[0]);
+    sample_instances(UNIONS_SCHEMA, is_unions_instance);
 }
 
 /* Held to NUMBERS_SCHEMA: the numbers come out within their bounds and multiples, refused
@@ -705,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_string_constraints),
         cmocka_unit_test(test_number_bounds),
         cmocka_unit_test(test_tagged_union),
+        cmocka_unit_test(test_untagged_unions),
         cmocka_unit_test(test_length_and_bad_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -32,9 +32,10 @@
  *     reference;
  *   - the nesting limits (32 schema'd levels, 64 in all), the limit on the properties of an
  *     object and the values of an enum (GRAFT__SCHEMA_MAX_TEXTS), and compile errors: each keyword
- *     outside the subset (also nested), a root that is not an object schema, alternatives that
- *     begin alike, bad $ref targets and malformed JSON give GRAFT_EINVAL and a message naming
- *     the keyword.
+ *     outside the subset (also nested), a root that is not an object schema, oneOf alternatives
+ *     that a value could match together, a union holding itself before any value, bad $ref
+ *     targets and malformed JSON give GRAFT_EINVAL and a message naming the keyword. (anyOf
+ *     alternatives that begin alike are followed together: test_json_unions.c.)
  * A failure prints the schema, the seed (GRAFT_TEST_SEED overrides it) and the text as a C
  * string literal, and a shrunk text for a first-refused-byte disagreement; every disagreement
  * is counted and the test fails at its end, so that one run shows them all.
@@ -2224,28 +2225,21 @@ static const struct {
     {"{\"type\":\"string\"}", NULL},
     {"[]", NULL},
     {"\"object\"", NULL},
-    /* alternatives that begin alike (objects without a tag that tells them apart) */
-    {PROP("{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"properties\":{}}]}"), "anyOf"},
-    {PROP("{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":1}},\"required\":[\"t\"]},"
-          "{\"type\":\"object\",\"properties\":{\"t\":{\"enum\":[2,1]}},\"required\":[\"t\"]}]}"),
-     "oneOf"},
-    {PROP("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":1}},\"required\":[\"t\"]},"
-          "{\"type\":\"object\",\"properties\":{\"u\":{\"const\":2}},\"required\":[\"u\"]}]}"),
-     "anyOf"},
-    {PROP("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":1}}},"
-          "{\"type\":\"object\",\"properties\":{\"t\":{\"const\":2}},\"required\":[\"t\"]}]}"),
-     "anyOf"},
-    {PROP("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"string\"}},"
-          "\"required\":[\"t\"]},{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"b\"}},"
+    /* oneOf alternatives a value could match together (anyOf follows them all) */
+    {PROP("{\"oneOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"properties\":{}}]}"), "oneOf"},
+    {PROP("{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":1}},"
+          "\"required\":[\"t\"]},{\"type\":\"object\",\"properties\":{\"t\":{\"enum\":[2,1]}},"
           "\"required\":[\"t\"]}]}"),
-     "anyOf"},
-    {PROP("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":1}},\"required\":[\"t\"]},"
-          "{}]}"),
-     "anyOf"},
-    {PROP("{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"x\",\"y\"]}]}"), "anyOf"},
-    {PROP("{\"anyOf\":[{\"type\":\"null\"},{\"const\":null}]}"), "anyOf"},
+     "oneOf"},
+    {PROP("{\"oneOf\":[{\"type\":\"string\"},{\"enum\":[\"x\",\"y\"]}]}"), "oneOf"},
     {PROP("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}"), "oneOf"},
-    {PROP("{\"type\":[\"integer\",\"number\"]}"), "type"},
+    {PROP("{\"oneOf\":[{\"type\":\"string\"},{\"anyOf\":[{\"type\":\"null\"},"
+          "{\"type\":\"string\"}]}]}"),
+     "oneOf"},
+    /* a union that holds itself before any value begins */
+    {"{\"$defs\":{\"U\":{\"anyOf\":[{\"$ref\":\"#/$defs/U\"},{\"type\":\"string\"}]}},"
+     "\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/U\"}}}",
+     "anyOf"},
     /* references outside "#", $defs and definitions, or to nothing */
     {PROP("{\"$ref\":\"#/$defs/Missing\"}"), "$ref"},
     {PROP("{\"$ref\":\"other.json\"}"), "$ref"},

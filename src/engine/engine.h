@@ -16,9 +16,10 @@
  *                 KV reservations, reclaim requests, the forward pass
  *   metrics.c     engine metrics
  *   accounting.c  KV accounting for caches: bytes a set of sessions holds alone; reclaim hooks
- *   json_syntax.c, json_schema.c, json_mask.c  holding a generation to one JSON object
- *                 (json_output.h): the recognizer, the schemas it follows, and the
- *                 vocabulary indexed by bytes to mask the tokens that cannot continue it
+ *   json_syntax.c, json_recognizer.c, json_schema.c, json_mask.c  holding a generation
+ *                 to one JSON object (json_output.h): the recognizer, the alternatives of
+ *                 unions it follows at once, the schemas it follows, and the vocabulary
+ *                 indexed by bytes to mask the tokens that cannot continue it
  *
  * Commands name their session by id (session_table.c), looked up when they run: a command
  * never holds a pointer that a command earlier in the queue (a close) can free.
@@ -138,7 +139,7 @@ struct graft_generation {
     graft_sampler *sampler;
     bool json;               /* held to one JSON object (GRAFT_OUTPUT_JSON_OBJECT, _SCHEMA) */
     graft__json_schema *schema;     /* GRAFT_OUTPUT_JSON_SCHEMA: the schema, compiled */
-    graft__json_syntax json_syntax; /* what it generated so far, when json */
+    graft__json_recognizer json_text; /* what it generated so far, when json */
     graft_update_cb on_update;
     graft_settled_cb on_settled;
     void *user;

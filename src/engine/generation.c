@@ -166,7 +166,7 @@ int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
     gen->max_new = c->max_new_tokens;
     gen->prefill_only = c->prefill_only != 0;
     gen->json = c->output_format != GRAFT_OUTPUT_TEXT;
-    graft__json_syntax_init_schema(&gen->json_syntax, gen->schema);
+    graft__json_recognizer_init(&gen->json_text, gen->schema);
     gen->on_update = on_update;
     gen->on_settled = on_settled;
     gen->user = user;
@@ -258,7 +258,7 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     const int32_t n_vocab = e->model->hp.n_vocab;
     if (gen->logprobs != NULL) /* the sampler changes the logits in place */
         memcpy(gen->raw_logits, logits, (size_t)n_vocab * sizeof *logits);
-    if (gen->json && graft__json_mask_apply(e->json_mask, &gen->json_syntax, logits) == 0) {
+    if (gen->json && graft__json_mask_apply(e->json_mask, &gen->json_text, logits) == 0) {
         graft__gen_settle(e, gen, GRAFT_FINISH_FAILED, GRAFT_ERANGE,
                           "no token of the vocabulary can continue the JSON object");
         return;
@@ -271,7 +271,7 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
         return;
     }
     /* The mask let only tokens through that continue the text. */
-    bool continues = !gen->json || graft__json_mask_feed(e->json_mask, &gen->json_syntax, token);
+    bool continues = !gen->json || graft__json_mask_feed(e->json_mask, &gen->json_text, token);
     GRAFT_ASSERT(continues);
     GRAFT_ASSERT(gen->n_out < gen->cap_out);
     if (gen->logprobs != NULL)
@@ -281,7 +281,7 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     gen->has_pending = true;
     if (gen->on_update != NULL)
         gen->on_update(gen, &gen->out[gen->n_out - 1], 1, gen->user);
-    if (gen->json && graft__json_syntax_done(&gen->json_syntax))
+    if (gen->json && graft__json_recognizer_done(&gen->json_text))
         graft__gen_settle(e, gen, GRAFT_FINISH_STOP, GRAFT_OK, NULL);
     else if (gen->n_out == gen->max_new || position >= e->opts.max_context)
         graft__gen_settle(e, gen, GRAFT_FINISH_LENGTH, GRAFT_OK, NULL);

@@ -8,9 +8,11 @@
  * (a group whose first byte cannot follow is refused whole), and inside a string, where most
  * of the vocabulary can follow, a flag test per plain token (in a string held to a pattern,
  * format or lengths, a walk of the plain token's characters through the string's automaton
- * alone); only the other tokens of a group are fed byte by byte. Tokens with no bytes
- * (control tokens: BOS, end of turn) can never continue a text, so they are always masked;
- * the generation ends when the object closes instead (generation.c).
+ * alone); only the other tokens of a group are fed byte by byte. While the recognizer follows
+ * several alternatives of a union (json_recognizer.c), a token is allowed when one of its
+ * states takes it. Tokens with no bytes (control tokens: BOS, end of turn) can never
+ * continue a text, so they are always masked; the generation ends when the object closes
+ * instead (generation.c).
  */
 #include <math.h>
 #include <string.h>
@@ -110,38 +112,83 @@ static bool feed_from(const graft__json_mask *m, graft__json_syntax *s, int32_t 
     return true;
 }
 
-/* Whether token t's bytes after its first can follow *s (which has read the first). */
-static bool rest_follows(const graft__json_mask *m, const graft__json_syntax *s, int32_t t)
+bool graft__json_mask_feed(const graft__json_mask *m, graft__json_recognizer *r, int32_t token)
 {
-    graft__json_syntax probe = *s;
-    return feed_from(m, &probe, t, 1);
+    if (token < 0 || token >= m->n_vocab || m->offset[token + 1] == m->offset[token])
+        return false;
+    for (size_t i = m->offset[token]; i < m->offset[token + 1]; i++)
+        if (!graft__json_recognizer_feed(r, (uint8_t)m->bytes[i]))
+            return false;
+    return true;
 }
 
-bool graft__json_mask_feed(const graft__json_mask *m, graft__json_syntax *s, int32_t token)
+/* A state of the recognizer, and what it is after a first byte. */
+typedef struct probe {
+    const graft__json_syntax *state;
+    bool in_text, held;        /* in a string: graft__json_syntax_in_text, _in_held_text */
+    graft__json_syntax after;  /* the state after the first byte (choice 0) ... */
+    bool first_ok;             /* ... if it could follow */
+} probe;
+
+/* Whether token t's bytes can all follow state p->state (t's first byte: the one p->after
+ * read). A walk through one state follows the first alternative of a union whose value the
+ * token begins; where it met such a fork the token is fed again through a recognizer, which
+ * follows every alternative. */
+static bool token_follows(const graft__json_mask *m, const probe *p, int32_t t)
 {
-    return token >= 0 && token < m->n_vocab && m->offset[token + 1] > m->offset[token] &&
-           feed_from(m, s, token, 0);
+    const char *bytes = m->bytes + m->offset[t];
+    size_t len = m->offset[t + 1] - m->offset[t];
+    if (p->after.n_choices <= 1) {
+        if (!p->first_ok)
+            return false;
+        if (m->plain[t] && p->in_text)
+            return true;
+        if (m->plain[t] && p->held)
+            return graft__json_syntax_text_follows(p->state, bytes, len);
+        graft__json_syntax rest;
+        graft__json_syntax_copy(&rest, &p->after);
+        bool ok = feed_from(m, &rest, t, 1);
+        if (rest.n_choices <= 1)
+            return ok;
+    }
+    graft__json_recognizer forks;
+    forks.n_states = 1;
+    graft__json_syntax_copy(&forks.states[0], p->state);
+    for (size_t i = 0; i < len; i++)
+        if (!graft__json_recognizer_feed(&forks, (uint8_t)bytes[i]))
+            return false;
+    return true;
 }
 
-int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_syntax *s,
+int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_recognizer *r,
                                float *logits)
 {
     for (int32_t i = m->first[256]; i < m->n_vocab; i++)
         logits[m->by_first[i]] = -INFINITY;
-    const bool in_text = graft__json_syntax_in_text(s);
-    const bool held = graft__json_syntax_in_held_text(s);
     int32_t allowed = 0;
+    probe probes[GRAFT__JSON_MAX_STATES];
+    for (uint32_t k = 0; k < r->n_states; k++) {
+        probes[k].state = &r->states[k];
+        probes[k].in_text = graft__json_syntax_in_text(&r->states[k]);
+        probes[k].held = graft__json_syntax_in_held_text(&r->states[k]);
+    }
     for (int b = 0; b < 256; b++) {
-        graft__json_syntax after_first = *s;
-        bool first_ok = graft__json_syntax_feed(&after_first, (uint8_t)b);
+        uint32_t live[GRAFT__JSON_MAX_STATES], n_live = 0; /* the states b may continue */
+        bool text = false; /* b's plain tokens continue some state's string as they are */
+        for (uint32_t k = 0; k < r->n_states; k++) {
+            probe *p = &probes[k];
+            graft__json_syntax_copy(&p->after, &r->states[k]);
+            p->after.n_choices = 0;
+            p->first_ok = graft__json_syntax_feed(&p->after, (uint8_t)b);
+            if (p->first_ok || p->after.n_choices > 1)
+                live[n_live++] = k;
+            text = text || (p->first_ok && p->in_text);
+        }
         for (int32_t i = m->first[b]; i < m->first[b + 1]; i++) {
             int32_t t = m->by_first[i];
-            const char *bytes = m->bytes + m->offset[t];
-            size_t len = m->offset[t + 1] - m->offset[t];
-            bool ok = first_ok &&
-                      (in_text && m->plain[t] ? true
-                       : held && m->plain[t]  ? graft__json_syntax_text_follows(s, bytes, len)
-                                              : rest_follows(m, &after_first, t));
+            bool ok = text && m->plain[t];
+            for (uint32_t k = 0; k < n_live && !ok; k++)
+                ok = token_follows(m, &probes[live[k]], t);
             if (ok)
                 allowed++;
             else

@@ -7,7 +7,9 @@
 #define GRAFT_JSON_OUTPUT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "tokenizer/tokenizer.h"
 
@@ -64,11 +66,16 @@ int graft__json_regex_bound_length(const graft__json_regex *re, uint32_t min_cha
  * structured outputs and pydantic / zod write): type (a name or a list of names), properties
  * and required (the properties are generated in the order the schema lists them; ones not
  * listed are never generated, whatever additionalProperties says), items, minItems and
- * maxItems (up to 65534), enum and const (strings, numbers, booleans, null), anyOf / oneOf whose
- * alternatives begin differently (an object, an array, a string, a number, a boolean,
- * null: the first byte of a value picks one) or, for objects, whose first property is a tag
- * (the same name first in each, required, with const or enum values no two share: its
- * value picks one), allOf of one schema, $ref to "#" or into
+ * maxItems (up to 65534), enum and const (strings, numbers, booleans, null), anyOf of up to
+ * 64 alternatives (nested unions are flattened into it; a union that holds itself before any
+ * value begins is refused): the first byte of a value picks the alternatives of its class
+ * (an object, an array, a string, a number, a boolean, null), and where it leaves several
+ * the recognizer follows them all (graft__json_recognizer), except objects whose first
+ * property is a tag (the same name first in each, required, with const or enum values no two
+ * share), which the tag's value picks (GRAFT__SCHEMA_TAGGED, one state); oneOf likewise,
+ * but its alternatives must be exclusive as far as the first byte or a tag tells (exactly
+ * one must match, which following them all could not hold to); allOf of one schema, $ref
+ * to "#" or into
  * $defs / definitions, and on string schemas (with "type" string or a list holding it)
  * pattern (json_regex.c), format (date, time, date-time, uuid, ipv4, hostname, email, uri:
  * json_schema.c says as which patterns) or, not both, and minLength / maxLength (code
@@ -103,8 +110,8 @@ typedef enum graft__schema_kind {
     GRAFT__SCHEMA_BOOLEAN,
     GRAFT__SCHEMA_NULL,
     GRAFT__SCHEMA_LITERALS,   /* one of the values texts[first, first + count) */
-    GRAFT__SCHEMA_UNION,      /* one of the nodes alts[first, first + count), told apart by
-                                 the first byte of the value */
+    GRAFT__SCHEMA_UNION,      /* one of the nodes alts[first, first + count) (none a union):
+                                 those the first byte of the value allows */
     GRAFT__SCHEMA_TAGGED      /* one of the object nodes alts[first, first + count), told
                                  apart by the value of their first property (the tag: the
                                  same name, required in each, const or enum values none
@@ -221,12 +228,35 @@ typedef struct graft__json_syntax {
     uint16_t pos;     /* ... the bytes matched so far, ... */
     uint64_t cand;    /* ... and the texts still possible (bit i: text i) */
     uint8_t n_frames; /* the schema'd objects and arrays open */
+
+    /* Forks (graft__json_recognizer): a value that begins where a union's alternatives
+     * share its first byte's class follows the choice-th of them (in the union's order) and
+     * sets n_choices to how many there are; the forks whose values are still open are
+     * kept, outermost first, as where each began (bytes fed) and the alternative taken. */
+    uint8_t choice;
+    uint8_t n_choices;
+    uint8_t n_forks;
+    uint32_t fed;
+
+    /* The stacks, last: graft__json_syntax_copy copies their live entries only. */
     struct {
         uint16_t node;  /* the object or array node */
         uint16_t count; /* object: the index of the next property that may come; array: the
                            items begun */
     } frames[GRAFT__SCHEMA_MAX_DEPTH];
+    struct {
+        uint32_t at;
+        uint8_t choice, depth;
+    } forks[GRAFT__SCHEMA_MAX_DEPTH + 1];
 } graft__json_syntax;
+
+/* *dst = *src, copying only the stacks' live entries (the recognizer's hot copy). */
+static inline void graft__json_syntax_copy(graft__json_syntax *dst, const graft__json_syntax *src)
+{
+    memcpy(dst, src, offsetof(graft__json_syntax, frames));
+    memcpy(dst->frames, src->frames, src->n_frames * sizeof src->frames[0]);
+    memcpy(dst->forks, src->forks, src->n_forks * sizeof src->forks[0]);
+}
 
 void graft__json_syntax_init(graft__json_syntax *s);
 /* The same, for the instances of schema (which must outlive the state and its copies). */
@@ -247,6 +277,27 @@ bool graft__json_syntax_in_held_text(const graft__json_syntax *s);
  * control bytes, can follow *s (what feeding it would answer). */
 bool graft__json_syntax_text_follows(const graft__json_syntax *s, const char *text, size_t len);
 
+/* A recognizer that follows every alternative a union's value may still be: each state
+ * is a graft__json_syntax that took one alternative at each union whose alternatives the
+ * first byte of its value did not tell apart. It accepts a byte when some state does, and
+ * drops the states that refuse it; states whose open forks took the same alternatives are
+ * the same state (outside a union's value the recognizer is deterministic), so only one is
+ * kept. At most GRAFT__JSON_MAX_STATES are followed at once: where a fork would make more,
+ * the alternatives listed later are not followed (what is accepted is still an instance).
+ * A plain value: copying it copies the recognizer. */
+enum { GRAFT__JSON_MAX_STATES = 16 };
+typedef struct graft__json_recognizer {
+    uint32_t n_states;
+    graft__json_syntax states[GRAFT__JSON_MAX_STATES];
+} graft__json_recognizer;
+
+/* schema NULL: any object, as graft__json_syntax_init. */
+void graft__json_recognizer_init(graft__json_recognizer *r, const graft__json_schema *schema);
+/* Whether `byte` can follow what was fed; when it cannot, *r is unchanged. */
+bool graft__json_recognizer_feed(graft__json_recognizer *r, uint8_t byte);
+/* Whether the object is complete (only whitespace may follow). */
+bool graft__json_recognizer_done(const graft__json_recognizer *r);
+
 /* json_mask.c: the vocabulary indexed by bytes, to mask the tokens that cannot continue a
  * JSON text. Immutable once built; read by the engine thread. */
 typedef struct graft__json_mask graft__json_mask;
@@ -254,9 +305,9 @@ int graft__json_mask_create(const graft__vocab *v, int32_t n_vocab, graft__json_
 void graft__json_mask_free(graft__json_mask *m);
 /* Sets the logits of the tokens whose bytes cannot all follow *s to -INFINITY (tokens
  * without bytes included); returns how many tokens are left. */
-int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_syntax *s,
+int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_recognizer *r,
                                float *logits);
 /* Feeds token's bytes to *s; false when they cannot all follow (or it has none). */
-bool graft__json_mask_feed(const graft__json_mask *m, graft__json_syntax *s, int32_t token);
+bool graft__json_mask_feed(const graft__json_mask *m, graft__json_recognizer *r, int32_t token);
 
 #endif /* GRAFT_JSON_OUTPUT_H */

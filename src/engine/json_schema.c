@@ -7,10 +7,10 @@
  * rather than ignored: a schema the output would not be held to is worse than a clear
  * error. Property names and enum values become texts, the bytes the recognizer matches: a
  * name as JSON writes it (its closing quote included, its opening one not), a value as its
- * compact JSON. Alternatives of a union must begin with bytes of different classes, so the
- * first byte of a value picks one and the recognizer never follows two at once; object
- * alternatives may instead share a tag, a first property whose literal value picks one
- * (GRAFT__SCHEMA_TAGGED), which keeps that true.
+ * compact JSON. A union is flat (a nested one's alternatives are its own); the recognizer
+ * follows every alternative the bytes so far allow, but object alternatives that share a tag,
+ * a first property whose literal value picks one, become one GRAFT__SCHEMA_TAGGED
+ * alternative, followed as one state.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@
 
 #include "engine/engine.h"
 
-/* The classes of first bytes of values: a union's alternatives must not share one. */
+/* The classes of first bytes of values. */
 enum { C_OBJECT = 1, C_ARRAY = 2, C_STRING = 4, C_NUMBER = 8, C_BOOLEAN = 16, C_NULL = 32,
        C_ALL = 63 };
 
@@ -675,58 +675,65 @@ static int compile_literals(compiler *c, const json_t *schema, const char *path)
     return node;
 }
 
-/* The index of the text of node (LITERALS) that equals text i, or -1. */
-static int same_text(const graft__json_schema *s, const graft__schema_node *node, uint32_t i)
+/* The literals node of object node o's tag (its first property, required, held to const or
+ * enum values), or NULL when it has none. */
+static const graft__schema_node *tag_values(const graft__json_schema *s, uint16_t o)
 {
-    uint32_t len = s->text_at[i + 1] - s->text_at[i];
-    for (uint32_t k = node->first; k < node->first + node->count; k++)
-        if (s->text_at[k + 1] - s->text_at[k] == len &&
-            memcmp(s->arena + s->text_at[k], s->arena + s->text_at[i], len) == 0)
-            return (int)k;
-    return -1;
+    const graft__schema_node *n = &s->nodes[o];
+    if (n->kind != GRAFT__SCHEMA_OBJECT || n->count == 0 || !(n->required & 1) ||
+        s->value_of[n->first] >= s->n_nodes)
+        return NULL;
+    const graft__schema_node *values = &s->nodes[s->value_of[n->first]];
+    return values->kind == GRAFT__SCHEMA_LITERALS ? values : NULL;
 }
 
-/* Object alternatives objects[0, n) told apart by their tag (GRAFT__SCHEMA_TAGGED): each a
- * schema'd object whose first property has the first's name, is required and holds
- * literals no other holds. Its node, or -1 (refused, naming `key`). */
-static int compile_tagged(compiler *c, const uint16_t *objects, size_t n, const char *key,
-                          const char *path)
+static bool same_bytes(const graft__json_schema *s, uint32_t i, uint32_t k)
+{
+    uint32_t len = s->text_at[i + 1] - s->text_at[i];
+    return s->text_at[k + 1] - s->text_at[k] == len &&
+           memcmp(s->arena + s->text_at[k], s->arena + s->text_at[i], len) == 0;
+}
+
+/* Whether object alternatives objects[0, n) are told apart by a tag: each a schema'd object
+ * whose first property has the same name, is required and holds literals (at most 64 in
+ * all, of at most 256 bytes) that no other alternative holds. */
+static bool tagged(const graft__json_schema *s, const uint16_t *objects, size_t n)
+{
+    uint32_t n_values = 0;
+    for (size_t i = 0; i < n; i++) {
+        const graft__schema_node *values = tag_values(s, objects[i]);
+        if (values == NULL || !same_bytes(s, s->nodes[objects[i]].first,
+                                          s->nodes[objects[0]].first))
+            return false;
+        n_values += values->count;
+        for (uint32_t k = values->first; k < values->first + values->count; k++) {
+            if (s->text_at[k + 1] - s->text_at[k] > 256)
+                return false;
+            for (size_t j = 0; j < i; j++) {
+                const graft__schema_node *other = tag_values(s, objects[j]);
+                for (uint32_t l = other->first; l < other->first + other->count; l++)
+                    if (same_bytes(s, k, l))
+                        return false;
+            }
+        }
+    }
+    return n_values <= GRAFT__SCHEMA_MAX_TEXTS;
+}
+
+/* The GRAFT__SCHEMA_TAGGED node of object alternatives objects[0, n) (tagged() holds). */
+static int compile_tagged(compiler *c, const uint16_t *objects, size_t n)
 {
     graft__json_schema *s = c->out;
-    const graft__schema_node *first = &s->nodes[objects[0]];
-    for (size_t i = 0; i < n; i++) {
-        const graft__schema_node *o = &s->nodes[objects[i]];
-        uint32_t name = o->first, want = first->first;
-        bool tagged = o->kind == GRAFT__SCHEMA_OBJECT && o->count > 0 && (o->required & 1) &&
-                      s->value_of[name] < s->n_nodes &&
-                      s->nodes[s->value_of[name]].kind == GRAFT__SCHEMA_LITERALS &&
-                      s->text_at[name + 1] - s->text_at[name] ==
-                          s->text_at[want + 1] - s->text_at[want] &&
-                      memcmp(s->arena + s->text_at[name], s->arena + s->text_at[want],
-                             s->text_at[name + 1] - s->text_at[name]) == 0;
-        if (!tagged)
-            return fail(c, path, "'%s' has object alternatives that a tag does not tell apart: "
-                        "each needs the same first property, required, with const or enum "
-                        "values that no other alternative has", key);
-    }
     int tags = new_node(c, NULL, GRAFT__SCHEMA_LITERALS);
     int node = tags < 0 ? -1 : new_node(c, NULL, GRAFT__SCHEMA_TAGGED);
     if (node < 0)
         return -1;
     uint32_t texts = s->n_texts;
     for (size_t i = 0; i < n; i++) {
-        const graft__schema_node *values = &s->nodes[s->value_of[s->nodes[objects[i]].first]];
+        const graft__schema_node *values = tag_values(s, objects[i]);
         for (uint32_t k = values->first; k < values->first + values->count; k++) {
-            graft__schema_node so_far = {.first = texts, .count = s->n_texts - texts};
-            if (same_text(s, &so_far, k) >= 0)
-                return fail(c, path, "'%s' has object alternatives whose tags share a value",
-                            key);
-            if (s->n_texts - texts == GRAFT__SCHEMA_MAX_TEXTS)
-                return fail(c, path, "'%s' has more than 64 tag values", key);
             char value[256];
             uint32_t len = s->text_at[k + 1] - s->text_at[k];
-            if (len > sizeof value)
-                return fail(c, path, "'%s' has a tag value above 256 bytes", key);
             memcpy(value, s->arena + s->text_at[k], len); /* add_text may move the arena */
             if (add_text(c, value, len, (uint16_t)i) < 0)
                 return -1;
@@ -746,13 +753,56 @@ static int compile_tagged(compiler *c, const uint16_t *objects, size_t n, const 
     return node;
 }
 
-/* A union of the nodes made by `alt` for each of n alternatives, checked to begin
- * differently (object alternatives may instead be told apart by a tag); a single
- * alternative is returned as is. */
+/* Adds node alt (an alternative of the union being compiled, `key` at path) to alts, or its
+ * alternatives when it is a union itself (a union is flat); object nodes to objects. */
+static int add_alternative(compiler *c, uint16_t alt, uint16_t *alts, size_t *n_alts,
+                           uint16_t *objects, size_t *n_objects, const char *key,
+                           const char *path)
+{
+    const graft__schema_node *node = &c->out->nodes[alt];
+    if (node->kind == GRAFT__SCHEMA_UNION && node->count == 0)
+        return fail(c, path, "'%s' refers back to a union that holds it, before any value "
+                    "begins", key);
+    uint32_t count = node->kind == GRAFT__SCHEMA_UNION ? node->count : 1;
+    for (uint32_t i = 0; i < count; i++) {
+        uint16_t one = node->kind == GRAFT__SCHEMA_UNION ? c->out->alts[node->first + i] : alt;
+        bool object = c->out->nodes[one].classes == C_OBJECT;
+        if (*n_alts + *n_objects == GRAFT__SCHEMA_MAX_TEXTS)
+            return fail(c, path, "'%s' has more than 64 alternatives (nested ones counted)",
+                        key);
+        if (object)
+            objects[(*n_objects)++] = one;
+        else
+            alts[(*n_alts)++] = one;
+    }
+    return 0;
+}
+
+/* Whether no value can be an instance of two of the union's alternatives, as far as the
+ * first byte (alts[0, m), and n_objects objects) or a tag (by_tag) tells: oneOf needs
+ * exactly one, which the recognizer, following all that match, could not hold to. */
+static bool exclusive(const graft__json_schema *s, const uint16_t *alts, size_t m,
+                      size_t n_objects, bool by_tag)
+{
+    int seen = n_objects > 0 ? C_OBJECT : 0;
+    if (n_objects > 1 && !by_tag)
+        return false;
+    for (size_t i = 0; i < m; i++) {
+        if (s->nodes[alts[i]].classes & seen)
+            return false;
+        seen |= s->nodes[alts[i]].classes;
+    }
+    return true;
+}
+
+/* A union of the nodes made for each of n alternatives (nested unions flattened); object
+ * alternatives that a tag tells apart become one GRAFT__SCHEMA_TAGGED alternative. A single
+ * alternative is returned as is. Alternatives of anyOf (and of a type list) whose values can
+ * begin alike are followed together by the recognizer (json_recognizer.c); oneOf's must be
+ * exclusive. */
 static int compile_union(compiler *c, const json_t *schema, const json_t *list, size_t n,
                          const char *key, const char *path)
 {
-    uint16_t nodes[GRAFT__SCHEMA_MAX_TEXTS];
     if (n == 0 || n > GRAFT__SCHEMA_MAX_TEXTS)
         return fail(c, path, "'%s' must list 1 to 64 alternatives", key);
     if (n == 1 && strcmp(key, "type") != 0)
@@ -762,9 +812,8 @@ static int compile_union(compiler *c, const json_t *schema, const json_t *list, 
     if (node < 0)
         return -1;
     char sub[512];
-    int seen = 0;
-    uint16_t objects[GRAFT__SCHEMA_MAX_TEXTS];
-    size_t n_objects = 0, m = 0;
+    uint16_t alts[GRAFT__SCHEMA_MAX_TEXTS], objects[GRAFT__SCHEMA_MAX_TEXTS];
+    size_t m = 0, n_objects = 0;
     for (size_t i = 0; i < n; i++) {
         int alt;
         graft__schema_kind kind;
@@ -778,38 +827,33 @@ static int compile_union(compiler *c, const json_t *schema, const json_t *list, 
             snprintf(sub, sizeof sub, "%s.%s[%zu]", path, key, i);
             alt = compile(c, item, sub);
         }
-        if (alt < 0)
+        if (alt < 0 || add_alternative(c, (uint16_t)alt, alts, &m, objects, &n_objects, key,
+                                       path) < 0)
             return -1;
-        if (c->out->nodes[alt].classes == C_OBJECT) { /* objects: together, below */
-            objects[n_objects++] = (uint16_t)alt;
-            continue;
-        }
-        int classes = c->out->nodes[alt].classes;
-        if (classes & seen)
-            return fail(c, path, "'%s' has alternatives that begin alike (two arrays, two "
-                        "strings...): the first byte of a value must pick one",
-                        key);
-        seen |= classes;
-        nodes[m++] = (uint16_t)alt;
     }
-    if (n_objects > 0) {
-        int objects_node = n_objects == 1 ? objects[0]
-                                          : compile_tagged(c, objects, n_objects, key, path);
+    bool by_tag = n_objects > 1 && tagged(c->out, objects, n_objects);
+    if (strcmp(key, "oneOf") == 0 && !exclusive(c->out, alts, m, n_objects, by_tag))
+        return fail(c, path, "'%s' has alternatives that a value could match together: the "
+                    "first byte of a value, or a tag, must pick one (anyOf takes them)", key);
+    if (by_tag) {
+        int objects_node = compile_tagged(c, objects, n_objects);
         if (objects_node < 0)
             return -1;
-        if (seen & C_OBJECT)
-            return fail(c, path, "'%s' has alternatives that begin alike (an object and a "
-                        "value that may be one): the first byte of a value must pick one", key);
-        seen |= C_OBJECT;
-        nodes[m++] = (uint16_t)objects_node;
+        alts[m++] = (uint16_t)objects_node;
+    } else {
+        for (size_t i = 0; i < n_objects; i++)
+            alts[m++] = objects[i];
     }
     if (n == 1)
-        return nodes[0];
+        return alts[0];
+    uint8_t classes = 0;
+    for (size_t i = 0; i < m; i++)
+        classes |= c->out->nodes[alts[i]].classes;
     c->out->nodes[node].first = c->out->n_alts;
     c->out->nodes[node].count = (uint32_t)m;
-    c->out->nodes[node].classes = (uint8_t)seen;
+    c->out->nodes[node].classes = classes;
     for (size_t i = 0; i < m; i++)
-        if (add_alt(c, nodes[i]) < 0)
+        if (add_alt(c, alts[i]) < 0)
             return -1;
     return node;
 }

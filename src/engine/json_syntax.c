@@ -172,6 +172,35 @@ static bool push_frame(graft__json_syntax *s, uint16_t node)
     return true;
 }
 
+/* A value of union node *n begins with c: *n becomes the alternative it follows, the
+ * choice-th of those whose values can begin with c; where there are several, the fork is
+ * recorded (graft__json_recognizer follows the others). */
+static bool union_pick(graft__json_syntax *s, uint16_t *n, uint8_t c)
+{
+    const graft__schema_node *u = node_of(s, *n);
+    int class = graft__json_first_class(c);
+    uint32_t matching = 0, picked = 0;
+    for (uint32_t i = 0; i < u->count; i++) {
+        if (!(node_of(s, s->schema->alts[u->first + i])->classes & class))
+            continue;
+        if (matching == s->choice)
+            picked = s->schema->alts[u->first + i];
+        matching++;
+    }
+    if (matching > 1 && s->n_forks == GRAFT__SCHEMA_MAX_DEPTH + 1)
+        matching = 1; /* unreachable (a fork's depth exceeds its outer one's): the first */
+    if (matching > 1) {
+        s->n_choices = (uint8_t)matching;
+        s->forks[s->n_forks].at = s->fed;
+        s->forks[s->n_forks].choice = s->choice;
+        s->forks[s->n_forks++].depth = s->depth;
+    }
+    if (s->choice >= matching)
+        return false;
+    *n = (uint16_t)picked;
+    return true;
+}
+
 /* A value begins with c where the schema expects node s->expect. */
 static bool schema_value_start(graft__json_syntax *s, uint8_t c)
 {
@@ -184,18 +213,10 @@ static bool schema_value_start(graft__json_syntax *s, uint8_t c)
             (*frame_count(s))++;
     }
     uint16_t n = s->expect;
-    int class = graft__json_first_class(c);
-    if (node_of(s, n)->kind == GRAFT__SCHEMA_UNION) {
-        const graft__schema_node *u = node_of(s, n);
-        uint32_t i = 0;
-        while (i < u->count && !(node_of(s, s->schema->alts[u->first + i])->classes & class))
-            i++;
-        if (i == u->count)
-            return false;
-        n = s->schema->alts[u->first + i];
-    }
+    if (node_of(s, n)->kind == GRAFT__SCHEMA_UNION && !union_pick(s, &n, c))
+        return false;
     const graft__schema_node *node = node_of(s, n);
-    if (!(node->classes & class))
+    if (!(node->classes & graft__json_first_class(c)))
         return false;
     switch (node->kind) {
     case GRAFT__SCHEMA_ANY:
@@ -507,6 +528,8 @@ static bool value_end(graft__json_syntax *s)
 {
     if (s->num_bounds != NULL && s->free_depth == 0 && !number_within(s))
         return false;
+    if (s->n_forks > 0 && s->forks[s->n_forks - 1].depth == s->depth)
+        s->n_forks--; /* the union's value ended: the alternative taken no longer matters */
     s->num_bounds = NULL;
     s->mode = s->depth == 0 ? M_DONE : M_AFTER;
     if (s->schema == NULL)
@@ -835,6 +858,7 @@ static bool syntax_byte(graft__json_syntax *s, uint8_t c)
 
 bool graft__json_syntax_feed(graft__json_syntax *s, uint8_t c)
 {
+    s->fed++;
     bool checked = schema_on(s) && s->check != CHECK_NONE;
     if (checked && !schema_byte(s, c))
         return false;

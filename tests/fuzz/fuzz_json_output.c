@@ -4,9 +4,11 @@
  *
  * An input is a document, or a schema, a line "\n---\n" and a document. The schema must
  * compile or be refused with GRAFT_EINVAL and a message that starts "json_schema"; the
- * document is then fed a byte at a time until one is refused. Each byte is also fed to a
- * copy of the state, which must answer alike (the state is a plain value), and done() may
- * only hold after a '}' or whitespace. ASan and UBSan do the rest. Seeds live in
+ * document is then fed a byte at a time to the recognizer (graft__json_recognizer, which
+ * follows the alternatives of unions together) until one is refused, which must leave it
+ * unchanged. Each byte is also fed to a copy, which must answer alike (the recognizer is a
+ * plain value), the states followed stay within GRAFT__JSON_MAX_STATES, and done() may only
+ * hold after a '}' or whitespace. ASan and UBSan do the rest. Seeds live in
  * tests/fuzz/seeds/fuzz_json_output/.
  */
 #include <stdlib.h>
@@ -40,17 +42,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         doc = sep + 5;
         doc_len = size - (size_t)(doc - data);
     }
-    graft__json_syntax s;
-    graft__json_syntax_init_schema(&s, schema);
+    graft__json_recognizer *r = malloc(2 * sizeof *r);
+    require(r != NULL);
+    graft__json_recognizer_init(&r[0], schema);
     for (size_t i = 0; i < doc_len; i++) {
-        graft__json_syntax copy = s;
-        bool ok = graft__json_syntax_feed(&s, doc[i]);
-        require(graft__json_syntax_feed(&copy, doc[i]) == ok);
-        if (!ok)
+        r[1] = r[0];
+        bool ok = graft__json_recognizer_feed(&r[0], doc[i]);
+        if (!ok) {
+            require(memcmp(&r[0], &r[1], sizeof r[0]) == 0);
             break;
-        require(!graft__json_syntax_done(&s) || doc[i] == '}' || doc[i] == ' ' ||
+        }
+        require(graft__json_recognizer_feed(&r[1], doc[i]));
+        require(r[0].n_states == r[1].n_states && r[0].n_states >= 1 &&
+                r[0].n_states <= GRAFT__JSON_MAX_STATES);
+        require(!graft__json_recognizer_done(&r[0]) || doc[i] == '}' || doc[i] == ' ' ||
                 doc[i] == '\t' || doc[i] == '\n');
     }
+    free(r);
     graft__json_schema_free(schema);
     return 0;
 }

@@ -6,7 +6,8 @@
  * $GRAFT_MODELS_DIR/vocab/ggml-vocab-qwen2.gguf or ../shared/models/...), builds the
  * engine's mask index once (timed), then masks a logits row --reps times (after --warmup) at
  * each of a few texts generated so far, with no schema and with one (and inside strings held
- * to formats, whose masks walk every token), and prints for each
+ * to formats, whose masks walk every token, and where a union's alternatives are followed
+ * together), and prints for each
  * the tokens left and the median, fastest and slowest mask time. One thread: the engine
  * masks on its own thread, between forward passes.
  *
@@ -29,6 +30,15 @@ static const char strings_schema_text[] =
     "{\"type\": \"object\", \"properties\": {\"day\": {\"type\": \"string\", \"format\": "
     "\"date\"}, \"site\": {\"type\": \"string\", \"format\": \"uri\", \"maxLength\": 200}}}";
 
+/* A union that the first byte of its values does not decide: cats and dogs both begin with a
+ * name, so both are followed until a key tells them apart. */
+static const char unions_schema_text[] =
+    "{\"type\": \"object\", \"properties\": {\"pets\": {\"type\": \"array\", \"items\": "
+    "{\"anyOf\": [{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "
+    "\"meow\": {\"type\": \"boolean\"}}, \"required\": [\"name\", \"meow\"]}, {\"type\": "
+    "\"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"bark\": {\"type\": "
+    "\"integer\"}}, \"required\": [\"name\", \"bark\"]}]}}}, \"required\": [\"pets\"]}";
+
 /* Texts generated so far: the start, inside a string, inside a number, a key, an enum. */
 static const char *const prefixes[] = {"", "{\"name\": \"The qu", "{\"name\": \"A\", \"age\": 12",
                                        "{\"name\": \"A\", \"a", "{\"name\": \"A\", \"age\": 1, "
@@ -36,6 +46,10 @@ static const char *const prefixes[] = {"", "{\"name\": \"The qu", "{\"name\": \"
 /* Inside a date, and inside a URI of at most 200 characters. */
 static const char *const string_prefixes[] = {"{\"day\": \"2024-0",
                                               "{\"day\": \"2024-01-02\", \"site\": \"https://ex"};
+
+/* Before a union's value (where it forks), inside a string and at a key both follow. */
+static const char *const union_prefixes[] = {"{\"pets\": [", "{\"pets\": [{\"name\": \"Fel",
+                                             "{\"pets\": [{\"name\": \"Felix\", \""};
 
 static double now_us(void)
 {
@@ -46,10 +60,10 @@ static void bench_prefix(const graft__json_mask *mask, const graft__json_schema 
                          const char *prefix, float *logits, int32_t n_vocab, int reps,
                          int warmup)
 {
-    graft__json_syntax s;
-    graft__json_syntax_init_schema(&s, schema);
+    graft__json_recognizer s;
+    graft__json_recognizer_init(&s, schema);
     for (const char *p = prefix; *p != '\0'; p++)
-        if (!graft__json_syntax_feed(&s, (uint8_t)*p)) {
+        if (!graft__json_recognizer_feed(&s, (uint8_t)*p)) {
             fprintf(stderr, "bench_json_mask: '%s' is not a prefix\n", prefix);
             exit(1);
         }
@@ -90,7 +104,7 @@ int main(int argc, char **argv)
     graft_model_info info;
     graft_model_get_info(model, &info);
     graft__json_mask *mask = NULL;
-    graft__json_schema *schema = NULL, *strings_schema = NULL;
+    graft__json_schema *schema = NULL, *strings_schema = NULL, *unions_schema = NULL;
     double t0 = now_us();
     int rc = graft__json_mask_create(model->vocab, info.n_vocab, &mask);
     double build_ms = (now_us() - t0) / 1e3;
@@ -98,7 +112,9 @@ int main(int argc, char **argv)
     if (rc != GRAFT_OK || logits == NULL ||
         graft__json_schema_compile(schema_text, strlen(schema_text), &schema, NULL) != GRAFT_OK ||
         graft__json_schema_compile(strings_schema_text, strlen(strings_schema_text),
-                                   &strings_schema, NULL) != GRAFT_OK) {
+                                   &strings_schema, NULL) != GRAFT_OK ||
+        graft__json_schema_compile(unions_schema_text, strlen(unions_schema_text),
+                                   &unions_schema, NULL) != GRAFT_OK) {
         fprintf(stderr, "bench_json_mask: out of memory\n");
         return 1;
     }
@@ -111,9 +127,13 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof string_prefixes / sizeof string_prefixes[0]; i++)
         bench_prefix(mask, strings_schema, string_prefixes[i], logits, info.n_vocab, reps,
                      warmup);
+    for (size_t i = 0; i < sizeof union_prefixes / sizeof union_prefixes[0]; i++)
+        bench_prefix(mask, unions_schema, union_prefixes[i], logits, info.n_vocab, reps,
+                     warmup);
     free(logits);
     graft__json_schema_free(schema);
     graft__json_schema_free(strings_schema);
+    graft__json_schema_free(unions_schema);
     graft__json_mask_free(mask);
     graft_model_free(model);
     return 0;

@@ -511,12 +511,15 @@ typedef enum graft_output_format {
  * to: an object schema of the subset OpenAI's structured outputs and pydantic / zod write.
  * Supported: type (one or a list), properties and required (properties are generated in the
  * order listed; unlisted ones never), items, minItems and maxItems (up to 65534), enum and
- * const of scalars, anyOf / oneOf whose alternatives begin differently (object, array,
- * string, number, boolean, null) or are objects told apart by a tag (the same first
- * property in each, required, const or enum values no two share), allOf of one schema, $ref
- * to "#" or into $defs / definitions, and on strings pattern (the ECMA-262 subset schemas use: classes, groups,
- * alternation, quantifiers, anchors; no lookaround or backreferences), format (date, time,
- * date-time, uuid, ipv4, hostname, email, uri) or, not both, and minLength / maxLength (code
+ * const of scalars, anyOf of up to 64 alternatives, nested ones counted (those a value's
+ * bytes have not yet told apart are followed together; where more than 16 would be open at
+ * once, the ones listed later are not), oneOf whose alternatives no value can match together
+ * as far as the first byte (object, array, string, number, boolean, null) or a tag (the same
+ * first property in each, required, const or enum values no two share) tells, allOf of one
+ * schema, $ref to "#" or into $defs / definitions, and on strings pattern (the ECMA-262
+ * subset schemas use: classes, groups, alternation, quantifiers, anchors; no lookaround or
+ * backreferences), format (date, time, date-time, uuid, ipv4, hostname, email, uri) or,
+ * not both, and minLength / maxLength (code
  * points, at most 10000), and on numbers minimum, maximum, exclusiveMinimum,
  * exclusiveMaximum and multipleOf; annotations (title, description, default, examples...) are
  * ignored. A typed number has at most 18 digits before its point, 18 after it and 2 in its

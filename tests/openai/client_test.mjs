@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
+import { LengthFinishReasonError } from 'openai/error';
 import { z } from 'zod';
 
 const port = process.argv[2];
@@ -229,6 +230,38 @@ await check('zod through the SDK: a discriminated union with bounds, parsed and 
         const drawing = completion.choices[0].message.parsed;
         assert.ok(drawing.shape.kind === 'circle' || drawing.shape.kind === 'square');
     }
+});
+
+await check('zod through the SDK: unions without a tag, followed together, parsed by zod', async () => {
+    // cats and dogs both begin with a name; an id is a small integer or a number from 100 to 200
+    const Pet = z.union([
+        z.object({ name: z.string().max(8), meow: z.boolean() }),
+        z.object({ name: z.string().max(8), bark: z.number().int().min(1).max(5) }),
+    ]);
+    const Id = z.union([z.number().int().min(0).max(9), z.number().min(100).max(200)]);
+    const Owner = z.object({ pets: z.array(Pet).min(1).max(2), id: Id });
+    let parsed = 0;
+    for (const seed of [1, 2, 3, 4]) {
+        let completion;
+        try {
+            completion = await client.chat.completions.parse({
+                model: 'stories260K', messages, max_tokens: 160, temperature: 1, seed,
+                response_format: zodResponseFormat(Owner, 'owner'),
+                logit_bias: { 37: 6, 436: 6, 128: 10 },
+            });
+        } catch (e) {
+            if (e instanceof LengthFinishReasonError) // cut by max_tokens: nothing to parse
+                continue;
+            throw e;
+        }
+        // parse() runs zod on the answer: it throws unless the answer is an Owner
+        const owner = completion.choices[0].message.parsed;
+        for (const pet of owner.pets)
+            assert.ok(typeof pet.meow === 'boolean' || Number.isInteger(pet.bark));
+        assert.ok((Number.isInteger(owner.id) && owner.id <= 9) || owner.id >= 100);
+        parsed++;
+    }
+    assert.ok(parsed >= 2, `${parsed} of 4 answers finished`);
 });
 
 await check('response_format json_object: JSON.parse takes the answer, whole and streamed', async () => {

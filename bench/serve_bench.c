@@ -224,7 +224,7 @@ static int serve_start(graft_model *m, const opts *o, int slots, int ctx, served
         graft_prefix_cache_create(sv->engine, CACHE_ENTRIES, 0, &sv->cache, NULL) != GRAFT_OK)
         return -1;
     graft__server_config cfg = {"127.0.0.1", 0, "bench", NULL, 1 << 20, QUEUE, slots,
-                                2 * (slots + QUEUE) + 16, 600, 30, 16, 600, 5000, 16, 30000,
+                                2 * (slots + QUEUE) + 16, 600, 30, 16, 600, 0, 5000, 16, 30000,
                                 NULL};
     char *err = NULL;
     if (graft__server_start(&cfg, &sv->http, &sv->port, &err) != GRAFT_OK) {

@@ -32,17 +32,18 @@
 #define DEFAULT_GRACE_MS 5000
 #define DEFAULT_NAMED 16
 #define DEFAULT_TTL_S 600
+#define DEFAULT_STORED_RESPONSES 256
 #define DEFAULT_REUSE_MIN_TOKENS 16
 #define DEFAULT_REUSE_WAIT_MS 30000
 
 static const char serve_usage[] =
     "usage: graft serve [-m MODEL] [OPTIONS]\n"
     "\n"
-    "Serves the model over HTTP with an OpenAI-compatible API: POST /v1/completions and\n"
-    "/v1/chat/completions (streamed as server-sent events with \"stream\": true), GET\n"
-    "/v1/models[/ID], /health, /metrics (Prometheus), /v1/sessions and /props; POST\n"
-    "/tokenize, /detokenize, /apply-template and llama-server's /completion; DELETE\n"
-    "/v1/sessions/ID.\n"
+    "Serves the model over HTTP with an OpenAI-compatible API: POST /v1/completions,\n"
+    "/v1/chat/completions and /v1/responses (streamed as server-sent events with \"stream\":\n"
+    "true), GET /v1/models[/ID], /v1/responses/ID, /health, /metrics (Prometheus),\n"
+    "/v1/sessions and /props; POST /tokenize, /detokenize, /apply-template and\n"
+    "llama-server's /completion; DELETE /v1/sessions/ID and /v1/responses/ID.\n"
     "Prompts that begin as an earlier one did reuse its KV from the prefix cache, or from a\n"
     "request still running (active reuse); the answer is the same bits either way. Runs\n"
     "until SIGINT or SIGTERM, then finishes running requests.\n"
@@ -62,6 +63,9 @@ static const char serve_usage[] =
     "  --cache-entries N       prompt snapshots the prefix cache holds (default 32)\n"
     "  --named-sessions N      named sessions kept (session_id, X-Session-ID; default 16)\n"
     "  --session-ttl S         seconds an idle named session is kept (default 600)\n"
+    "  --stored-responses N    responses kept for previous_response_id and GET\n"
+    "                          /v1/responses/ID, least recently used first to go\n"
+    "                          (default 256; 0: none)\n"
     "  --cache-mem SIZE        KV bytes the cache holds alone at most (default: no bound\n"
     "                          but --kv-mem; it gives blocks back when a request waits)\n"
     "  --threads N             compute threads (default: one per online CPU)\n"
@@ -100,7 +104,7 @@ typedef struct serve_options {
     const char *allow_origins;
     int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, request_timeout_s,
         grace_ms;
-    int32_t named, ttl_s, reuse_min_tokens, reuse_wait_ms;
+    int32_t named, ttl_s, stored, reuse_min_tokens, reuse_wait_ms;
     size_t kv_mem, cache_mem, max_body;
 } serve_options;
 
@@ -111,7 +115,8 @@ static int parse(int argc, char **argv, serve_options *o)
                          .timeout_s = DEFAULT_TIMEOUT_S,
                          .request_timeout_s = DEFAULT_REQUEST_TIMEOUT_S, .grace_ms = DEFAULT_GRACE_MS,
                          .max_body = DEFAULT_MAX_BODY, .named = DEFAULT_NAMED,
-                         .ttl_s = DEFAULT_TTL_S, .reuse_min_tokens = DEFAULT_REUSE_MIN_TOKENS,
+                         .ttl_s = DEFAULT_TTL_S, .stored = DEFAULT_STORED_RESPONSES,
+                         .reuse_min_tokens = DEFAULT_REUSE_MIN_TOKENS,
                          .reuse_wait_ms = DEFAULT_REUSE_WAIT_MS};
     const graft__cli_opt opts[] = {
         {"--model", "-m", GRAFT_CLI_STRING, &o->model, 0, 0, 0},
@@ -126,6 +131,7 @@ static int parse(int argc, char **argv, serve_options *o)
         {"--cache-mem", NULL, GRAFT_CLI_SIZE, &o->cache_mem, 1, (double)SIZE_MAX, 0},
         {"--named-sessions", NULL, GRAFT_CLI_INT, &o->named, 1, 1000, 0},
         {"--session-ttl", NULL, GRAFT_CLI_INT, &o->ttl_s, 1, 30 * 86400, 0},
+        {"--stored-responses", NULL, GRAFT_CLI_INT, &o->stored, 0, 100000, 0},
         {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
         {"--api-key", NULL, GRAFT_CLI_STRING, &o->api_key, 0, 0, 0},
@@ -283,7 +289,7 @@ int graft__cli_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     graft__server_config cfg = {o.host, o.port, alias, o.api_key, o.max_body, o.queue, o.slots,
                                 2 * (o.slots + o.queue) + 16, o.timeout_s, o.request_timeout_s,
-                                o.named, o.ttl_s, o.grace_ms, o.reuse_min_tokens,
+                                o.named, o.ttl_s, o.stored, o.grace_ms, o.reuse_min_tokens,
                                 o.reuse_wait_ms, o.allow_origins};
     graft__server *server = NULL;
     int port = 0;

@@ -594,6 +594,7 @@ void graft__completion_finish(completion *c, graft__request_log *log)
     free(c->echo_starts);
     free(c->out);
     free(c->take_logprobs);
+    graft__responses_free(c->resp);
     free(c);
 }
 
@@ -630,6 +631,10 @@ static void whole_reply(completion *c, graft__reply *reply)
         return;
     }
     choice *first = &c->choices[0];
+    if (c->resp != NULL) {
+        graft__reply_json(reply, 200, graft__responses_settle(c));
+        return;
+    }
     if (c->llama) {
         graft__reply_json(reply, 200,
                           graft__llama_json(c, first->text ? first->text : "", first->len, true));
@@ -779,7 +784,10 @@ completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
     c->ctx = ctx;
     c->llama = api == GRAFT__API_LLAMA;
     c->created = (long long)time(NULL);
-    snprintf(c->id, sizeof c->id, "%s-%llu", api == GRAFT__API_CHAT ? "chatcmpl" : "cmpl",
+    const char *prefix = api == GRAFT__API_CHAT        ? "chatcmpl-"
+                         : api == GRAFT__API_RESPONSES ? "resp_"
+                                                       : "cmpl-";
+    snprintf(c->id, sizeof c->id, "%s%llu", prefix,
              (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
     c->n_choices = 1; /* until parsed: what graft__completion_finish walks */
     c->source_index = -1;
@@ -841,7 +849,8 @@ static void produce_choice(completion *c, choice *ch)
 void graft__completion_produce(completion *c, int timeout_ms)
 {
     if (c->sent_final) {
-        if (!c->llama && !c->in_batch) /* llama-server's stream ends with its stop chunk */
+        /* llama-server's stream ends with its stop chunk, a response's with its last event */
+        if (!c->llama && !c->in_batch && c->resp == NULL)
             graft__append(&c->out, &c->out_len, &c->out_cap, "data: [DONE]\n\n", 14);
         c->sent_done = true;
         return;
@@ -855,9 +864,18 @@ void graft__completion_produce(completion *c, int timeout_ms)
     const char *message = NULL;
     int status = going ? GRAFT_OK : graft__completion_status(c, &message);
     if (status != GRAFT_OK) {
-        emit(c, json_pack("{s:{s:s, s:s}}", "error", "message",
-                          message ? message : graft_status_str(status), "type", "server_error"));
+        if (c->resp != NULL)
+            graft__responses_failed(c, message ? message : graft_status_str(status));
+        else
+            emit(c, json_pack("{s:{s:s, s:s}}", "error", "message",
+                              message ? message : graft_status_str(status), "type",
+                              "server_error"));
         c->sent_final = true;
+        return;
+    }
+    if (c->resp != NULL) {
+        graft__responses_events(c, going);
+        c->sent_final = !going;
         return;
     }
     for (int32_t i = 0; i < c->n_choices; i++) {
@@ -920,7 +938,10 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, gra
     completion *c = graft__completion_new(ctx, api, reply);
     if (c == NULL)
         return;
-    if (graft__completion_begin(c, body, api, session_header, owner, reply) != 0) {
+    int begun = api == GRAFT__API_RESPONSES
+                    ? graft__responses_begin(c, body, session_header, owner, reply)
+                    : graft__completion_begin(c, body, api, session_header, owner, reply);
+    if (begun != 0) {
         graft__completion_finish(c, log);
         return;
     }

@@ -62,10 +62,14 @@ typedef struct fork_slot {
     graft_session *clone;
 } fork_slot;
 
+/* responses.c: a Responses API request's own state. */
+typedef struct graft__responses graft__responses;
+
 struct completion {
     const graft__server_ctx *ctx;
     graft__completion_request req;
     bool llama;            /* llama-server's /completion shape */
+    graft__responses *resp; /* the Responses API's shape (responses.c), or NULL */
     char id[48];
     long long created;
     int32_t *prompt;
@@ -141,6 +145,21 @@ void graft__append_event(char **buf, size_t *len, size_t *cap, json_t *j);
 /* A stream's read: copies pending bytes from *off (up to len, at most max) into buf and moves
  * *off past them; their count, or -1 when none is left. */
 long graft__take_pending(const char *pending, size_t len, size_t *off, char *buf, size_t max);
+
+/* responses.c: the Responses API on the chat completion path. */
+/* graft__completion_begin for a Responses body: translated into a chat completion request
+ * (c->resp set); -1 with the reply set. */
+int graft__responses_begin(completion *c, const json_t *body, const char *session_header,
+                           const char *owner, graft__reply *reply);
+/* The finished response object (a reference), stored the first time when `store` says so. */
+json_t *graft__responses_settle(completion *c);
+/* A stream's events since the last step (graft__completion_produce's, for c->resp);
+ * `going`: the choice still generates. The last step ends with response.completed (or
+ * response.incomplete). */
+void graft__responses_events(completion *c, bool going);
+/* A stream's end on a failed generation: response.failed with the message. */
+void graft__responses_failed(completion *c, const char *message);
+void graft__responses_free(graft__responses *r);
 
 /* batch.c */
 /* Whether a completions body holds several prompts: `prompt` an array of strings (more

@@ -5,9 +5,9 @@
  *
  * Routes: GET /health (503 until the model is loaded and the engine runs), GET /v1/models,
  * GET /metrics, POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
- * POST /detokenize, GET /v1/sessions, DELETE /v1/sessions/{id}, and llama-server's
- * POST /completion, POST /apply-template and GET /props; any other path is a JSON 404, a known path with
- * another method a 405.
+ * POST /detokenize, GET /v1/sessions, DELETE /v1/sessions/{id}, POST /v1/responses, GET and
+ * DELETE /v1/responses/{id}, and llama-server's POST /completion, POST /apply-template and
+ * GET /props; any other path is a JSON 404, a known path with another method a 405.
  *
  * Admission: at most `slots` completions generate at once; up to max_queue more wait for a
  * slot; beyond that a request is answered 429 with Retry-After at once (the connection is
@@ -42,6 +42,7 @@ struct graft__server {
     graft__server_metrics metrics;
     graft__session_store sessions;
     graft__donors donors;
+    graft__response_store responses;
     graft__deadlines *deadlines;
     bool reclaim_added; /* the named sessions' reclaim hook is registered */
     atomic_bool ready;
@@ -63,7 +64,7 @@ typedef struct request {
     bool replying; /* counted in the server's replying until MHD completes the request */
 } request;
 
-enum { EP_COMPLETIONS, EP_CHAT, EP_OTHER, EP_UNKNOWN };
+enum { EP_COMPLETIONS, EP_CHAT, EP_RESPONSES, EP_OTHER, EP_UNKNOWN };
 
 /* ---- replies ---------------------------------------------------------------------------------- */
 
@@ -354,7 +355,8 @@ static void route_detokenize(graft__server *s, const json_t *body, graft__reply 
 
 typedef enum route {
     R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_SESSIONS,
-    R_SESSION, R_APPLY_TEMPLATE, R_PROPS, R_LLAMA_COMPLETION, R_MODEL, R_NONE
+    R_SESSION, R_APPLY_TEMPLATE, R_PROPS, R_LLAMA_COMPLETION, R_MODEL, R_RESPONSES,
+    R_RESPONSE, R_RESPONSE_DELETE, R_NONE
 } route;
 
 static const struct {
@@ -366,18 +368,25 @@ static const struct {
                     {"/detokenize", "POST"},      {"/v1/sessions", "GET"},
                     {"/v1/sessions/", "DELETE"},  {"/apply-template", "POST"},
                     {"/props", "GET"},            {"/completion", "POST"},
-                    {"/v1/models/", "GET"}};
+                    {"/v1/models/", "GET"},       {"/v1/responses", "POST"},
+                    {"/v1/responses/", "GET"},    {"/v1/responses/", "DELETE"}};
 
-static route find_route(const char *url)
+/* The route of url that takes method, else the first route of url (for a 405), or R_NONE. */
+static route find_route(const char *url, const char *method)
 {
+    route found = R_NONE;
     for (int i = 0; i < R_NONE; i++) {
         size_t n = strlen(routes[i].path);
         if (routes[i].path[n - 1] == '/' ? strncmp(url, routes[i].path, n) == 0 &&
                                                url[n] != '\0' && strchr(url + n, '/') == NULL
-                                         : strcmp(url, routes[i].path) == 0)
-            return (route)i;
+                                         : strcmp(url, routes[i].path) == 0) {
+            if (strcmp(routes[i].method, method) == 0)
+                return (route)i;
+            if (found == R_NONE)
+                found = (route)i;
+        }
     }
-    return R_NONE;
+    return found;
 }
 
 /* The API key the client presented (the owner of its named sessions), or NULL. */
@@ -404,6 +413,23 @@ static void route_delete_session(graft__server *s, struct MHD_Connection *conn, 
     else
         graft__reply_json(reply, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object",
                                                 "session", "deleted", 1));
+}
+
+/* GET /v1/responses/{id}: a stored response; DELETE: forgets it. */
+static void route_response(graft__server *s, struct MHD_Connection *conn, const char *id,
+                           bool delete, graft__reply *reply)
+{
+    const char *owner = client_key(s, conn);
+    json_t *response = delete ? NULL : graft__response_store_get(&s->responses, id, owner);
+    if (delete ? graft__response_store_delete(&s->responses, id, owner) != GRAFT_OK
+               : response == NULL)
+        graft__reply_error(reply, 404, "not_found_error", NULL, "no stored response '%.100s'",
+                           id);
+    else if (delete)
+        graft__reply_json(reply, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object",
+                                                "response", "deleted", 1));
+    else
+        graft__reply_json(reply, 200, response);
 }
 
 /* llama-server's POST /apply-template: {"prompt": the messages rendered}. */
@@ -474,11 +500,19 @@ static int client_fd(struct MHD_Connection *conn)
     return ci ? ci->connect_fd : -1;
 }
 
-/* The methods route r takes, as an Allow header says them. */
+/* The methods r's path takes (its routes'), as an Allow header says them. */
 static void allow_of(route r, char *out, size_t cap)
 {
-    bool get = strcmp(routes[r].method, "GET") == 0;
-    snprintf(out, cap, "%s%s, OPTIONS", routes[r].method, get ? ", HEAD" : "");
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < R_NONE; i++) {
+        if (strcmp(routes[i].path, routes[r].path) != 0)
+            continue;
+        bool get = strcmp(routes[i].method, "GET") == 0;
+        len += (size_t)snprintf(out + len, cap - len, "%s%s, ", routes[i].method,
+                                get ? ", HEAD" : "");
+    }
+    snprintf(out + len, cap - len, "OPTIONS");
 }
 
 /* The answer to OPTIONS on a route: the methods it takes, and for a browser's preflight from
@@ -505,11 +539,12 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
                                 const char *url, const char *method)
 {
     graft__reply reply = {0};
-    route r = find_route(url);
+    route r = find_route(url, method);
     rq->endpoint = r == R_COMPLETIONS || r == R_LLAMA_COMPLETION ? EP_COMPLETIONS
                    : r == R_CHAT                                  ? EP_CHAT
-                   : r == R_NONE      ? EP_UNKNOWN
-                                      : EP_OTHER;
+                   : r == R_RESPONSES                             ? EP_RESPONSES
+                   : r == R_NONE                                  ? EP_UNKNOWN
+                                                                  : EP_OTHER;
     graft__request_log log = {0};
     bool logged_generation = false;
     if (r != R_NONE && strcmp(method, "OPTIONS") == 0) {
@@ -550,6 +585,8 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
         route_delete_session(s, conn, url + strlen(routes[R_SESSION].path), &reply);
     } else if (r == R_PROPS) {
         route_props(s, &reply);
+    } else if (r == R_RESPONSE || r == R_RESPONSE_DELETE) {
+        route_response(s, conn, url + strlen(routes[r].path), r == R_RESPONSE_DELETE, &reply);
     } else {
         json_error_t jerr;
         json_t *body = json_loadb(rq->body ? rq->body : "", rq->len, 0, &jerr);
@@ -581,6 +618,7 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
                     sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                       "x-session-affinity");
                 graft__api api = r == R_CHAT               ? GRAFT__API_CHAT
+                                 : r == R_RESPONSES        ? GRAFT__API_RESPONSES
                                  : r == R_LLAMA_COMPLETION ? GRAFT__API_LLAMA
                                                            : GRAFT__API_TEXT;
                 graft__completion_run(&s->ctx, body, api, client_fd(conn), sid,
@@ -747,7 +785,10 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     s->ctx.metrics = &s->metrics;
     s->ctx.sessions = &s->sessions;
     s->ctx.donors = &s->donors;
+    s->ctx.responses = &s->responses;
     int rc = GRAFT_ENOMEM;
+    if (graft__response_store_init(&s->responses, config->stored_responses) != GRAFT_OK)
+        goto no_responses;
     if (graft__sessions_store_init(&s->sessions, config->named_sessions,
                                    config->session_ttl_s) != GRAFT_OK)
         goto no_sessions;
@@ -789,6 +830,8 @@ no_deadlines:
 no_donors:
     graft__sessions_store_free(&s->sessions);
 no_sessions:
+    graft__response_store_free(&s->responses);
+no_responses:
     free(s);
     return rc;
 }
@@ -839,6 +882,7 @@ void graft__server_stop(graft__server *s)
         graft_engine_reclaim_remove(s->ctx.engine, graft__sessions_reclaim, &s->sessions);
     graft__donors_free(&s->donors);
     graft__sessions_store_free(&s->sessions);
+    graft__response_store_free(&s->responses);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -18,6 +18,9 @@
  *   batch.c       several prompts in one completions request, one completion each
  *   tool_calls.c  tool calls parsed from generated text
  *   chat.c        chat messages to prompt text through the model's chat template
+ *   responses.c   the Responses API: a request as a chat completion, the answer as a
+ *                 response object or its typed events
+ *   response_store.c  stored responses, continued with previous_response_id
  *   sessions.c    named sessions: a conversation's KV kept between its requests
  *   donors.c      active reuse: a request takes a running request's computed prompt
  *   channel.c     tokens from the engine thread to the request's HTTP thread
@@ -93,6 +96,7 @@ typedef struct graft__server_config {
     int32_t request_timeout_s; /* a new connection's first request must arrive within it */
     int32_t named_sessions; /* named sessions kept at most */
     int32_t session_ttl_s;  /* an idle named session expires after this */
+    int32_t stored_responses; /* responses kept for previous_response_id (0: none) */
     int32_t grace_ms;       /* shutdown: how long running requests may finish */
     int32_t reuse_min_tokens; /* active reuse: tokens a donor must save beyond the cache */
     int32_t reuse_wait_ms;    /* active reuse: how long to wait for a prefilling donor */
@@ -321,6 +325,35 @@ void graft__sessions_reclaim(graft_engine *engine, int64_t bytes_short, void *us
 /* The owner's entries: [{id, tokens, busy, idle_s}]. */
 json_t *graft__sessions_list(graft__session_store *st, const char *owner);
 
+/* ---- response_store.c -------------------------------------------------------------------------- */
+
+typedef struct graft__stored graft__stored;
+
+/* The responses kept (least recently used first to go), under mu. */
+typedef struct graft__response_store {
+    pthread_mutex_t mu;
+    graft__stored *newest, *oldest;
+    int32_t count, max;
+} graft__response_store;
+
+int graft__response_store_init(graft__response_store *st, int32_t max);
+void graft__response_store_free(graft__response_store *st);
+/* Keeps response `id` (owner: the API key, or NULL; previous: the response it continued, or
+ * NULL) with its items (its input items, then its output items) and its response object,
+ * both referenced, not consumed. Beyond max, the least recently used is forgotten; max 0
+ * keeps nothing. GRAFT_ENOMEM. */
+int graft__response_store_put(graft__response_store *st, const char *id, const char *owner,
+                              const char *previous, json_t *items, json_t *response);
+/* *items: the conversation that response id ends, the items of each response of its chain,
+ * oldest first (a new array). GRAFT_ENOTFOUND: id, or a response it continues, is not kept
+ * for this owner. GRAFT_ENOMEM. */
+int graft__response_store_history(graft__response_store *st, const char *id, const char *owner,
+                                  json_t **items);
+/* The owner's response object `id` (a reference), or NULL. */
+json_t *graft__response_store_get(graft__response_store *st, const char *id, const char *owner);
+/* Forgets it. GRAFT_ENOTFOUND when the owner has none of that id. */
+int graft__response_store_delete(graft__response_store *st, const char *id, const char *owner);
+
 /* ---- donors.c -------------------------------------------------------------------------------- */
 
 enum { GRAFT__DONOR_RETENTION, GRAFT__DONOR_BOUNDARY, GRAFT__DONOR_CLOSED, GRAFT__DONOR_CAPACITY,
@@ -376,8 +409,8 @@ typedef struct graft__histogram {
 } graft__histogram;
 
 struct graft__server_metrics {
-    atomic_ullong requests[4][6]; /* endpoint (completions, chat, other, error) x status
-                                     class (2xx .. 5xx as 0..3, 4: 429, 5: 401) */
+    atomic_ullong requests[5][6]; /* endpoint (completions, chat, responses, other, unknown)
+                                     x status class (2xx .. 5xx as 0..3, 4: 429, 5: 401) */
     atomic_ullong prompt_tokens_reused, prompt_tokens_computed, generated_tokens;
     atomic_ullong reused_from[GRAFT__SOURCES]; /* prompt_tokens_reused by source */
     atomic_ullong cache_hits, cache_misses;
@@ -441,6 +474,7 @@ typedef struct graft__server_ctx {
     const graft__chat *chat;
     graft__session_store *sessions;
     graft__donors *donors;
+    graft__response_store *responses;
     atomic_bool cancel_all;  /* shutdown after the grace period: every completion cancels */
 } graft__server_ctx;
 
@@ -452,9 +486,11 @@ void graft__reply_json(graft__reply *reply, int status, json_t *j);
 
 /* ---- completion.c --------------------------------------------------------------------------- */
 
-/* The shape of a completion endpoint: OpenAI's text or chat completions, or llama-server's
- * POST /completion. */
-typedef enum graft__api { GRAFT__API_TEXT, GRAFT__API_CHAT, GRAFT__API_LLAMA } graft__api;
+/* The shape of a completion endpoint: OpenAI's text or chat completions, its Responses API,
+ * or llama-server's POST /completion. */
+typedef enum graft__api {
+    GRAFT__API_TEXT, GRAFT__API_CHAT, GRAFT__API_RESPONSES, GRAFT__API_LLAMA
+} graft__api;
 
 /* Runs a completion request (its body parsed) and fills the reply: a whole JSON body, or a
  * stream (reply->stream and its stream_ops). `fd` is the client's socket, watched for a

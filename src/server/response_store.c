@@ -1,0 +1,171 @@
+/*
+ * response_store.c: the responses kept for the Responses API (`store`), so that a request can
+ * continue one with `previous_response_id` and GET /v1/responses/{id} can read it again.
+ *
+ * Each entry keeps what its own request added to the conversation (its input items and its
+ * output items) and the id of the response it continued; a conversation is the chain of its
+ * entries, walked back from the last. The store holds at most `max` entries and forgets the
+ * least recently used first (a read or a continuation uses an entry); a chain with a
+ * forgotten link can no longer be continued. With API keys, an entry belongs to the key that
+ * made it and no other key sees it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+struct graft__stored {
+    char *id, *owner, *previous;
+    json_t *items;    /* the request's input items, then its output items */
+    json_t *response; /* the response object as it was sent */
+    graft__stored *newer, *older;
+};
+
+int graft__response_store_init(graft__response_store *st, int32_t max)
+{
+    *st = (graft__response_store){.max = max};
+    return pthread_mutex_init(&st->mu, NULL) == 0 ? GRAFT_OK : GRAFT_ENOMEM;
+}
+
+static void entry_free(graft__stored *e)
+{
+    free(e->id);
+    free(e->owner);
+    free(e->previous);
+    json_decref(e->items);
+    json_decref(e->response);
+    free(e);
+}
+
+void graft__response_store_free(graft__response_store *st)
+{
+    while (st->newest != NULL) {
+        graft__stored *e = st->newest;
+        st->newest = e->older;
+        entry_free(e);
+    }
+    pthread_mutex_destroy(&st->mu);
+}
+
+static void unlink_entry(graft__response_store *st, graft__stored *e)
+{
+    if (e->newer != NULL)
+        e->newer->older = e->older;
+    else
+        st->newest = e->older;
+    if (e->older != NULL)
+        e->older->newer = e->newer;
+    else
+        st->oldest = e->newer;
+    st->count--;
+}
+
+static void push_newest(graft__response_store *st, graft__stored *e)
+{
+    e->newer = NULL;
+    e->older = st->newest;
+    if (st->newest != NULL)
+        st->newest->newer = e;
+    else
+        st->oldest = e;
+    st->newest = e;
+    st->count++;
+}
+
+static bool same_owner(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* The owner's entry `id` (made the most recently used), or NULL. Under st->mu. */
+static graft__stored *find(graft__response_store *st, const char *id, const char *owner)
+{
+    for (graft__stored *e = st->newest; e != NULL; e = e->older) {
+        if (strcmp(e->id, id) == 0 && same_owner(e->owner, owner)) {
+            unlink_entry(st, e);
+            push_newest(st, e);
+            return e;
+        }
+    }
+    return NULL;
+}
+
+int graft__response_store_put(graft__response_store *st, const char *id, const char *owner,
+                              const char *previous, json_t *items, json_t *response)
+{
+    if (st->max == 0)
+        return GRAFT_OK;
+    graft__stored *e = calloc(1, sizeof *e);
+    if (e == NULL || (e->id = strdup(id)) == NULL ||
+        (owner != NULL && (e->owner = strdup(owner)) == NULL) ||
+        (previous != NULL && (e->previous = strdup(previous)) == NULL)) {
+        if (e != NULL)
+            entry_free(e);
+        return GRAFT_ENOMEM;
+    }
+    e->items = json_incref(items);
+    e->response = json_incref(response);
+    pthread_mutex_lock(&st->mu);
+    while (st->count >= st->max) {
+        graft__stored *old = st->oldest;
+        unlink_entry(st, old);
+        entry_free(old);
+    }
+    push_newest(st, e);
+    pthread_mutex_unlock(&st->mu);
+    return GRAFT_OK;
+}
+
+int graft__response_store_history(graft__response_store *st, const char *id, const char *owner,
+                                  json_t **items)
+{
+    *items = NULL;
+    json_t *chain = json_array(); /* the entries' items, newest first */
+    if (chain == NULL)
+        return GRAFT_ENOMEM;
+    int rc = GRAFT_OK;
+    pthread_mutex_lock(&st->mu);
+    for (const char *at = id; at != NULL && rc == GRAFT_OK;) {
+        graft__stored *e = find(st, at, owner);
+        if (e == NULL)
+            rc = GRAFT_ENOTFOUND;
+        else if (json_array_append(chain, e->items) != 0)
+            rc = GRAFT_ENOMEM;
+        else
+            at = e->previous;
+    }
+    pthread_mutex_unlock(&st->mu);
+    json_t *all = rc == GRAFT_OK ? json_array() : NULL;
+    for (size_t i = json_array_size(chain); all != NULL && i-- > 0;)
+        if (json_array_extend(all, json_array_get(chain, i)) != 0) {
+            json_decref(all);
+            all = NULL;
+        }
+    json_decref(chain);
+    if (rc == GRAFT_OK && all == NULL)
+        rc = GRAFT_ENOMEM;
+    *items = all;
+    return rc;
+}
+
+json_t *graft__response_store_get(graft__response_store *st, const char *id, const char *owner)
+{
+    pthread_mutex_lock(&st->mu);
+    graft__stored *e = find(st, id, owner);
+    json_t *response = e != NULL ? json_incref(e->response) : NULL;
+    pthread_mutex_unlock(&st->mu);
+    return response;
+}
+
+int graft__response_store_delete(graft__response_store *st, const char *id, const char *owner)
+{
+    pthread_mutex_lock(&st->mu);
+    graft__stored *e = find(st, id, owner);
+    if (e != NULL)
+        unlink_entry(st, e);
+    pthread_mutex_unlock(&st->mu);
+    if (e == NULL)
+        return GRAFT_ENOTFOUND;
+    entry_free(e);
+    return GRAFT_OK;
+}

@@ -311,4 +311,78 @@ await check('tool_choice naming a function: one call, its arguments held to the 
     assert.ok(['C', 'F'].includes(args.unit));
 });
 
+await check('responses API: the same text as chat, streamed alike, continued with previous_response_id', async () => {
+    const instructions = messages[0].content, input = messages[1].content;
+    const chat = await client.chat.completions.create({
+        model: 'stories260K', messages, max_tokens: 24, temperature: 0,
+    });
+    const first = await client.responses.create({
+        model: 'stories260K', instructions, input, max_output_tokens: 24, temperature: 0,
+    });
+    assert.equal(first.object, 'response');
+    assert.equal(first.output_text, chat.choices[0].message.content); // the SDK's joined text
+    assert.equal(first.usage.input_tokens, chat.usage.prompt_tokens);
+    assert.equal(first.usage.output_tokens, chat.usage.completion_tokens);
+    // streamed: the deltas spell the text, the last event carries the whole response
+    const stream = await client.responses.create({
+        model: 'stories260K', instructions, input, max_output_tokens: 24, temperature: 0,
+        stream: true,
+    });
+    let deltas = '', last = null, sequence = 0;
+    for await (const event of stream) {
+        assert.equal(event.sequence_number, sequence++);
+        if (event.type === 'response.output_text.delta')
+            deltas += event.delta;
+        last = event;
+    }
+    assert.equal(deltas, first.output_text);
+    assert.ok(['response.completed', 'response.incomplete'].includes(last.type));
+    assert.equal(last.response.output_text ?? last.response.output[0].content[0].text,
+                 first.output_text);
+    // a second turn: the stored conversation, then the new input, as chat would see it
+    const next = 'What happened next?';
+    const second = await client.responses.create({
+        model: 'stories260K', previous_response_id: first.id, input: next,
+        max_output_tokens: 16, temperature: 0,
+    });
+    const chat2 = await client.chat.completions.create({
+        model: 'stories260K', max_tokens: 16, temperature: 0,
+        messages: [messages[1], { role: 'assistant', content: first.output_text },
+                   { role: 'user', content: next }],
+    });
+    assert.equal(second.output_text, chat2.choices[0].message.content);
+    assert.equal(second.previous_response_id, first.id);
+    const stored = await client.responses.retrieve(first.id);
+    assert.equal(stored.output_text, first.output_text);
+    await client.responses.delete(first.id);
+    await assert.rejects(client.responses.retrieve(first.id), OpenAI.NotFoundError);
+});
+
+await check('responses API: a forced function call, its output sent back', async () => {
+    const tools = [{
+        type: 'function', name: 'get_weather', description: 'The weather in a city',
+        parameters: {
+            type: 'object', additionalProperties: false, required: ['city', 'unit'],
+            properties: { city: { type: 'string', maxLength: 12 }, unit: { enum: ['C', 'F'] } },
+        },
+        strict: true,
+    }];
+    const response = await client.responses.create({
+        model: 'stories260K', input: 'Weather in Paris?', tools, max_output_tokens: 96,
+        temperature: 0, tool_choice: { type: 'function', name: 'get_weather' },
+        logit_bias: { 37: 6, 436: 6 },
+    });
+    const calls = response.output.filter((item) => item.type === 'function_call');
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].name, 'get_weather');
+    const args = JSON.parse(calls[0].arguments);
+    assert.deepEqual(Object.keys(args), ['city', 'unit']);
+    const answer = await client.responses.create({
+        model: 'stories260K', previous_response_id: response.id, tools, max_output_tokens: 8,
+        temperature: 0,
+        input: [{ type: 'function_call_output', call_id: calls[0].call_id, output: '21 C' }],
+    });
+    assert.ok(['completed', 'incomplete'].includes(answer.status));
+});
+
 console.log(`${passed} passed, 0 failed`);

@@ -245,11 +245,13 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
     }
     int32_t max_context = c->ctx->max_context;
     if ((int64_t)c->n_prompt + (int64_t)r->max_tokens > max_context) {
-        const char *param = r->max_tokens > 0 ? "max_tokens" : r->chat ? "messages"
-                                                                       : c->prompt_path;
+        const char *param = r->max_tokens > 0 ? r->max_tokens_key
+                            : r->chat         ? "messages"
+                                              : c->prompt_path;
         graft__reply_error(reply, 400, "invalid_request_error", param,
-                           "the prompt's %zu tokens and max_tokens %d exceed the context of "
-                           "%d tokens", c->n_prompt, (int)r->max_tokens, (int)max_context);
+                           "the prompt's %zu tokens and %s %d exceed the context of %d tokens",
+                           c->n_prompt, r->max_tokens_key ? r->max_tokens_key : "max_tokens",
+                           (int)r->max_tokens, (int)max_context);
         return -1;
     }
     return 0;

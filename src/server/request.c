@@ -505,14 +505,17 @@ static int parse_lengths(const json_t *body, graft__completion_request *r, char 
         return rc;
     if (r->echo && r->chat)
         return bad(param, message, "echo", "'echo' is a field of /v1/completions");
-    static const char *const keys[3] = {"max_tokens", "max_completion_tokens", "n_predict"};
-    for (int i = 0; i < 3; i++) {
+    /* n_predict is llama-server's, max_output_tokens the Responses API's (responses.c) */
+    static const char *const keys[4] = {"max_tokens", "max_completion_tokens", "n_predict",
+                                        "max_output_tokens"};
+    for (int i = 0; i < 4; i++) {
         long long v = -2;
         if ((rc = get_int(body, keys[i], i == 2 ? -1 : 0, INT32_MAX, &v, param, message)) !=
             GRAFT_OK)
             return rc;
         if (v != -2) {
             r->max_tokens = v < 0 ? 0 : (int32_t)v;
+            r->max_tokens_key = keys[i];
             r->prompt_only = v == 0 && i != 2;
             if (r->prompt_only && !r->echo)
                 return bad(param, message, keys[i],

@@ -5,10 +5,11 @@
  * A request is translated into a chat completion request: `instructions` become the system
  * message, the conversation of `previous_response_id` (response_store.c) and the request's
  * `input` items become the messages (message items, function calls as the assistant's
- * tool_calls, function call outputs as tool messages), `tools` (function tools), `tool_choice`,
- * `text.format` and `max_output_tokens` their chat counterparts; sampling fields pass as they
- * are. The completion then runs as any chat completion (prompt reuse, tool calls, JSON
- * output), and its one choice is answered as a response object: a message item with the
+ * tool_calls, function call outputs as tool messages), `tools` (function tools),
+ * `tool_choice`, `text.format` their chat counterparts; `max_output_tokens` (one of the chat
+ * request's names for max_tokens, so that its errors name it) and the sampling fields pass
+ * as they are (null ones left out). The completion then runs as any chat completion (prompt
+ * reuse, tool calls, JSON output), and its one choice is answered as a response object: a message item with the
  * text and a function_call item per call, streamed as the API's typed events (every event
  * carries its type and a sequence number). What the API has and graft does not (hosted
  * tools, images and files in the input, background responses) is refused with a 400 naming
@@ -257,16 +258,12 @@ static int to_chat(const json_t *body, const json_t *history, graft__responses *
     static const char *const same[] = {
         "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
         "frequency_penalty", "repeat_penalty", "repetition_penalty", "logit_bias",
-        "parallel_tool_calls", "session_id", "chat_template_kwargs", "stream"};
-    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
-        if (json_object_get(body, same[i]) != NULL)
-            json_object_set(chat, same[i], json_object_get(body, same[i]));
-    const json_t *max = json_object_get(body, "max_output_tokens");
-    if (max != NULL && !json_is_null(max)) {
-        if (!json_is_integer(max) || json_integer_value(max) < 1)
-            return refuse(param, message, "max_output_tokens", "%s must be a positive integer",
-                          "'max_output_tokens'");
-        json_object_set(chat, "max_tokens", (json_t *)max);
+        "parallel_tool_calls", "session_id", "chat_template_kwargs", "stream",
+        "max_output_tokens"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        json_t *v = json_object_get(body, same[i]);
+        if (v != NULL && !json_is_null(v))
+            json_object_set(chat, same[i], v);
     }
     if (json_is_true(json_object_get(body, "background")))
         return refuse(param, message, "background", "%s responses are not supported",

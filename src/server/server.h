@@ -239,6 +239,7 @@ typedef struct graft__completion_request {
     int32_t *prompt_tokens; /* or as token ids */
     size_t n_prompt_tokens;
     int32_t max_tokens;     /* 0: until the context is full, or nothing with prompt_only */
+    const char *max_tokens_key; /* the field it was given in (static), or NULL */
     bool echo;              /* completions: the prompt's text (and log-probabilities) first */
     bool prompt_only;       /* echo with max_tokens 0: the prompt is computed, nothing sampled */
     graft_sampling sampling;

@@ -519,7 +519,9 @@ static int parse_lengths(const json_t *body, graft__completion_request *r, char 
             r->prompt_only = v == 0 && i != 2;
             if (r->prompt_only && !r->echo)
                 return bad(param, message, keys[i],
-                           "'%s' must be at least 1 (0 only with 'echo')", keys[i]);
+                           r->chat ? "'%s' must be at least 1"
+                                   : "'%s' must be at least 1 (0 only with 'echo')",
+                           keys[i]);
             break;
         }
     }

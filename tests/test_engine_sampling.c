@@ -453,6 +453,51 @@ static void test_logprobs_match_cold_logits(void **state)
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
+/* Without alternatives (top_logprobs 0, what OpenAI's "logprobs": true asks for) each token
+ * still gets its own log-probability: the float64 one, and the same bits as with
+ * alternatives; and so do a prompt's tokens. */
+static void test_logprobs_without_alternatives(void **state)
+{
+    (void)state;
+    graft_engine *e = new_engine();
+    const int32_t prompt[6] = {BOS, 403, 261, 347, 41, 280};
+    graft_generate_config bare = with_logprobs(0), full = with_logprobs(TOP);
+    bare.prompt_logprobs = full.prompt_logprobs = true;
+    run a, b;
+    start(e, &a, prompt, 6, &bare);
+    finish(&a);
+    start(e, &b, prompt, 6, &full);
+    finish(&b);
+    size_t n_out = 0;
+    const int32_t *out = graft_generation_tokens(a.gen, &n_out);
+    assert_int_equal(n_out, N_GEN);
+    int32_t history[6 + N_GEN];
+    memcpy(history, prompt, sizeof prompt);
+    for (size_t i = 0; i < n_out; i++) {
+        const graft_token_logprob *lp = NULL, *with = NULL;
+        size_t n = 0, n_with = 0;
+        assert_int_equal(graft_generation_logprobs(a.gen, i, &lp, &n), GRAFT_OK);
+        assert_int_equal(graft_generation_logprobs(b.gen, i, &with, &n_with), GRAFT_OK);
+        assert_int_equal(n, 1);
+        assert_int_equal(lp[0].token, with[0].token);
+        assert_memory_equal(&lp[0].logprob, &with[0].logprob, sizeof lp[0].logprob);
+        expect_logprobs_match_cold(history, 6 + i, out[i], lp, n);
+        history[6 + i] = out[i];
+    }
+    for (size_t i = 0; i + 1 < 6; i++) { /* given token i + 1 */
+        const graft_token_logprob *lp = NULL, *with = NULL;
+        size_t n = 0, n_with = 0;
+        assert_int_equal(graft_generation_prompt_logprobs(a.gen, i, &lp, &n), GRAFT_OK);
+        assert_int_equal(graft_generation_prompt_logprobs(b.gen, i, &with, &n_with), GRAFT_OK);
+        assert_int_equal(n, 1);
+        assert_memory_equal(lp, with, sizeof *lp);
+        expect_logprobs_match_cold(prompt, i + 1, prompt[i + 1], lp, n);
+    }
+    release(&a);
+    release(&b);
+    assert_int_equal(graft_engine_free(e), GRAFT_OK);
+}
+
 /* A bias changes the pick, not the reported distribution (the model's logits). */
 static void test_bias_changes_pick_not_logprobs(void **state)
 {
@@ -772,6 +817,7 @@ int main(void)
         cmocka_unit_test(test_sampled_pick_matches_oracle),
         cmocka_unit_test(test_sampler_allocations),
         cmocka_unit_test(test_logprobs_match_cold_logits),
+        cmocka_unit_test(test_logprobs_without_alternatives),
         cmocka_unit_test(test_bias_changes_pick_not_logprobs),
         cmocka_unit_test(test_logprobs_batch_invariant),
         cmocka_unit_test(test_prompt_logprobs_match_cold_logits),

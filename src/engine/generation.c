@@ -287,15 +287,34 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
         graft__gen_settle(e, gen, GRAFT_FINISH_LENGTH, GRAFT_OK, NULL);
 }
 
+/* The prompt log-probabilities of a chunk's rows: task k fills given token from + k + 1's. */
+typedef struct prompt_rows {
+    const graft_generation *gen;
+    const float *rows;
+    int32_t from, n_vocab;
+} prompt_rows;
+
+static void fill_prompt_row(void *ctx, int64_t k, int thread)
+{
+    (void)thread;
+    const prompt_rows *p = ctx;
+    const graft_generation *gen = p->gen;
+    size_t i = (size_t)p->from + (size_t)k, width = (size_t)gen->logprob_width;
+    graft__logprobs_fill(p->rows + (size_t)k * (size_t)p->n_vocab, p->n_vocab,
+                         gen->prompt[i + 1], (int32_t)width - 1,
+                         gen->prompt_logprobs + i * width);
+}
+
 void graft__gen_prompt_fed(graft_engine *e, graft_generation *gen, int32_t from, int32_t count,
                            float *rows)
 {
-    const size_t n_vocab = (size_t)e->model->hp.n_vocab, width = (size_t)gen->logprob_width;
-    if (gen->prompt_logprobs != NULL)
-        for (int32_t i = from; i < from + count && i + 1 < gen->n_prompt; i++)
-            graft__logprobs_fill(rows + (size_t)(i - from) * n_vocab, (int32_t)n_vocab,
-                                 gen->prompt[i + 1], (int32_t)width - 1,
-                                 gen->prompt_logprobs + (size_t)i * width);
+    const size_t n_vocab = (size_t)e->model->hp.n_vocab;
+    if (gen->prompt_logprobs != NULL) { /* rows are independent: spread over the pool */
+        int32_t n_rows = from + count < gen->n_prompt ? count : gen->n_prompt - 1 - from;
+        prompt_rows p = {gen, rows, from, (int32_t)n_vocab};
+        if (n_rows > 0)
+            graft__pool_run(e->pool, n_rows, fill_prompt_row, &p);
+    }
     if (from + count < gen->n_prompt)
         return;
     atomic_store(&gen->prompt_done, true);

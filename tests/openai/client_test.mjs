@@ -126,6 +126,10 @@ await check('logprobs: one entry per token, spelling the text, streamed alike', 
     for await (const chunk of await client.chat.completions.create({ ...params, stream: true }))
         for (const c of chunk.choices) streamed.push(...(c.logprobs?.content ?? []));
     assert.deepEqual(streamed, entries);
+    // "logprobs": true alone (no alternatives) gives each token the same log-probability
+    const bare = await client.chat.completions.create({ ...params, top_logprobs: undefined });
+    assert.deepEqual(bare.choices[0].logprobs.content.map((e) => [e.token, e.logprob]),
+                     entries.map((e) => [e.token, e.logprob]));
 });
 
 await check('echo with logprobs scores a text: an answer fed back gets the logprobs it was sampled with', async () => {

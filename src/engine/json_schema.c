@@ -760,12 +760,13 @@ static int add_alternative(compiler *c, uint16_t alt, uint16_t *alts, size_t *n_
                            const char *path)
 {
     const graft__schema_node *node = &c->out->nodes[alt];
-    if (node->kind == GRAFT__SCHEMA_UNION && node->count == 0)
-        return fail(c, path, "'%s' refers back to a union that holds it, before any value "
-                    "begins", key);
-    uint32_t count = node->kind == GRAFT__SCHEMA_UNION ? node->count : 1;
+    /* A union still being compiled (a recursion through it: a property or item of one of
+     * its alternatives leads back) has no alternatives yet: it stays one, nested, and the
+     * recognizer walks into it (resolve_unions checks that no union holds itself). */
+    bool flatten = node->kind == GRAFT__SCHEMA_UNION && node->count > 0;
+    uint32_t count = flatten ? node->count : 1;
     for (uint32_t i = 0; i < count; i++) {
-        uint16_t one = node->kind == GRAFT__SCHEMA_UNION ? c->out->alts[node->first + i] : alt;
+        uint16_t one = flatten ? c->out->alts[node->first + i] : alt;
         bool object = c->out->nodes[one].classes == C_OBJECT;
         if (*n_alts + *n_objects == GRAFT__SCHEMA_MAX_TEXTS)
             return fail(c, path, "'%s' has more than 64 alternatives (nested ones counted)",
@@ -832,6 +833,12 @@ static int compile_union(compiler *c, const json_t *schema, const json_t *list, 
             return -1;
     }
     bool by_tag = n_objects > 1 && tagged(c->out, objects, n_objects);
+    bool nested = false;
+    for (size_t i = 0; i < m; i++)
+        nested = nested || c->out->nodes[alts[i]].kind == GRAFT__SCHEMA_UNION;
+    if (strcmp(key, "oneOf") == 0 && nested)
+        return fail(c, path, "'%s' has an alternative that leads back to a union holding it: "
+                    "which alternative matches cannot be told here (anyOf takes it)", key);
     if (strcmp(key, "oneOf") == 0 && !exclusive(c->out, alts, m, n_objects, by_tag))
         return fail(c, path, "'%s' has alternatives that a value could match together: the "
                     "first byte of a value, or a tag, must pick one (anyOf takes them)", key);
@@ -971,6 +978,57 @@ void graft__json_schema_free(graft__json_schema *s)
     graft__free(s);
 }
 
+/* Whether union u reaches union `target` through alternatives that are unions alone
+ * (seen: the unions already walked). */
+static bool reaches(const graft__json_schema *s, uint16_t u, uint16_t target, uint8_t *seen)
+{
+    seen[u] = 1;
+    const graft__schema_node *n = &s->nodes[u];
+    for (uint32_t i = 0; i < n->count; i++) {
+        uint16_t a = s->alts[n->first + i];
+        if (s->nodes[a].kind != GRAFT__SCHEMA_UNION)
+            continue;
+        if (a == target || (!seen[a] && reaches(s, a, target, seen)))
+            return true;
+    }
+    return false;
+}
+
+/* Once every node is compiled: a union nested in another because it was still being compiled
+ * then (add_alternative) has its alternatives now, so every union's classes become its
+ * alternatives' (until none changes); and no union may hold itself through unions alone,
+ * whose values could never begin. */
+static int resolve_unions(compiler *c)
+{
+    graft__json_schema *s = c->out;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t u = 0; u < s->n_nodes; u++) {
+            graft__schema_node *n = &s->nodes[u];
+            uint8_t classes = n->classes;
+            for (uint32_t i = 0; n->kind == GRAFT__SCHEMA_UNION && i < n->count; i++)
+                classes |= s->nodes[s->alts[n->first + i]].classes;
+            changed = changed || classes != n->classes;
+            n->classes = classes;
+        }
+    }
+    uint8_t *seen = graft__calloc(s->n_nodes, 1);
+    if (seen == NULL)
+        return out_of_memory(c);
+    for (uint32_t u = 0; u < s->n_nodes; u++) {
+        if (s->nodes[u].kind != GRAFT__SCHEMA_UNION)
+            continue;
+        memset(seen, 0, s->n_nodes);
+        if (reaches(s, (uint16_t)u, (uint16_t)u, seen)) {
+            graft__free(seen);
+            return fail(c, "", "%s", "'anyOf' holds itself before any value begins (an "
+                        "alternative that is the union again): its values could never begin");
+        }
+    }
+    graft__free(seen);
+    return 0;
+}
+
 int graft__json_schema_compile(const char *text, size_t len, graft__json_schema **out,
                                char **errmsg)
 {
@@ -984,6 +1042,8 @@ int graft__json_schema_compile(const char *text, size_t len, graft__json_schema 
     compiler c = {.root = root, .errmsg = errmsg, .status = GRAFT_OK};
     c.out = graft__calloc(1, sizeof *c.out);
     int node = c.out == NULL ? out_of_memory(&c) : compile(&c, root, "");
+    if (node >= 0 && resolve_unions(&c) < 0)
+        node = -1;
     if (node >= 0 && c.out->nodes[node].classes != C_OBJECT)
         fail(&c, "", "%s", "the root must be an object schema");
     else if (node >= 0)

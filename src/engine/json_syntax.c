@@ -175,18 +175,32 @@ static bool push_frame(graft__json_syntax *s, uint16_t node)
 /* A value of union node *n begins with c: *n becomes the alternative it follows, the
  * choice-th of those whose values can begin with c; where there are several, the fork is
  * recorded (graft__json_recognizer follows the others). */
+/* Counts in *matching the alternatives of union u whose values can begin with a byte of
+ * `class` (a nested union's own in its place: json_schema.c nests one only while it is
+ * being compiled, and none holds itself), *picked being the choice-th. */
+static void union_matches(const graft__json_syntax *s, uint16_t u, int class,
+                          uint32_t *matching, uint16_t *picked)
+{
+    const graft__schema_node *n = node_of(s, u);
+    for (uint32_t i = 0; i < n->count; i++) {
+        uint16_t a = s->schema->alts[n->first + i];
+        if (!(node_of(s, a)->classes & class))
+            continue;
+        if (node_of(s, a)->kind == GRAFT__SCHEMA_UNION) {
+            union_matches(s, a, class, matching, picked);
+            continue;
+        }
+        if (*matching == s->choice)
+            *picked = a;
+        (*matching)++;
+    }
+}
+
 static bool union_pick(graft__json_syntax *s, uint16_t *n, uint8_t c)
 {
-    const graft__schema_node *u = node_of(s, *n);
-    int class = graft__json_first_class(c);
-    uint32_t matching = 0, picked = 0;
-    for (uint32_t i = 0; i < u->count; i++) {
-        if (!(node_of(s, s->schema->alts[u->first + i])->classes & class))
-            continue;
-        if (matching == s->choice)
-            picked = s->schema->alts[u->first + i];
-        matching++;
-    }
+    uint32_t matching = 0;
+    uint16_t picked = 0;
+    union_matches(s, *n, graft__json_first_class(c), &matching, &picked);
     if (matching > 1 && s->n_forks == GRAFT__SCHEMA_MAX_DEPTH + 1)
         matching = 1; /* unreachable (a fork's depth exceeds its outer one's): the first */
     if (matching > 1) {
@@ -197,7 +211,7 @@ static bool union_pick(graft__json_syntax *s, uint16_t *n, uint8_t c)
     }
     if (s->choice >= matching)
         return false;
-    *n = (uint16_t)picked;
+    *n = picked;
     return true;
 }
 

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -789,8 +790,16 @@ completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
     const char *prefix = api == GRAFT__API_CHAT        ? "chatcmpl-"
                          : api == GRAFT__API_RESPONSES ? "resp_"
                                                        : "cmpl-";
-    snprintf(c->id, sizeof c->id, "%s%llu", prefix,
-             (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
+    unsigned char secret[12];
+    if (api == GRAFT__API_RESPONSES && getrandom(secret, sizeof secret, 0) == sizeof secret) {
+        /* a stored response is read back by its id: one that cannot be guessed */
+        int at = snprintf(c->id, sizeof c->id, "%s", prefix);
+        for (size_t i = 0; i < sizeof secret; i++)
+            at += snprintf(c->id + at, sizeof c->id - (size_t)at, "%02x", secret[i]);
+    } else {
+        snprintf(c->id, sizeof c->id, "%s%llu", prefix,
+                 (unsigned long long)atomic_fetch_add(&next_id, 1) + 1);
+    }
     c->n_choices = 1; /* until parsed: what graft__completion_finish walks */
     c->source_index = -1;
     strcpy(c->prompt_path, "prompt");

@@ -558,9 +558,9 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
         graft__reply_error(&reply, 404, "not_found_error", NULL, "no route for %s %s", method,
                            url);
     } else if (strcmp(method, routes[r].method) != 0 && !head_of_get) {
-        graft__reply_error(&reply, 405, "invalid_request_error", NULL,
-                           "%s takes %s, not %s", url, routes[r].method, method);
         allow_of(r, reply.allow, sizeof reply.allow);
+        graft__reply_error(&reply, 405, "invalid_request_error", NULL,
+                           "%s takes %s, not %s", url, reply.allow, method);
     } else if (r == R_HEALTH) {
         bool ready = atomic_load(&s->ready);
         graft__reply_json(&reply, ready ? 200 : 503,

@@ -2,12 +2,12 @@
  * response_store.c: the responses kept for the Responses API (`store`), so that a request can
  * continue one with `previous_response_id` and GET /v1/responses/{id} can read it again.
  *
- * Each entry keeps what its own request added to the conversation (its input items and its
- * output items) and the id of the response it continued; a conversation is the chain of its
- * entries, walked back from the last. The store holds at most `max` entries and forgets the
- * least recently used first (a read or a continuation uses an entry); a chain with a
- * forgotten link can no longer be continued. With API keys, an entry belongs to the key that
- * made it and no other key sees it.
+ * Each entry keeps its whole conversation: the items of the responses it continued, then its
+ * own input and output items (the item objects are shared between the entries of one
+ * conversation, not copied), so that forgetting or deleting an earlier response leaves the
+ * later ones whole. The store holds at most `max` entries and forgets the least recently
+ * used first (a read or a continuation uses an entry). With API keys, an entry belongs to the
+ * key that made it and no other key sees it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +15,8 @@
 #include "server/server.h"
 
 struct graft__stored {
-    char *id, *owner, *previous;
-    json_t *items;    /* the request's input items, then its output items */
+    char *id, *owner;
+    json_t *items;    /* the conversation: earlier responses' items, its input, its output */
     json_t *response; /* the response object as it was sent */
     graft__stored *newer, *older;
 };
@@ -31,7 +31,6 @@ static void entry_free(graft__stored *e)
 {
     free(e->id);
     free(e->owner);
-    free(e->previous);
     json_decref(e->items);
     json_decref(e->response);
     free(e);
@@ -91,14 +90,13 @@ static graft__stored *find(graft__response_store *st, const char *id, const char
 }
 
 int graft__response_store_put(graft__response_store *st, const char *id, const char *owner,
-                              const char *previous, json_t *items, json_t *response)
+                              json_t *items, json_t *response)
 {
     if (st->max == 0)
         return GRAFT_OK;
     graft__stored *e = calloc(1, sizeof *e);
     if (e == NULL || (e->id = strdup(id)) == NULL ||
-        (owner != NULL && (e->owner = strdup(owner)) == NULL) ||
-        (previous != NULL && (e->previous = strdup(previous)) == NULL)) {
+        (owner != NULL && (e->owner = strdup(owner)) == NULL)) {
         if (e != NULL)
             entry_free(e);
         return GRAFT_ENOMEM;
@@ -116,36 +114,14 @@ int graft__response_store_put(graft__response_store *st, const char *id, const c
     return GRAFT_OK;
 }
 
-int graft__response_store_history(graft__response_store *st, const char *id, const char *owner,
-                                  json_t **items)
+json_t *graft__response_store_items(graft__response_store *st, const char *id,
+                                    const char *owner)
 {
-    *items = NULL;
-    json_t *chain = json_array(); /* the entries' items, newest first */
-    if (chain == NULL)
-        return GRAFT_ENOMEM;
-    int rc = GRAFT_OK;
     pthread_mutex_lock(&st->mu);
-    for (const char *at = id; at != NULL && rc == GRAFT_OK;) {
-        graft__stored *e = find(st, at, owner);
-        if (e == NULL)
-            rc = GRAFT_ENOTFOUND;
-        else if (json_array_append(chain, e->items) != 0)
-            rc = GRAFT_ENOMEM;
-        else
-            at = e->previous;
-    }
+    graft__stored *e = find(st, id, owner);
+    json_t *items = e != NULL ? json_incref(e->items) : NULL;
     pthread_mutex_unlock(&st->mu);
-    json_t *all = rc == GRAFT_OK ? json_array() : NULL;
-    for (size_t i = json_array_size(chain); all != NULL && i-- > 0;)
-        if (json_array_extend(all, json_array_get(chain, i)) != 0) {
-            json_decref(all);
-            all = NULL;
-        }
-    json_decref(chain);
-    if (rc == GRAFT_OK && all == NULL)
-        rc = GRAFT_ENOMEM;
-    *items = all;
-    return rc;
+    return items;
 }
 
 json_t *graft__response_store_get(graft__response_store *st, const char *id, const char *owner)

@@ -24,6 +24,7 @@
 
 struct graft__responses {
     json_t *request;      /* the fields a response object gives back as they came */
+    json_t *history;      /* previous_response_id's conversation items, or NULL */
     json_t *items;        /* this request's input items, then its output items */
     char *previous;       /* previous_response_id, or NULL */
     char *owner;
@@ -43,6 +44,7 @@ void graft__responses_free(graft__responses *r)
     if (r == NULL)
         return;
     json_decref(r->request);
+    json_decref(r->history);
     json_decref(r->items);
     json_decref(r->final);
     free(r->previous);
@@ -383,9 +385,11 @@ json_t *graft__responses_settle(completion *c)
     if (r->final == NULL) {
         r->final = response_json(c, true);
         json_array_extend(r->items, json_object_get(r->final, "output"));
-        if (r->store)
-            graft__response_store_put(c->ctx->responses, c->id, r->owner, r->previous,
-                                      r->items, r->final);
+        json_t *conversation = r->history ? json_copy(r->history) : json_array();
+        if (r->store && conversation != NULL && json_array_extend(conversation, r->items) == 0)
+            graft__response_store_put(c->ctx->responses, c->id, r->owner, conversation,
+                                      r->final);
+        json_decref(conversation);
     }
     return json_incref(r->final);
 }
@@ -560,27 +564,23 @@ int graft__responses_begin(completion *c, const json_t *body, const char *sessio
     r->request = echoed_fields(body);
     if (owner != NULL && (r->owner = strdup(owner)) == NULL)
         return graft__reply_error(reply, 503, "server_error", NULL, "out of memory"), -1;
-    json_t *history = NULL;
     if (previous != NULL && !json_is_null(previous)) {
         if (!json_is_string(previous))
             return graft__reply_error(reply, 400, "invalid_request_error",
                                       "previous_response_id", "'previous_response_id' must "
                                       "be a string"), -1;
         r->previous = strdup(json_string_value(previous));
-        int rc = graft__response_store_history(c->ctx->responses, r->previous, owner,
-                                               &history);
-        if (rc == GRAFT_ENOTFOUND)
+        r->history = r->previous == NULL ? NULL
+                                         : graft__response_store_items(c->ctx->responses,
+                                                                       r->previous, owner);
+        if (r->history == NULL)
             return graft__reply_error(reply, 400, "invalid_request_error",
-                                      "previous_response_id", "previous response '%.100s' "
-                                      "(or one it continued) is not stored",
-                                      r->previous), -1;
-        if (rc != GRAFT_OK)
-            return graft__reply_error(reply, 503, "server_error", NULL, "out of memory"), -1;
+                                      "previous_response_id", "no stored response "
+                                      "'%.100s'", json_string_value(previous)), -1;
     }
     json_t *chat = NULL;
     char *param = NULL, *message = NULL;
-    int rc = to_chat(body, history, r, &chat, &param, &message);
-    json_decref(history);
+    int rc = to_chat(body, r->history, r, &chat, &param, &message);
     if (rc != 0)
         graft__reply_error(reply, message ? 400 : 503,
                            message ? "invalid_request_error" : "server_error", param, "%s",

@@ -339,17 +339,15 @@ typedef struct graft__response_store {
 
 int graft__response_store_init(graft__response_store *st, int32_t max);
 void graft__response_store_free(graft__response_store *st);
-/* Keeps response `id` (owner: the API key, or NULL; previous: the response it continued, or
- * NULL) with its items (its input items, then its output items) and its response object,
+/* Keeps response `id` (owner: the API key, or NULL) with its conversation's items (those
+ * of the responses it continued, then its input and output items) and its response object,
  * both referenced, not consumed. Beyond max, the least recently used is forgotten; max 0
  * keeps nothing. GRAFT_ENOMEM. */
 int graft__response_store_put(graft__response_store *st, const char *id, const char *owner,
-                              const char *previous, json_t *items, json_t *response);
-/* *items: the conversation that response id ends, the items of each response of its chain,
- * oldest first (a new array). GRAFT_ENOTFOUND: id, or a response it continues, is not kept
- * for this owner. GRAFT_ENOMEM. */
-int graft__response_store_history(graft__response_store *st, const char *id, const char *owner,
-                                  json_t **items);
+                              json_t *items, json_t *response);
+/* The owner's response `id`'s conversation items (a reference), or NULL. */
+json_t *graft__response_store_items(graft__response_store *st, const char *id,
+                                    const char *owner);
 /* The owner's response object `id` (a reference), or NULL. */
 json_t *graft__response_store_get(graft__response_store *st, const char *id, const char *owner);
 /* Forgets it. GRAFT_ENOTFOUND when the owner has none of that id. */

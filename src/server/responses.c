@@ -79,26 +79,24 @@ static json_t *content_text(const json_t *content, const char *path, char **para
     for (size_t i = 0; i < json_array_size(content); i++) {
         const json_t *part = json_array_get(content, i);
         const char *type = json_string_value(json_object_get(part, "type"));
-        const char *text = json_string_value(json_object_get(part, "text"));
+        const json_t *text = json_object_get(part, "text");
         char at[256];
         snprintf(at, sizeof at, "%s[%zu]", path, i);
-        if (type == NULL || text == NULL ||
+        if (type == NULL || !json_is_string(text) ||
             (strcmp(type, "input_text") != 0 && strcmp(type, "output_text") != 0 &&
              strcmp(type, "text") != 0))
             return refuse(param, message, at, "a content part of type '%.40s' is not "
                           "supported (only text)", type ? type : "?"), NULL;
-        n += strlen(text);
+        n += json_string_length(text);
     }
     char *joined = malloc(n + 1), *at = joined;
     if (joined == NULL)
         return NULL;
     for (size_t i = 0; i < json_array_size(content); i++) {
-        const char *text = json_string_value(json_object_get(json_array_get(content, i), "text"));
-        size_t len = strlen(text);
-        memcpy(at, text, len);
-        at += len;
+        const json_t *text = json_object_get(json_array_get(content, i), "text");
+        memcpy(at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
     }
-    *at = '\0';
     json_t *s = json_stringn(joined, n);
     free(joined);
     return s;

@@ -363,11 +363,22 @@ static void finish(run *r)
     assert_int_equal(graft_generation_wait(r->gen), GRAFT_OK);
 }
 
+/* start, then finish. */
+static void run_whole(graft_engine *e, run *r, const int32_t *prompt, size_t n,
+                      const graft_generate_config *c)
+{
+    start(e, r, prompt, n, c);
+    finish(r);
+}
+
 static void release(run *r)
 {
     graft_generation_free(r->gen);
     graft_session_close(r->session);
 }
+
+/* The prompt the log-probability tests generate after. */
+static const int32_t prompt6[6] = {BOS, 403, 261, 347, 41, 280};
 
 static graft_generate_config with_logprobs(int32_t top)
 {
@@ -418,16 +429,15 @@ static void test_logprobs_match_cold_logits(void **state)
 {
     (void)state;
     graft_engine *e = new_engine();
-    const int32_t prompt[6] = {BOS, 403, 261, 347, 41, 280};
+    const int32_t *prompt = prompt6;
     graft_generate_config c = with_logprobs(TOP);
     run r;
-    start(e, &r, prompt, 6, &c);
-    finish(&r);
+    run_whole(e, &r, prompt, 6, &c);
     size_t n_out = 0;
     const int32_t *out = graft_generation_tokens(r.gen, &n_out);
     assert_int_equal(n_out, N_GEN);
     int32_t history[6 + N_GEN];
-    memcpy(history, prompt, sizeof prompt);
+    memcpy(history, prompt6, sizeof prompt6);
     for (size_t i = 0; i < n_out; i++) {
         const graft_token_logprob *lp = NULL;
         size_t n = 0;
@@ -446,8 +456,7 @@ static void test_logprobs_match_cold_logits(void **state)
 
     /* without logprobs asked for there are none */
     graft_generate_config plain = graft_test_greedy(4);
-    start(e, &r, prompt, 6, &plain);
-    finish(&r);
+    run_whole(e, &r, prompt, 6, &plain);
     assert_int_equal(graft_generation_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
     release(&r);
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
@@ -460,19 +469,17 @@ static void test_logprobs_without_alternatives(void **state)
 {
     (void)state;
     graft_engine *e = new_engine();
-    const int32_t prompt[6] = {BOS, 403, 261, 347, 41, 280};
+    const int32_t *prompt = prompt6;
     graft_generate_config bare = with_logprobs(0), full = with_logprobs(TOP);
     bare.prompt_logprobs = full.prompt_logprobs = true;
     run a, b;
-    start(e, &a, prompt, 6, &bare);
-    finish(&a);
-    start(e, &b, prompt, 6, &full);
-    finish(&b);
+    run_whole(e, &a, prompt, 6, &bare);
+    run_whole(e, &b, prompt, 6, &full);
     size_t n_out = 0;
     const int32_t *out = graft_generation_tokens(a.gen, &n_out);
     assert_int_equal(n_out, N_GEN);
     int32_t history[6 + N_GEN];
-    memcpy(history, prompt, sizeof prompt);
+    memcpy(history, prompt6, sizeof prompt6);
     for (size_t i = 0; i < n_out; i++) {
         const graft_token_logprob *lp = NULL, *with = NULL;
         size_t n = 0, n_with = 0;
@@ -507,8 +514,7 @@ static void test_bias_changes_pick_not_logprobs(void **state)
     graft_generate_config c = with_logprobs(3);
     c.max_new_tokens = 1;
     run r;
-    start(e, &r, prompt, 4, &c);
-    finish(&r);
+    run_whole(e, &r, prompt, 4, &c);
     size_t n_out = 0;
     int32_t favourite = graft_generation_tokens(r.gen, &n_out)[0];
     release(&r);
@@ -516,8 +522,7 @@ static void test_bias_changes_pick_not_logprobs(void **state)
     graft_logit_bias ban = {favourite, -100.0f};
     c.logit_bias = &ban;
     c.n_logit_bias = 1;
-    start(e, &r, prompt, 4, &c);
-    finish(&r);
+    run_whole(e, &r, prompt, 4, &c);
     int32_t second = graft_generation_tokens(r.gen, &n_out)[0];
     assert_int_not_equal(second, favourite);
     const graft_token_logprob *lp = NULL;
@@ -568,15 +573,13 @@ static void test_logprobs_batch_invariant(void **state)
     c.logit_bias = &bias;
     c.n_logit_bias = 1;
     run alone;
-    start(e, &alone, prompt, 40, &c);
-    finish(&alone);
+    run_whole(e, &alone, prompt, 40, &c);
 
     run others[3], again;
     graft_generate_config oc = with_logprobs(2);
     for (int i = 0; i < 3; i++)
         start(e, &others[i], prompt + 1 + i, (size_t)(10 + 9 * i), &oc);
-    start(e, &again, prompt, 40, &c);
-    finish(&again);
+    run_whole(e, &again, prompt, 40, &c);
     for (int i = 0; i < 3; i++)
         finish(&others[i]);
 
@@ -646,8 +649,7 @@ static void test_prompt_logprobs_match_cold_logits(void **state)
         prompt[i] = i == 0 ? BOS : 100 + (i * 37) % 400;
     graft_generate_config c = prompt_logprobs_only(TOP);
     run r;
-    start(e, &r, prompt, N, &c);
-    finish(&r);
+    run_whole(e, &r, prompt, N, &c);
     assert_int_equal(graft_generation_finish_reason(r.gen), GRAFT_FINISH_LENGTH);
     size_t n_out = 99;
     graft_generation_tokens(r.gen, &n_out);
@@ -690,12 +692,10 @@ static void test_prompt_logprobs_match_cold_logits(void **state)
 
     /* without prompt_logprobs there are none; a one-token prompt has none to give */
     graft_generate_config plain = graft_test_greedy(2);
-    start(e, &r, prompt, N, &plain);
-    finish(&r);
+    run_whole(e, &r, prompt, N, &plain);
     assert_int_equal(graft_generation_prompt_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
     release(&r);
-    start(e, &r, prompt, 1, &c);
-    finish(&r);
+    run_whole(e, &r, prompt, 1, &c);
     assert_int_equal(graft_generation_finish_reason(r.gen), GRAFT_FINISH_LENGTH);
     assert_int_equal(graft_generation_prompt_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
     release(&r);
@@ -708,16 +708,15 @@ static void test_prompt_logprobs_equal_sampled_ones(void **state)
 {
     (void)state;
     graft_engine *e = new_engine();
-    const int32_t prompt[6] = {BOS, 403, 261, 347, 41, 280};
+    const int32_t *prompt = prompt6;
     graft_generate_config c = with_logprobs(3);
     run r;
-    start(e, &r, prompt, 6, &c);
-    finish(&r);
+    run_whole(e, &r, prompt, 6, &c);
     size_t n_out = 0;
     const int32_t *out = graft_generation_tokens(r.gen, &n_out);
     assert_int_equal(n_out, N_GEN);
     int32_t all[6 + N_GEN];
-    memcpy(all, prompt, sizeof prompt);
+    memcpy(all, prompt6, sizeof prompt6);
     memcpy(all + 6, out, n_out * sizeof *out);
 
     run fed;
@@ -750,8 +749,7 @@ static void test_prompt_logprobs_chunk_and_batch_invariant(void **state)
     graft_generate_config c = prompt_logprobs_only(TOP);
     graft_engine *e = new_engine();
     run alone;
-    start(e, &alone, prompt, N, &c);
-    finish(&alone);
+    run_whole(e, &alone, prompt, N, &c);
 
     const int32_t sessions[2] = {3, 1};
     for (int k = 0; k < 2; k++) {

@@ -196,6 +196,10 @@ json_t *graft__envelope_with_choice(const completion *c, json_t *choice);
  * the rest when final). */
 json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, bool delta,
                            bool final);
+/* Chat's log-probability entries ({token, logprob, bytes, top_logprobs}) of ch's tokens
+ * [from, to), for a request that asked for them. */
+json_t *graft__choice_token_logprobs(const completion *c, const choice *ch, size_t from,
+                                     size_t to);
 /* Whether a stream may send ch's echo: the prompt's log-probabilities, when asked for, are
  * there (choice 0 committed its prompt). */
 bool graft__echo_ready(const completion *c);

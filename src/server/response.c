@@ -212,6 +212,15 @@ static json_t *logprobs_json(const completion *c, const choice *ch, size_t from,
     return legacy_json(&l);
 }
 
+json_t *graft__choice_token_logprobs(const completion *c, const choice *ch, size_t from,
+                                     size_t to)
+{
+    json_t *chat = logprobs_json(c, ch, from, to, false);
+    json_t *entries = json_incref(json_object_get(chat, "content"));
+    json_decref(chat);
+    return entries;
+}
+
 bool graft__echo_ready(const completion *c)
 {
     const graft_token_logprob *e = NULL;

@@ -6,15 +6,16 @@
  * message, the conversation of `previous_response_id` (response_store.c) and the request's
  * `input` items become the messages (message items, function calls as the assistant's
  * tool_calls, function call outputs as tool messages), `tools` (function tools),
- * `tool_choice`, `text.format` their chat counterparts; `max_output_tokens` (one of the chat
+ * `tool_choice`, `text.format`, `include` of message.output_text.logprobs (with
+ * `top_logprobs`) their chat counterparts; `max_output_tokens` (one of the chat
  * request's names for max_tokens, so that its errors name it) and the sampling fields pass
  * as they are (null ones left out). The completion then runs as any chat completion (prompt
  * reuse, tool calls, JSON output), and its one choice is answered as a response object: a message item with the
  * text and a function_call item per call, streamed as the API's typed events (every event
  * carries its type and a sequence number). What the API has and graft does not (hosted
  * tools, images and files in the input, background responses) is refused with a 400 naming
- * the field; fields graft has no use for (reasoning, truncation, include, metadata's
- * meaning) are ignored, metadata given back as it came.
+ * the field; fields graft has no use for (reasoning, truncation, other include values,
+ * metadata's meaning) are ignored, metadata given back as it came.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ struct graft__responses {
     int output_index;     /* the next output item's */
     int message_index;
     size_t text_sent, calls_sent;
+    size_t tokens_sent;   /* tokens whose log-probabilities went out with a delta */
 };
 
 void graft__responses_free(graft__responses *r)
@@ -304,11 +306,36 @@ static int to_chat(const json_t *body, const json_t *history, graft__responses *
     const json_t *choice = json_object_get(body, "tool_choice");
     if (choice != NULL && chat_tool_choice(choice, chat, param, message) != 0)
         return -1;
+    const json_t *include = json_object_get(body, "include");
+    for (size_t i = 0; i < json_array_size(include); i++) {
+        const char *what = json_string_value(json_array_get(include, i));
+        if (what != NULL && strcmp(what, "message.output_text.logprobs") == 0) {
+            json_object_set_new(chat, "logprobs", json_true());
+            const json_t *top = json_object_get(body, "top_logprobs");
+            if (top != NULL && !json_is_null(top))
+                json_object_set(chat, "top_logprobs", (json_t *)top);
+        }
+    }
     const json_t *text = json_object_get(body, "text");
     return text == NULL ? 0 : chat_format(text, chat, param, message);
 }
 
 /* ---- the response object ---------------------------------------------------------------- */
+
+/* The tokens whose text begins before byte `end` of ch's text. */
+static size_t tokens_before(const choice *ch, size_t end)
+{
+    size_t t = 0;
+    while (t < ch->n_tokens && ch->token_start[t] < end)
+        t++;
+    return t;
+}
+
+/* The log-probabilities of ch's tokens [from, to) when include asked for them, else []. */
+static json_t *text_logprobs(const completion *c, const choice *ch, size_t from, size_t to)
+{
+    return c->req.logprobs ? graft__choice_token_logprobs(c, ch, from, to) : json_array();
+}
 
 /* The output items of the finished choice ch: its text as a message (unless it is only
  * calls), then its calls. */
@@ -321,10 +348,11 @@ static json_t *output_items(const completion *c, const choice *ch, const char *s
     if (content > 0 || n_calls == 0) {
         snprintf(id, sizeof id, "msg_%s", c->id);
         json_array_append_new(
-            items, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%, s:[], s:[]}]}", "type",
+            items, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%, s:[], s:o}]}", "type",
                              "message", "id", id, "status", status, "role", "assistant",
                              "content", "type", "output_text", "text",
-                             ch->text ? ch->text : "", content, "annotations", "logprobs"));
+                             ch->text ? ch->text : "", content, "annotations", "logprobs",
+                             text_logprobs(c, ch, 0, tokens_before(ch, content))));
     }
     for (size_t k = 0; k < n_calls; k++) {
         const json_t *call = json_array_get(ch->calls, k);
@@ -432,13 +460,16 @@ static void open_message(completion *c)
 static void close_message(completion *c, const char *text, size_t n, const char *status)
 {
     graft__responses *r = c->resp;
+    const choice *ch = &c->choices[0];
     char id[80];
     snprintf(id, sizeof id, "msg_%s", c->id);
+    json_t *logprobs = text_logprobs(c, ch, 0, tokens_before(ch, n));
     event(c, "response.output_text.done",
-          json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", id, "output_index",
-                    r->message_index, "content_index", 0, "text", text, n, "logprobs"));
-    json_t *part = json_pack("{s:s, s:s%, s:[], s:[]}", "type", "output_text", "text", text, n,
-                             "annotations", "logprobs");
+          json_pack("{s:s, s:i, s:i, s:s%, s:O}", "item_id", id, "output_index",
+                    r->message_index, "content_index", 0, "text", text, n, "logprobs",
+                    logprobs));
+    json_t *part = json_pack("{s:s, s:s%, s:[], s:o}", "type", "output_text", "text", text, n,
+                             "annotations", "logprobs", logprobs);
     event(c, "response.content_part.done",
           json_pack("{s:s, s:i, s:i, s:O}", "item_id", id, "output_index", r->message_index,
                     "content_index", 0, "part", part));
@@ -496,11 +527,14 @@ void graft__responses_events(completion *c, bool going)
             open_message(c);
         char id[80];
         snprintf(id, sizeof id, "msg_%s", c->id);
+        size_t tokens = tokens_before(ch, upto);
         event(c, "response.output_text.delta",
-              json_pack("{s:s, s:i, s:i, s:s%, s:[]}", "item_id", id, "output_index",
+              json_pack("{s:s, s:i, s:i, s:s%, s:o}", "item_id", id, "output_index",
                         r->message_index, "content_index", 0, "delta", ch->text + r->text_sent,
-                        upto - r->text_sent, "logprobs"));
+                        upto - r->text_sent, "logprobs",
+                        text_logprobs(c, ch, r->tokens_sent, tokens)));
         r->text_sent = upto;
+        r->tokens_sent = tokens;
     }
     size_t n_calls = ch->calls_bad || ch->calls == NULL ? 0 : json_array_size(ch->calls);
     if (n_calls > r->calls_sent && r->message_open && !r->message_done)

@@ -362,6 +362,26 @@ await check('responses API: the same text as chat, streamed alike, continued wit
     await assert.rejects(client.responses.retrieve(first.id), OpenAI.NotFoundError);
 });
 
+await check('responses API: include message.output_text.logprobs gives chat\'s log-probabilities, streamed alike', async () => {
+    const params = {
+        model: 'stories260K', input: messages[1].content, max_output_tokens: 8, temperature: 0,
+        include: ['message.output_text.logprobs'], top_logprobs: 2,
+    };
+    const whole = await client.responses.create(params);
+    const chat = await client.chat.completions.create({
+        model: 'stories260K', messages: [messages[1]], max_tokens: 8, temperature: 0,
+        logprobs: true, top_logprobs: 2,
+    });
+    const entries = whole.output[0].content[0].logprobs;
+    assert.equal(entries.map((e) => e.token).join(''), whole.output_text);
+    assert.deepEqual(entries, chat.choices[0].logprobs.content);
+    const streamed = [];
+    for await (const event of await client.responses.create({ ...params, stream: true }))
+        if (event.type === 'response.output_text.delta')
+            streamed.push(...event.logprobs);
+    assert.deepEqual(streamed, entries);
+});
+
 await check('responses API: a forced function call, its output sent back', async () => {
     const tools = [{
         type: 'function', name: 'get_weather', description: 'The weather in a city',

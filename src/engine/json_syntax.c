@@ -172,9 +172,6 @@ static bool push_frame(graft__json_syntax *s, uint16_t node)
     return true;
 }
 
-/* A value of union node *n begins with c: *n becomes the alternative it follows, the
- * choice-th of those whose values can begin with c; where there are several, the fork is
- * recorded (graft__json_recognizer follows the others). */
 /* Counts in *matching the alternatives of union u whose values can begin with a byte of
  * `class` (a nested union's own in its place: json_schema.c nests one only while it is
  * being compiled, and none holds itself), *picked being the choice-th. */
@@ -196,6 +193,9 @@ static void union_matches(const graft__json_syntax *s, uint16_t u, int class,
     }
 }
 
+/* A value of union node *n begins with c: *n becomes the alternative it follows, the
+ * choice-th of those whose values can begin with c; where there are several, the fork is
+ * recorded (graft__json_recognizer follows the others). */
 static bool union_pick(graft__json_syntax *s, uint16_t *n, uint8_t c)
 {
     uint32_t matching = 0;

@@ -67,8 +67,8 @@ int graft__json_regex_bound_length(const graft__json_regex *re, uint32_t min_cha
  * and required (the properties are generated in the order the schema lists them; ones not
  * listed are never generated, whatever additionalProperties says), items, minItems and
  * maxItems (up to 65534), enum and const (strings, numbers, booleans, null), anyOf of up to
- * 64 alternatives (nested unions are flattened into it; a union that holds itself before any
- * value begins is refused): the first byte of a value picks the alternatives of its class
+ * 64 alternatives (nested unions are flattened into it, or walked into where a recursion
+ * leads back to one; a union that holds itself before any value begins is refused): the first byte of a value picks the alternatives of its class
  * (an object, an array, a string, a number, a boolean, null), and where it leaves several
  * the recognizer follows them all (graft__json_recognizer), except objects whose first
  * property is a tag (the same name first in each, required, with const or enum values no two
@@ -110,8 +110,10 @@ typedef enum graft__schema_kind {
     GRAFT__SCHEMA_BOOLEAN,
     GRAFT__SCHEMA_NULL,
     GRAFT__SCHEMA_LITERALS,   /* one of the values texts[first, first + count) */
-    GRAFT__SCHEMA_UNION,      /* one of the nodes alts[first, first + count) (none a union):
-                                 those the first byte of the value allows */
+    GRAFT__SCHEMA_UNION,      /* one of the nodes alts[first, first + count): those the
+                                 first byte of the value allows (a union among them only
+                                 where a recursion led back to it while it was compiled:
+                                 its alternatives count in its place) */
     GRAFT__SCHEMA_TAGGED      /* one of the object nodes alts[first, first + count), told
                                  apart by the value of their first property (the tag: the
                                  same name, required in each, const or enum values none

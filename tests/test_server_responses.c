@@ -1243,6 +1243,9 @@ static void test_refusals(void **state)
          "\"name\": \"g\"}}",
          "tool_choice"},
         {"{\"input\": \"x\", \"temperature\": 9}", "temperature"},
+        {"{\"input\": \"x\", \"tools\": \"get_weather\"}", "tools"},
+        {"{\"input\": \"x\", \"include\": \"message.output_text.logprobs\"}", "include"},
+        {"{\"input\": \"x\", \"store\": \"yes\"}", "store"},
     };
     json_t *before = respond(greedy(json_string("Hi there"), 6, NULL, NULL));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -185,6 +185,8 @@ static int chat_tools(const json_t *tools, json_t *chat, char **param, char **me
 {
     if (!json_is_array(tools))
         return refuse(param, message, "tools", "%s must be an array", "'tools'");
+    if (json_array_size(tools) == 0)
+        return 0;
     json_t *out = json_array();
     json_object_set_new(chat, "tools", out);
     for (size_t i = 0; i < json_array_size(tools); i++) {
@@ -300,13 +302,15 @@ static int to_chat(const json_t *body, const json_t *history, graft__responses *
     if (json_array_size(messages) == 0)
         return refuse(param, message, "input", "%s is empty", "the conversation");
     const json_t *tools = json_object_get(body, "tools");
-    if (tools != NULL && json_array_size(tools) > 0 &&
-        chat_tools(tools, chat, param, message) != 0)
+    if (tools != NULL && !json_is_null(tools) && chat_tools(tools, chat, param, message) != 0)
         return -1;
     const json_t *choice = json_object_get(body, "tool_choice");
     if (choice != NULL && chat_tool_choice(choice, chat, param, message) != 0)
         return -1;
     const json_t *include = json_object_get(body, "include");
+    if (include != NULL && !json_is_null(include) && !json_is_array(include))
+        return refuse(param, message, "include", "%s must be an array of strings",
+                      "'include'");
     for (size_t i = 0; i < json_array_size(include); i++) {
         const char *what = json_string_value(json_array_get(include, i));
         if (what != NULL && strcmp(what, "message.output_text.logprobs") == 0) {
@@ -592,7 +596,10 @@ int graft__responses_begin(completion *c, const json_t *body, const char *sessio
         return graft__reply_error(reply, 503, "server_error", NULL, "out of memory"), -1;
     const json_t *store = json_object_get(body, "store");
     const json_t *previous = json_object_get(body, "previous_response_id");
-    r->store = store == NULL || json_is_true(store);
+    if (store != NULL && !json_is_null(store) && !json_is_boolean(store))
+        return graft__reply_error(reply, 400, "invalid_request_error", "store",
+                                  "'store' must be true or false"), -1;
+    r->store = store == NULL || json_is_null(store) || json_is_true(store);
     r->request = echoed_fields(body);
     if (owner != NULL && (r->owner = strdup(owner)) == NULL)
         return graft__reply_error(reply, 503, "server_error", NULL, "out of memory"), -1;

@@ -31,6 +31,7 @@ struct graft__responses {
     char *owner;
     bool store;
     json_t *final;        /* the response object, once settled (and stored) */
+    char message_id[64];  /* the message item's: msg_ and the response's id */
     /* streaming */
     long long sequence;
     bool created;
@@ -326,10 +327,10 @@ static int to_chat(const json_t *body, const json_t *history, graft__responses *
 
 /* ---- the response object ---------------------------------------------------------------- */
 
-/* The tokens whose text begins before byte `end` of ch's text. */
-static size_t tokens_before(const choice *ch, size_t end)
+/* The tokens whose text begins before byte `end` of ch's text, counted on from token t (one
+ * known to begin before it). */
+static size_t tokens_before(const choice *ch, size_t t, size_t end)
 {
-    size_t t = 0;
     while (t < ch->n_tokens && ch->token_start[t] < end)
         t++;
     return t;
@@ -350,13 +351,12 @@ static json_t *output_items(const completion *c, const choice *ch, const char *s
     size_t n_calls = ch->calls_bad || ch->calls == NULL ? 0 : json_array_size(ch->calls);
     char id[80];
     if (content > 0 || n_calls == 0) {
-        snprintf(id, sizeof id, "msg_%s", c->id);
         json_array_append_new(
             items, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%, s:[], s:o}]}", "type",
-                             "message", "id", id, "status", status, "role", "assistant",
+                             "message", "id", c->resp->message_id, "status", status, "role", "assistant",
                              "content", "type", "output_text", "text",
                              ch->text ? ch->text : "", content, "annotations", "logprobs",
-                             text_logprobs(c, ch, 0, tokens_before(ch, content))));
+                             text_logprobs(c, ch, 0, tokens_before(ch, 0, content))));
     }
     for (size_t k = 0; k < n_calls; k++) {
         const json_t *call = json_array_get(ch->calls, k);
@@ -446,8 +446,7 @@ static void event(completion *c, const char *type, json_t *j)
 static void open_message(completion *c)
 {
     graft__responses *r = c->resp;
-    char id[80];
-    snprintf(id, sizeof id, "msg_%s", c->id);
+    const char *id = r->message_id;
     r->message_index = r->output_index++;
     event(c, "response.output_item.added",
           json_pack("{s:i, s:{s:s, s:s, s:s, s:s, s:[]}}", "output_index", r->message_index,
@@ -465,9 +464,8 @@ static void close_message(completion *c, const char *text, size_t n, const char 
 {
     graft__responses *r = c->resp;
     const choice *ch = &c->choices[0];
-    char id[80];
-    snprintf(id, sizeof id, "msg_%s", c->id);
-    json_t *logprobs = text_logprobs(c, ch, 0, tokens_before(ch, n));
+    const char *id = r->message_id;
+    json_t *logprobs = text_logprobs(c, ch, 0, tokens_before(ch, 0, n));
     event(c, "response.output_text.done",
           json_pack("{s:s, s:i, s:i, s:s%, s:O}", "item_id", id, "output_index",
                     r->message_index, "content_index", 0, "text", text, n, "logprobs",
@@ -516,9 +514,9 @@ void graft__responses_events(completion *c, bool going)
     graft__responses *r = c->resp;
     choice *ch = &c->choices[0];
     if (!r->created) {
-        event(c, "response.created", json_pack("{s:o}", "response", response_json(c, false)));
-        event(c, "response.in_progress",
-              json_pack("{s:o}", "response", response_json(c, false)));
+        json_t *begun = response_json(c, false);
+        event(c, "response.created", json_pack("{s:O}", "response", begun));
+        event(c, "response.in_progress", json_pack("{s:o}", "response", begun));
         r->created = true;
     }
     if (!ch->started)
@@ -529,9 +527,8 @@ void graft__responses_events(completion *c, bool going)
     if (upto > r->text_sent && !r->message_done) {
         if (!r->message_open)
             open_message(c);
-        char id[80];
-        snprintf(id, sizeof id, "msg_%s", c->id);
-        size_t tokens = tokens_before(ch, upto);
+        const char *id = r->message_id;
+        size_t tokens = tokens_before(ch, r->tokens_sent, upto);
         event(c, "response.output_text.delta",
               json_pack("{s:s, s:i, s:i, s:s%, s:o}", "item_id", id, "output_index",
                         r->message_index, "content_index", 0, "delta", ch->text + r->text_sent,
@@ -594,6 +591,7 @@ int graft__responses_begin(completion *c, const json_t *body, const char *sessio
     graft__responses *r = c->resp = calloc(1, sizeof *c->resp);
     if (r == NULL)
         return graft__reply_error(reply, 503, "server_error", NULL, "out of memory"), -1;
+    snprintf(r->message_id, sizeof r->message_id, "msg_%s", c->id);
     const json_t *store = json_object_get(body, "store");
     const json_t *previous = json_object_get(body, "previous_response_id");
     if (store != NULL && !json_is_null(store) && !json_is_boolean(store))

@@ -77,6 +77,10 @@ static const char serve_usage[] =
     "                          any) call the API from a browser (CORS); default: none\n"
     "  --chat-template FILE    the Jinja chat template for /v1/chat/completions (default:\n"
     "                          the model's own, else ChatML)\n"
+    "  --reasoning-format F    a thinking model's thought (its template's <think> tags):\n"
+    "                          auto or deepseek, given apart as reasoning_content\n"
+    "                          (default); none, left in the content as written. A\n"
+    "                          request's reasoning_format overrides it\n"
     "  --max-body SIZE         request body bytes at most (default 1M); more get 413\n"
     "  --timeout S             seconds an idle connection is kept, and a kept-alive one\n"
     "                          has to send its next whole request (default 600)\n"
@@ -102,6 +106,7 @@ typedef struct serve_options {
     const char *kernels;
     const char *chat_template;
     const char *allow_origins;
+    const char *reasoning_format;
     int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, request_timeout_s,
         grace_ms;
     int32_t named, ttl_s, stored, reuse_min_tokens, reuse_wait_ms;
@@ -137,6 +142,7 @@ static int parse(int argc, char **argv, serve_options *o)
         {"--api-key", NULL, GRAFT_CLI_STRING, &o->api_key, 0, 0, 0},
         {"--allow-origin", NULL, GRAFT_CLI_STRING, &o->allow_origins, 0, 0, 0},
         {"--chat-template", NULL, GRAFT_CLI_STRING, &o->chat_template, 0, 0, 0},
+        {"--reasoning-format", NULL, GRAFT_CLI_STRING, &o->reasoning_format, 0, 0, 0},
         {"--max-body", NULL, GRAFT_CLI_SIZE, &o->max_body, 64, (double)SIZE_MAX, 0},
         {"--timeout", NULL, GRAFT_CLI_INT, &o->timeout_s, 1, 86400, 0},
         {"--request-timeout", NULL, GRAFT_CLI_INT, &o->request_timeout_s, 1, 86400, 0},
@@ -156,6 +162,12 @@ static int parse(int argc, char **argv, serve_options *o)
     if (o->allow_origins != NULL && !graft__cors_valid_list(o->allow_origins)) {
         graft__cli_error("serve", "option --allow-origin: '%s' is not a list of origins such "
                                   "as http://localhost:3000, or *", o->allow_origins);
+        return GRAFT_CLI_USAGE;
+    }
+    if (o->reasoning_format != NULL && strcmp(o->reasoning_format, "auto") != 0 &&
+        strcmp(o->reasoning_format, "deepseek") != 0 && strcmp(o->reasoning_format, "none") != 0) {
+        graft__cli_error("serve", "option --reasoning-format: '%s' is not auto, deepseek or none",
+                         o->reasoning_format);
         return GRAFT_CLI_USAGE;
     }
     return GRAFT_CLI_RUN;
@@ -209,7 +221,12 @@ static int load_template(const serve_options *o, serving *sv)
         graft_free(err);
         return GRAFT_CLI_FAILED;
     }
-    fprintf(stderr, "graft: chat template: %s\n", which);
+    sv->chat.thought_tags = graft__reasoning_tags_of(sv->chat.text);
+    sv->chat.split_thoughts = o->reasoning_format == NULL || strcmp(o->reasoning_format, "none") != 0;
+    fprintf(stderr, "graft: chat template: %s%s%s%s\n", which,
+            sv->chat.thought_tags ? " (thoughts between " : "",
+            sv->chat.thought_tags ? sv->chat.thought_tags->open : "",
+            sv->chat.thought_tags ? " and its closing tag)" : "");
     return GRAFT_CLI_OK;
 }
 

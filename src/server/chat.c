@@ -1,6 +1,6 @@
 /*
  * chat.c: the messages of a chat completion request, rendered into prompt text with the
- * model's own chat template (or --chat-template's), as graft__render_fn (server.h).
+ * model's own chat template (or --chat-template's) (server.h).
  *
  * The template's input is what Hugging Face's apply_chat_template gives it: messages (each
  * with its role and content; content given as an array of text parts is joined into one
@@ -116,10 +116,9 @@ static json_t *messages_of(const json_t *body, const why *w)
     return out;
 }
 
-int graft__chat_render(const json_t *body, char **text, char **param, char **message,
-                       void *user)
+int graft__chat_render(const graft__chat *chat, const json_t *body, char **text,
+                       char **param, char **message)
 {
-    const graft__chat *chat = user;
     const why w = {param, message};
     *text = NULL;
     json_t *messages = messages_of(body, &w);

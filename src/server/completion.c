@@ -106,7 +106,14 @@ size_t graft__choice_release(choice *ch)
                 break;
             }
     }
+    size_t held = graft__reasoning_scan(&ch->thought, ch->text ? ch->text : "", ch->len,
+                                        ch->done || ch->stopped);
+    if (held < keep_from)
+        keep_from = held;
     if (r->tools) {
+        size_t content = graft__reasoning_content_start(&ch->thought, ch->len);
+        if (ch->content_end < content) /* tool calls follow the thought */
+            ch->content_end = content;
         size_t from = ch->content_end < ch->len ? ch->content_end : ch->len;
         ch->content_end = from + graft__tool_calls_start(ch->text + from, ch->len - from);
         if (ch->content_end < keep_from)
@@ -392,6 +399,7 @@ static int start_choice(completion *c, choice *ch)
         (r->tools && ch->calls == NULL) || graft_detok_create(c->ctx->model, &ch->detok) != GRAFT_OK)
         return GRAFT_ENOMEM;
     /* A forced call's opening tag ends the prompt: its text begins the answer's tool calls. */
+    graft__reasoning_start(&ch->thought, r->thought_tags, r->thought_opened);
     if (r->forced_call && !graft__append(&ch->text, &ch->len, &ch->cap, GRAFT__FORCED_CALL_OPEN,
                                          sizeof GRAFT__FORCED_CALL_OPEN - 1))
         return GRAFT_ENOMEM;
@@ -713,8 +721,7 @@ int graft__completion_begin(completion *c, const json_t *body, graft__api api,
 {
     bool chat = api == GRAFT__API_CHAT;
     char *param = NULL, *message = NULL;
-    int rc = graft__request_parse(body, chat, c->ctx->chat ? graft__chat_render : NULL,
-                                  (void *)c->ctx->chat, &c->req, &param, &message);
+    int rc = graft__request_parse(body, chat, c->ctx->chat, &c->req, &param, &message);
     if (rc != GRAFT_OK) {
         if (rc == GRAFT_EUNSUPPORTED)
             graft__reply_error(reply, 501, "server_error", NULL,
@@ -849,10 +856,13 @@ static void produce_choice(completion *c, choice *ch)
     if (ch->done && (!c->req.tools || ch->calls_bad))
         upto = ch->len;
     size_t calls = ch->calls ? json_array_size(ch->calls) : 0;
-    if (upto > ch->sent || calls > ch->calls_sent) {
+    size_t content = graft__reasoning_content_start(&ch->thought, ch->len), from, to;
+    graft__reasoning_span(&ch->thought, ch->text, upto, &from, &to);
+    /* new content, calls or thought (white space a thought may end with waits) */
+    if (upto > (ch->sent > content ? ch->sent : content) || calls > ch->calls_sent ||
+        to > ch->thought_sent)
         emit(c, chunk(c, ch, ch->sent, upto, false));
-        ch->sent = upto;
-    }
+    ch->sent = upto > ch->sent ? upto : ch->sent;
     if (ch->done) /* the last chunk: the finish reason (and what did not parse as calls) */
         emit(c, chunk(c, ch, upto, upto, true));
 }

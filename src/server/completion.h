@@ -38,6 +38,8 @@ typedef struct choice {
     graft_token_logprob *logprobs; /* (cap_tokens x width) when asked for */
     size_t cap_tokens, n_tokens_sent; /* n_tokens_sent: tokens whose ids and logprobs went
                                          out */
+    graft__reasoning thought; /* a thinking model's thought in text (chat) */
+    size_t thought_sent;     /* streaming: the thought's bytes before it went out */
     bool stopped;            /* a stop string matched: text ends at len */
     const char *stop_word;
     bool done;
@@ -169,10 +171,10 @@ bool graft__batch_is(const json_t *body);
 void graft__batch_run(const graft__server_ctx *ctx, const json_t *body, int fd,
                       const char *session_header, const char *owner, graft__reply *reply,
                       graft__request_log *log);
-/* Bytes of ch's text that may be given out now as content: all of it but a suffix that
- * could still grow into a stop string, and (with tools) nothing from the tool calls on,
- * which are parsed into ch->calls as they complete; with a stop string's match, the text is
- * cut before it and ch->stopped is set. */
+/* Bytes of ch's text that may be given out now (as its thought or its content): all of it
+ * but a suffix that could still grow into a stop string or a thought's tag, and (with
+ * tools) nothing from the tool calls on, which are parsed into ch->calls as they complete;
+ * with a stop string's match, the text is cut before it and ch->stopped is set. */
 size_t graft__choice_release(choice *ch);
 /* At the end: tool-call text that did not parse as calls is content after all
  * (ch->calls_bad). */
@@ -183,9 +185,12 @@ void graft__choice_settle_tools(choice *ch);
 const char *graft__choice_finish_reason(const choice *ch);
 /* Tokens generated over every choice. */
 size_t graft__generated_tokens(const completion *c);
+/* Tokens generated over every choice that begin in a thought. */
+size_t graft__thought_tokens(const completion *c);
 /* OpenAI's usage object: prompt, completion and total tokens, and the cached ones. */
 json_t *graft__usage_counts_json(size_t prompt, size_t generated, size_t cached);
-/* The usage of a request: its prompt, every choice's tokens, choice 0's reused ones. */
+/* The usage of a request: its prompt, every choice's tokens, choice 0's reused ones (and,
+ * where thoughts are split off, those tokens as reasoning_tokens). */
 json_t *graft__usage_json(const completion *c);
 json_t *graft__graft_json(const completion *c);
 json_t *graft__envelope_json(const completion *c, const char *object);
@@ -196,6 +201,9 @@ json_t *graft__envelope_with_choice(const completion *c, json_t *choice);
  * the rest when final). */
 json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, bool delta,
                            bool final);
+/* ch's thought (a new string), or NULL when it has none: whole, or (delta) its bytes
+ * within text[0, upto) that have not gone out yet, which are then counted as sent. */
+json_t *graft__choice_thought(choice *ch, size_t upto, bool delta);
 /* Chat's log-probability entries ({token, logprob, bytes, top_logprobs}) of ch's tokens
  * [from, to), for a request that asked for them. */
 json_t *graft__choice_token_logprobs(const completion *c, const choice *ch, size_t from,

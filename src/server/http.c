@@ -436,7 +436,7 @@ static void route_response(graft__server *s, struct MHD_Connection *conn, const 
 static void route_apply_template(graft__server *s, const json_t *body, graft__reply *reply)
 {
     char *text = NULL, *param = NULL, *message = NULL;
-    if (graft__chat_render(body, &text, &param, &message, (void *)s->ctx.chat) != GRAFT_OK)
+    if (graft__chat_render(s->ctx.chat, body, &text, &param, &message) != GRAFT_OK)
         graft__reply_error(reply, 400, "invalid_request_error", param ? param : "messages",
                            "%s", message ? message : "cannot render the messages");
     else

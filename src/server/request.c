@@ -577,9 +577,49 @@ static int open_forced_call(graft__completion_request *r)
     return GRAFT_OK;
 }
 
-int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
-                         void *render_user, graft__completion_request *r, char **param,
-                         char **message)
+/* reasoning_format (llama-server's): whether a thinking model's thought is split off into
+ * reasoning_content ("auto", "deepseek") or left in the content ("none"); absent: as the
+ * server was started. */
+static int parse_reasoning_format(const json_t *body, const graft__chat *chat, bool *split,
+                                  char **param, char **message)
+{
+    *split = chat->split_thoughts;
+    const json_t *f = json_object_get(body, "reasoning_format");
+    if (f == NULL || json_is_null(f))
+        return GRAFT_OK;
+    const char *v = json_string_value(f);
+    if (v != NULL && (strcmp(v, "auto") == 0 || strcmp(v, "deepseek") == 0))
+        *split = true;
+    else if (v != NULL && strcmp(v, "none") == 0)
+        *split = false;
+    else
+        return bad(param, message, "reasoning_format",
+                   "'reasoning_format' must be \"auto\", \"deepseek\" or \"none\"");
+    return GRAFT_OK;
+}
+
+/* A chat prompt rendered by a thinking model's template: whether the answer begins inside a
+ * thought, and the tags to split it off by. An answer held to a format (JSON, a forced
+ * call) from its first token would be written inside the thought: the thought is closed
+ * empty first, as the template closes it when thinking is off. */
+static int shape_thought(const json_t *body, const graft__chat *chat,
+                         graft__completion_request *r, char **param, char **message)
+{
+    bool split;
+    int rc = parse_reasoning_format(body, chat, &split, param, message);
+    if (rc != GRAFT_OK || chat->thought_tags == NULL)
+        return rc;
+    r->thought_tags = split ? chat->thought_tags : NULL;
+    r->thought_opened = graft__reasoning_opened(chat->thought_tags, r->prompt_text);
+    if (r->thought_opened && (r->output_format != GRAFT_OUTPUT_TEXT || r->forced_call)) {
+        r->thought_opened = false;
+        return graft__reasoning_close(chat->thought_tags, &r->prompt_text);
+    }
+    return GRAFT_OK;
+}
+
+int graft__request_parse(const json_t *body, bool chat, const graft__chat *chat_template,
+                         graft__completion_request *r, char **param, char **message)
 {
     memset(r, 0, sizeof *r);
     *param = *message = NULL;
@@ -599,12 +639,14 @@ int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
              (rc = parse_flags(body, r, param, message)) == GRAFT_OK) {
         if (!chat)
             rc = parse_prompt(body, r, param, message);
-        else if (render == NULL)
+        else if (chat_template == NULL)
             rc = GRAFT_EUNSUPPORTED;
-        else if ((rc = render(body, &r->prompt_text, param, message, render_user)) != GRAFT_OK &&
-                 *param == NULL)
+        else if ((rc = graft__chat_render(chat_template, body, &r->prompt_text, param,
+                                          message)) != GRAFT_OK && *param == NULL)
             *param = strdup("messages");
-        else if (rc == GRAFT_OK && r->forced_call)
+        else if (rc == GRAFT_OK &&
+                 (rc = shape_thought(body, chat_template, r, param, message)) == GRAFT_OK &&
+                 r->forced_call)
             rc = open_forced_call(r);
     }
     if (rc != GRAFT_OK)

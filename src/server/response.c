@@ -47,10 +47,27 @@ json_t *graft__usage_counts_json(size_t prompt, size_t generated, size_t cached)
                      "cached_tokens", (json_int_t)cached);
 }
 
+size_t graft__thought_tokens(const completion *c)
+{
+    size_t n = 0;
+    for (int32_t i = 0; i < c->n_choices; i++) {
+        const choice *ch = &c->choices[i];
+        size_t content = graft__reasoning_content_start(&ch->thought, ch->len);
+        for (size_t t = 0; t < ch->n_tokens && ch->token_start[t] < content; t++)
+            n++;
+    }
+    return n;
+}
+
 json_t *graft__usage_json(const completion *c)
 {
-    return graft__usage_counts_json(c->n_prompt, graft__generated_tokens(c),
-                                    (size_t)c->choices[0].reused);
+    json_t *j = graft__usage_counts_json(c->n_prompt, graft__generated_tokens(c),
+                                         (size_t)c->choices[0].reused);
+    if (c->req.thought_tags != NULL)
+        json_object_set_new(j, "completion_tokens_details",
+                            json_pack("{s:I}", "reasoning_tokens",
+                                      (json_int_t)graft__thought_tokens(c)));
+    return j;
 }
 
 json_t *graft__graft_json(const completion *c)
@@ -259,10 +276,13 @@ static size_t tokens_upto(const choice *ch, size_t upto, bool final)
 
 /* ---- choices ------------------------------------------------------------------------------------ */
 
-/* The content of ch in [from, upto), and at the end the tool-call text that did not parse. */
+/* The content of ch in [from, upto) (not before the content's start, after a thought), and
+ * at the end the tool-call text that did not parse. */
 static json_t *content_json(const choice *ch, size_t from, size_t upto, bool final)
 {
     const char *text = ch->text ? ch->text : "";
+    size_t start = graft__reasoning_content_start(&ch->thought, ch->len);
+    from = from > start ? from : start;
     if (!(final && ch->c->req.tools && ch->calls_bad))
         return json_stringn(text + from, upto > from ? upto - from : 0);
     size_t head = upto > from ? upto - from : 0, tail = ch->len - ch->tools_parsed;
@@ -276,6 +296,17 @@ static json_t *content_json(const choice *ch, size_t from, size_t upto, bool fin
     return j;
 }
 
+json_t *graft__choice_thought(choice *ch, size_t upto, bool delta)
+{
+    size_t from, to;
+    graft__reasoning_span(&ch->thought, ch->text, delta ? upto : ch->len, &from, &to);
+    if (delta) {
+        from = from > ch->thought_sent ? from : ch->thought_sent;
+        ch->thought_sent = to > ch->thought_sent ? to : ch->thought_sent;
+    }
+    return to > from ? json_stringn(ch->text + from, to - from) : NULL;
+}
+
 json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, bool delta,
                            bool final)
 {
@@ -287,12 +318,16 @@ json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, 
         if (!delta || !ch->sent_role)
             json_object_set_new(msg, "role", json_string("assistant"));
         ch->sent_role = true;
+        json_t *thought = graft__choice_thought(ch, upto, delta);
+        if (thought != NULL)
+            json_object_set_new(msg, "reasoning_content", thought);
         if (!delta && calls > 0 && json_string_length(content) == 0) {
             json_decref(content);
             content = json_null();
         }
-        if (delta && calls > ch->calls_sent && json_string_length(content) == 0)
-            json_decref(content); /* a delta of tool calls alone */
+        if (delta && (calls > ch->calls_sent || thought != NULL) &&
+            json_string_length(content) == 0)
+            json_decref(content); /* a delta of tool calls or of the thought alone */
         else
             json_object_set_new(msg, "content", content);
         if (calls > ch->calls_sent) {

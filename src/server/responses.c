@@ -32,10 +32,13 @@ struct graft__responses {
     bool store;
     json_t *final;        /* the response object, once settled (and stored) */
     char message_id[64];  /* the message item's: msg_ and the response's id */
+    char reasoning_id[64]; /* the reasoning item's: rs_ and the response's id */
     /* streaming */
     long long sequence;
     bool created;
     bool message_open, message_done; /* the message item was added / closed */
+    bool thought_open, thought_done; /* the reasoning item was added / closed */
+    int thought_index;
     int output_index;     /* the next output item's */
     int message_index;
     size_t text_sent, calls_sent;
@@ -69,7 +72,8 @@ static int refuse(char **param, char **message, const char *path, const char *fm
 }
 
 /* The text of a message's content: a string, or text parts (input_text, output_text,
- * text) joined; NULL with the refusal set for anything else. */
+ * text; a reasoning item's reasoning_text and summary_text) joined; NULL with the
+ * refusal set for anything else. */
 static json_t *content_text(const json_t *content, const char *path, char **param,
                             char **message)
 {
@@ -87,7 +91,8 @@ static json_t *content_text(const json_t *content, const char *path, char **para
         snprintf(at, sizeof at, "%s[%zu]", path, i);
         if (type == NULL || !json_is_string(text) ||
             (strcmp(type, "input_text") != 0 && strcmp(type, "output_text") != 0 &&
-             strcmp(type, "text") != 0))
+             strcmp(type, "text") != 0 && strcmp(type, "reasoning_text") != 0 &&
+             strcmp(type, "summary_text") != 0))
             return refuse(param, message, at, "a content part of type '%.40s' is not "
                           "supported (only text)", type ? type : "?"), NULL;
         n += json_string_length(text);
@@ -103,6 +108,20 @@ static json_t *content_text(const json_t *content, const char *path, char **para
     json_t *s = json_stringn(joined, n);
     free(joined);
     return s;
+}
+
+/* The last message when it is an assistant's thought alone (a reasoning item's), which the
+ * turn's message or calls that follow join; else NULL. */
+static json_t *thought_only(json_t *messages)
+{
+    json_t *last = json_array_get(messages, json_array_size(messages) - 1);
+    const char *role = json_string_value(json_object_get(last, "role"));
+    return role != NULL && strcmp(role, "assistant") == 0 &&
+                   json_is_null(json_object_get(last, "content")) &&
+                   json_object_get(last, "tool_calls") == NULL &&
+                   json_object_get(last, "reasoning_content") != NULL
+               ? last
+               : NULL;
 }
 
 /* Appends item (at path) to the chat messages; -1 with the refusal set. */
@@ -124,6 +143,9 @@ static int add_item(json_t *messages, const json_t *item, const char *path, char
         json_t *text = content_text(json_object_get(item, "content"), at, param, message);
         if (text == NULL)
             return -1;
+        json_t *thinking = thought_only(messages);
+        if (thinking != NULL && strcmp(role, "assistant") == 0)
+            return json_object_set_new(thinking, "content", text);
         return json_array_append_new(
             messages, json_pack("{s:s, s:o}", "role",
                                 strcmp(role, "developer") == 0 ? "system" : role, "content",
@@ -166,9 +188,24 @@ static int add_item(json_t *messages, const json_t *item, const char *path, char
                                                          "tool_call_id", call_id, "content",
                                                          output));
     }
+    if (strcmp(type, "reasoning") == 0) {
+        snprintf(at, sizeof at, "%s.content", path);
+        const json_t *parts = json_object_get(item, "content");
+        if (parts == NULL || json_is_null(parts)) { /* a summary only */
+            parts = json_object_get(item, "summary");
+            snprintf(at, sizeof at, "%s.summary", path);
+        }
+        json_t *text = parts == NULL || json_is_null(parts)
+                           ? json_string("")
+                           : content_text(parts, at, param, message);
+        if (text == NULL)
+            return -1;
+        return json_array_append_new(messages, json_pack("{s:s, s:n, s:o}", "role", "assistant",
+                                                         "content", "reasoning_content", text));
+    }
     snprintf(at, sizeof at, "%s.type", path);
     return refuse(param, message, at, "input items of type '%.40s' are not supported "
-                  "(message, function_call, function_call_output)", type);
+                  "(message, function_call, function_call_output, reasoning)", type);
 }
 
 /* The request's input as items (a new array, which the output items will join): a string
@@ -342,21 +379,43 @@ static json_t *text_logprobs(const completion *c, const choice *ch, size_t from,
     return c->req.logprobs ? graft__choice_token_logprobs(c, ch, from, to) : json_array();
 }
 
-/* The output items of the finished choice ch: its text as a message (unless it is only
- * calls), then its calls. */
-static json_t *output_items(const completion *c, const choice *ch, const char *status)
+/* Whether the answer has a message item: content, or no calls and no thought cut short
+ * (its content [start, end)). */
+static bool wants_message(const choice *ch, size_t start, size_t end, size_t n_calls)
+{
+    return end > start || (n_calls == 0 && ch->thought.state != GRAFT__THOUGHT_OPEN);
+}
+
+/* A reasoning item holding the thought (a reference taken). */
+static json_t *reasoning_item(const completion *c, json_t *thought, const char *status)
+{
+    return json_pack("{s:s, s:s, s:s, s:[], s:[{s:s, s:O}]}", "type", "reasoning", "id",
+                     c->resp->reasoning_id, "status", status, "summary", "content", "type",
+                     "reasoning_text", "text", thought);
+}
+
+/* The output items of the finished choice ch: its thought as a reasoning item, its text as
+ * a message (unless it is only calls, or only a thought), then its calls. */
+static json_t *output_items(const completion *c, choice *ch, const char *status)
 {
     json_t *items = json_array();
-    size_t content = c->req.tools && !ch->calls_bad ? ch->content_end : ch->len;
+    size_t start = graft__reasoning_content_start(&ch->thought, ch->len);
+    size_t end = c->req.tools && !ch->calls_bad ? ch->content_end : ch->len;
     size_t n_calls = ch->calls_bad || ch->calls == NULL ? 0 : json_array_size(ch->calls);
     char id[80];
-    if (content > 0 || n_calls == 0) {
+    json_t *thought = graft__choice_thought(ch, ch->len, false);
+    if (thought != NULL)
+        json_array_append_new(items, reasoning_item(c, thought, status));
+    json_decref(thought);
+    if (wants_message(ch, start, end, n_calls)) {
+        size_t first = tokens_before(ch, 0, start);
         json_array_append_new(
             items, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%, s:[], s:o}]}", "type",
-                             "message", "id", c->resp->message_id, "status", status, "role", "assistant",
-                             "content", "type", "output_text", "text",
-                             ch->text ? ch->text : "", content, "annotations", "logprobs",
-                             text_logprobs(c, ch, 0, tokens_before(ch, 0, content))));
+                             "message", "id", c->resp->message_id, "status", status, "role",
+                             "assistant", "content", "type", "output_text", "text",
+                             ch->text ? ch->text + start : "", end > start ? end - start : 0,
+                             "annotations", "logprobs",
+                             text_logprobs(c, ch, first, tokens_before(ch, first, end))));
     }
     for (size_t k = 0; k < n_calls; k++) {
         const json_t *call = json_array_get(ch->calls, k);
@@ -377,10 +436,11 @@ static json_t *output_items(const completion *c, const choice *ch, const char *s
 static json_t *usage_json(const completion *c)
 {
     size_t generated = graft__generated_tokens(c);
-    return json_pack("{s:I, s:{s:I}, s:I, s:{s:i}, s:I}", "input_tokens",
+    return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens",
                      (json_int_t)c->n_prompt, "input_tokens_details", "cached_tokens",
                      (json_int_t)c->choices[0].reused, "output_tokens", (json_int_t)generated,
-                     "output_tokens_details", "reasoning_tokens", 0, "total_tokens",
+                     "output_tokens_details", "reasoning_tokens",
+                     (json_int_t)graft__thought_tokens(c), "total_tokens",
                      (json_int_t)(c->n_prompt + generated));
 }
 
@@ -388,7 +448,7 @@ static json_t *usage_json(const completion *c)
 static json_t *response_json(completion *c, bool finished)
 {
     graft__responses *r = c->resp;
-    const choice *ch = &c->choices[0];
+    choice *ch = &c->choices[0];
     const char *finish = finished ? graft__choice_finish_reason(ch) : NULL;
     bool cut = finish != NULL && strcmp(finish, "length") == 0;
     const char *status = !finished ? "in_progress" : cut ? "incomplete" : "completed";
@@ -459,13 +519,15 @@ static void open_message(completion *c)
     r->message_open = true;
 }
 
-/* Closes the message item with its whole text (text[0, n)). */
-static void close_message(completion *c, const char *text, size_t n, const char *status)
+/* Closes the message item with its whole text, ch's text[start, start + n) (the tokens from
+ * `first` its own). */
+static void close_message(completion *c, size_t start, size_t n, const char *status)
 {
     graft__responses *r = c->resp;
     const choice *ch = &c->choices[0];
-    const char *id = r->message_id;
-    json_t *logprobs = text_logprobs(c, ch, 0, tokens_before(ch, 0, n));
+    const char *id = r->message_id, *text = ch->text ? ch->text + start : "";
+    size_t first = tokens_before(ch, 0, start);
+    json_t *logprobs = text_logprobs(c, ch, first, tokens_before(ch, first, start + n));
     event(c, "response.output_text.done",
           json_pack("{s:s, s:i, s:i, s:s%, s:O}", "item_id", id, "output_index",
                     r->message_index, "content_index", 0, "text", text, n, "logprobs",
@@ -480,6 +542,42 @@ static void close_message(completion *c, const char *text, size_t n, const char 
                     "item", "type", "message", "id", id, "status", status, "role", "assistant",
                     "content", part));
     r->message_done = true;
+}
+
+/* The reasoning item's events: added, with its text part, before the first piece. */
+static void open_thought(completion *c)
+{
+    graft__responses *r = c->resp;
+    r->thought_index = r->output_index++;
+    event(c, "response.output_item.added",
+          json_pack("{s:i, s:{s:s, s:s, s:s, s:[], s:[]}}", "output_index", r->thought_index,
+                    "item", "type", "reasoning", "id", r->reasoning_id, "status", "in_progress",
+                    "summary", "content"));
+    event(c, "response.content_part.added",
+          json_pack("{s:s, s:i, s:i, s:{s:s, s:s}}", "item_id", r->reasoning_id, "output_index",
+                    r->thought_index, "content_index", 0, "part", "type", "reasoning_text",
+                    "text", ""));
+    r->thought_open = true;
+}
+
+/* Closes the reasoning item with the whole thought. */
+static void close_thought(completion *c, const char *status)
+{
+    graft__responses *r = c->resp;
+    json_t *thought = graft__choice_thought(&c->choices[0], 0, false);
+    if (thought == NULL)
+        thought = json_string("");
+    json_t *item = reasoning_item(c, thought, status);
+    event(c, "response.reasoning_text.done",
+          json_pack("{s:s, s:i, s:i, s:O}", "item_id", r->reasoning_id, "output_index",
+                    r->thought_index, "content_index", 0, "text", thought));
+    event(c, "response.content_part.done",
+          json_pack("{s:s, s:i, s:i, s:{s:s, s:o}}", "item_id", r->reasoning_id,
+                    "output_index", r->thought_index, "content_index", 0, "part", "type",
+                    "reasoning_text", "text", thought));
+    event(c, "response.output_item.done",
+          json_pack("{s:i, s:o}", "output_index", r->thought_index, "item", item));
+    r->thought_done = true;
 }
 
 /* The events of a function call (whole: calls are given out once they parse). */
@@ -524,32 +622,50 @@ void graft__responses_events(completion *c, bool going)
     size_t upto = graft__choice_release(ch);
     if (ch->done && (!c->req.tools || ch->calls_bad))
         upto = ch->len;
-    if (upto > r->text_sent && !r->message_done) {
-        if (!r->message_open)
+    json_t *piece = r->thought_done ? NULL : graft__choice_thought(ch, upto, true);
+    if (piece != NULL) {
+        if (!r->thought_open)
+            open_thought(c);
+        event(c, "response.reasoning_text.delta",
+              json_pack("{s:s, s:i, s:i, s:o}", "item_id", r->reasoning_id, "output_index",
+                        r->thought_index, "content_index", 0, "delta", piece));
+    }
+    size_t start = graft__reasoning_content_start(&ch->thought, ch->len);
+    size_t from = r->text_sent > start ? r->text_sent : start;
+    size_t n_calls = ch->calls_bad || ch->calls == NULL ? 0 : json_array_size(ch->calls);
+    if (r->thought_open && !r->thought_done &&
+        (upto > from || n_calls > r->calls_sent || ch->done))
+        close_thought(c, ch->done && ch->thought.state == GRAFT__THOUGHT_OPEN &&
+                                 strcmp(graft__choice_finish_reason(ch), "length") == 0
+                             ? "incomplete"
+                             : "completed");
+    if (upto > from && !r->message_done) {
+        if (!r->message_open) {
             open_message(c);
+            r->tokens_sent = tokens_before(ch, r->tokens_sent, start);
+        }
         const char *id = r->message_id;
         size_t tokens = tokens_before(ch, r->tokens_sent, upto);
         event(c, "response.output_text.delta",
               json_pack("{s:s, s:i, s:i, s:s%, s:o}", "item_id", id, "output_index",
-                        r->message_index, "content_index", 0, "delta", ch->text + r->text_sent,
-                        upto - r->text_sent, "logprobs",
-                        text_logprobs(c, ch, r->tokens_sent, tokens)));
+                        r->message_index, "content_index", 0, "delta", ch->text + from,
+                        upto - from, "logprobs", text_logprobs(c, ch, r->tokens_sent, tokens)));
         r->text_sent = upto;
         r->tokens_sent = tokens;
     }
-    size_t n_calls = ch->calls_bad || ch->calls == NULL ? 0 : json_array_size(ch->calls);
     if (n_calls > r->calls_sent && r->message_open && !r->message_done)
-        close_message(c, ch->text, r->text_sent, "completed");
+        close_message(c, start, r->text_sent - start, "completed");
     for (; r->calls_sent < n_calls; r->calls_sent++)
         call_events(c, json_array_get(ch->calls, r->calls_sent));
     if (going || !ch->done)
         return;
     json_t *final = graft__responses_settle(c);
     const char *status = json_string_value(json_object_get(final, "status"));
-    if (!r->message_open && n_calls == 0)
+    size_t end = c->req.tools && !ch->calls_bad ? ch->content_end : ch->len;
+    if (!r->message_open && !r->message_done && wants_message(ch, start, end, n_calls))
         open_message(c);
     if (r->message_open && !r->message_done)
-        close_message(c, ch->text ? ch->text : "", r->text_sent, status);
+        close_message(c, start, r->text_sent > start ? r->text_sent - start : 0, status);
     event(c, strcmp(status, "incomplete") == 0 ? "response.incomplete" : "response.completed",
           json_pack("{s:o}", "response", final));
 }
@@ -592,6 +708,7 @@ int graft__responses_begin(completion *c, const json_t *body, const char *sessio
     if (r == NULL)
         return graft__reply_error(reply, 503, "server_error", NULL, "out of memory"), -1;
     snprintf(r->message_id, sizeof r->message_id, "msg_%s", c->id);
+    snprintf(r->reasoning_id, sizeof r->reasoning_id, "rs_%s", c->id);
     const json_t *store = json_object_get(body, "store");
     const json_t *previous = json_object_get(body, "previous_response_id");
     if (store != NULL && !json_is_null(store) && !json_is_boolean(store))

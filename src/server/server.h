@@ -106,21 +106,23 @@ typedef struct graft__server_config {
 
 typedef struct graft__server graft__server;
 
-typedef int (*graft__render_fn)(const json_t *body, char **text, char **param,
-                                char **message, void *user);
-
-/* The chat template a server renders messages with, and the special tokens' text. */
+/* The chat template a server renders messages with, the special tokens' text, and how a
+ * thinking model's thoughts are answered. */
 typedef struct graft__chat {
     graft_template *tmpl;
     char *text; /* the template's source */
     const char *bos_text, *eos_text;
+    const struct graft__reasoning_tags *thought_tags; /* the template's (reasoning.c), or
+                                                         NULL: its model writes none */
+    bool split_thoughts; /* --reasoning-format: thoughts given as reasoning_content, unless
+                            a request's reasoning_format says otherwise */
 } graft__chat;
 
-/* chat.c. graft__render_fn with user a graft__chat: the request body's messages (and
- * chat_template_kwargs) rendered; GRAFT_EINVAL with *param (the JSON path) and *message for
- * a malformed message or a template that raised. */
-int graft__chat_render(const json_t *body, char **text, char **param, char **message,
-                       void *user);
+/* chat.c. The request body's messages (and chat_template_kwargs) rendered with chat's
+ * template; GRAFT_EINVAL with *param (the JSON path) and *message for a malformed message
+ * or a template that raised. */
+int graft__chat_render(const graft__chat *chat, const json_t *body, char **text,
+                       char **param, char **message);
 /* Whether rendered text starts with the BOS text (then tokenizing adds no BOS again). */
 bool graft__chat_starts_with_bos(const graft__chat *chat, const char *text);
 
@@ -259,16 +261,18 @@ typedef struct graft__completion_request {
                                call (output_format and json_schema hold it to the call) */
     graft_output_format output_format; /* response_format, json_schema or a forced call */
     char *json_schema;      /* the schema of GRAFT_OUTPUT_JSON_SCHEMA, compact JSON */
+    const struct graft__reasoning_tags *thought_tags; /* chat: the tags its answer's thought
+                                                         is split off by, or NULL: not split */
+    bool thought_opened;    /* the prompt opened a thought: the answer begins inside it */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad
  * field returns GRAFT_EINVAL with *param the field's JSON path ("temperature",
  * "messages[2].content") and *message a sentence (both to free); r is then freed. Chat
- * requests need the rendered prompt: `render` (may be NULL: GRAFT_EUNSUPPORTED) turns the
- * messages into the prompt text. */
-int graft__request_parse(const json_t *body, bool chat, graft__render_fn render,
-                         void *render_user, graft__completion_request *r, char **param,
-                         char **message);
+ * requests render their messages with chat_template (NULL: GRAFT_EUNSUPPORTED), which also
+ * says how a thought in the answer is split off. */
+int graft__request_parse(const json_t *body, bool chat, const graft__chat *chat_template,
+                         graft__completion_request *r, char **param, char **message);
 void graft__request_free(graft__completion_request *r);
 /* Whether t is a token id as a request may give one (an integer in [0, INT32_MAX]), into *id;
  * the vocabulary is checked later. */
@@ -277,6 +281,55 @@ bool graft__json_token_id(const json_t *t, int32_t *id);
 /* What a forced tool call's prompt ends with, and its answer with when the call is whole. */
 #define GRAFT__FORCED_CALL_OPEN "<tool_call>\n"
 #define GRAFT__FORCED_CALL_CLOSE "\n</tool_call>"
+
+/* ---- reasoning.c ---------------------------------------------------------------------------- */
+
+/* The tags a thinking model writes its thought between. */
+typedef struct graft__reasoning_tags {
+    const char *open, *close;
+} graft__reasoning_tags;
+
+/* The tags of the thinking model whose chat template is template_text (the first known
+ * pair whose closing tag it mentions), or NULL: its model does not write thoughts. */
+const graft__reasoning_tags *graft__reasoning_tags_of(const char *template_text);
+/* Whether a rendered prompt ends inside a thought (with the opening tag, and white space):
+ * then the answer begins with the thought. */
+bool graft__reasoning_opened(const graft__reasoning_tags *tags, const char *prompt);
+/* Closes the thought such a prompt opened, empty ("<think>\n\n</think>\n\n", as Qwen3's
+ * template does with thinking off): for an answer held to a format from its first token.
+ * GRAFT_ENOMEM leaves *prompt as it was. */
+int graft__reasoning_close(const graft__reasoning_tags *tags, char **prompt);
+
+enum {
+    GRAFT__THOUGHT_NONE,      /* no thought: all the text is content (a zeroed split) */
+    GRAFT__THOUGHT_UNDECIDED, /* only white space and a part of the opening tag so far */
+    GRAFT__THOUGHT_OPEN,
+    GRAFT__THOUGHT_CLOSED
+};
+
+/* Where a choice's thought and its content lie in its text, followed as the text grows. */
+typedef struct graft__reasoning {
+    const graft__reasoning_tags *tags; /* NULL: not split */
+    int state;      /* GRAFT__THOUGHT_* */
+    size_t begin;   /* the thought's first byte, after the opening tag */
+    size_t end;     /* closed: the closing tag's first byte; open: where to look for it on */
+    size_t content; /* closed: the content's first byte (white space after the tag skipped) */
+} graft__reasoning;
+
+/* A choice's split: by tags (NULL: none), the thought open from the start when the prompt
+ * opened it. */
+void graft__reasoning_start(graft__reasoning *t, const graft__reasoning_tags *tags,
+                            bool opened);
+/* Follows text[0, len) (final: it will not grow, or was cut); returns how much of it may be
+ * given out now: not a tail that could still grow into a tag, nor white space before a
+ * possible opening tag. */
+size_t graft__reasoning_scan(graft__reasoning *t, const char *text, size_t len, bool final);
+/* The content's first byte in text[0, len): len while the thought is undecided or open. */
+size_t graft__reasoning_content_start(const graft__reasoning *t, size_t len);
+/* The thought's bytes within text[0, upto), white space stripped at both ends: [*from, *to)
+ * (empty when *from == *to). */
+void graft__reasoning_span(const graft__reasoning *t, const char *text, size_t upto,
+                           size_t *from, size_t *to);
 
 /* ---- tool_calls.c --------------------------------------------------------------------------- */
 

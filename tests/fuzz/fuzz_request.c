@@ -25,7 +25,7 @@ static void check(const json_t *body, bool is_chat)
 {
     graft__completion_request r;
     char *param = NULL, *message = NULL;
-    int rc = graft__request_parse(body, is_chat, graft__chat_render, &chat, &r, &param, &message);
+    int rc = graft__request_parse(body, is_chat, &chat, &r, &param, &message);
     if (rc == GRAFT_OK) {
         require(r.prompt_text != NULL || r.n_prompt_tokens > 0);
         require(r.n_stop <= GRAFT__MAX_STOP);

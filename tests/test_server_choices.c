@@ -4,7 +4,8 @@
  * request (each choice the answer of its prompt alone, whole and streamed, refused whole,
  * cancelled whole), log-probabilities in
  * both OpenAI shapes, logit biases and penalties, and tools (rendered by the template,
- * generated calls parsed into tool_calls).
+ * generated calls parsed into tool_calls), and a thinking model's thought given apart
+ * (reasoning_content, a Responses reasoning item) where its template opened one.
  *
  * Through HTTP against a real `graft serve` on stories260K (serve_client.h), except the tool
  * call parser and the choice's hold-back of tool-call text, which stories260K never writes:
@@ -767,6 +768,251 @@ static void test_tool_calls_parsed_from_text(void **state)
     free(c);
 }
 
+/* ---- a thinking model's template ------------------------------------------------------------ */
+
+/* The same server with QwQ's template, whose generation prompt opens a thought when
+ * enable_thinking is true (stories260K never closes it: its whole answer is the thought). */
+static int thinking_setup(void **state)
+{
+    (void)state;
+    char tmpl[1024];
+    const char *dir = getenv("GRAFT_TEMPLATES_DIR");
+    snprintf(tmpl, sizeof tmpl, "%s/Qwen-QwQ-32B.jinja", dir ? dir : "../shared/templates");
+    const char *args[] = {"--ctx", "1024", "--chat-template", tmpl, NULL};
+    srv = graft_test_serve_begin(args);
+    return 0;
+}
+
+/* A greedy chat request of max_tokens about a story, thinking on; reasoning_format when
+ * given. */
+static json_t *thinking_body(int max_tokens, const char *reasoning_format)
+{
+    json_t *body = json_pack("{s:[{s:s, s:s}], s:i, s:f, s:{s:b}}", "messages", "role", "user",
+                             "content", "Tell me a story.", "max_tokens", max_tokens,
+                             "temperature", 0.0, "chat_template_kwargs", "enable_thinking", 1);
+    if (reasoning_format != NULL)
+        json_object_set_new(body, "reasoning_format", json_string(reasoning_format));
+    return body;
+}
+
+static json_int_t reasoning_tokens(json_t *reply)
+{
+    json_t *details = json_object_get(json_object_get(reply, "usage"),
+                                      "completion_tokens_details");
+    assert_non_null(details);
+    return json_integer_value(json_object_get(details, "reasoning_tokens"));
+}
+
+/* The text without white space at either end (to free). */
+static char *stripped(const char *text)
+{
+    while (*text == ' ' || *text == '\n' || *text == '\r' || *text == '\t')
+        text++;
+    size_t n = strlen(text);
+    while (n > 0 && strchr(" \n\r\t", text[n - 1]) != NULL)
+        n--;
+    return strndup(text, n);
+}
+
+/* A prompt that opened the thought: the answer is reasoning_content (its text as written,
+ * stripped, which reasoning_format none gives as content), the content empty; every token
+ * counted as reasoning; streamed, the deltas add up to it and carry no content. */
+static void test_thought_whole_streamed_and_raw(void **state)
+{
+    (void)state;
+    json_t *whole = post("/v1/chat/completions", thinking_body(24, NULL), 200);
+    json_t *msg = json_object_get(json_array_get(json_object_get(whole, "choices"), 0),
+                                  "message");
+    const char *thought = json_string_value(json_object_get(msg, "reasoning_content"));
+    assert_non_null(thought);
+    assert_true(strlen(thought) > 0);
+    assert_string_equal(choice_text(whole, 0), "");
+    assert_int_equal(reasoning_tokens(whole), 24);
+
+    json_t *raw = post("/v1/chat/completions", thinking_body(24, "none"), 200);
+    json_t *raw_msg = json_object_get(json_array_get(json_object_get(raw, "choices"), 0),
+                                      "message");
+    assert_null(json_object_get(raw_msg, "reasoning_content"));
+    assert_null(json_object_get(json_object_get(raw, "usage"), "completion_tokens_details"));
+    char *raw_stripped = stripped(choice_text(raw, 0));
+    assert_string_equal(raw_stripped, thought);
+    free(raw_stripped);
+    json_decref(raw);
+
+    json_t *body = thinking_body(24, "deepseek");
+    json_object_set_new(body, "stream", json_true());
+    json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    char *text = json_dumps(body, JSON_COMPACT);
+    response r = graft_test_request(&srv, "POST", "/v1/chat/completions", text);
+    assert_int_equal(r.status, 200);
+    json_t *events = events_of(&r);
+    char *acc = calloc(1, 1);
+    size_t e;
+    json_t *ev;
+    json_array_foreach(events, e, ev) {
+        json_t *delta = json_object_get(json_array_get(json_object_get(ev, "choices"), 0),
+                                        "delta");
+        const char *piece = json_string_value(json_object_get(delta, "reasoning_content"));
+        const char *content = json_string_value(json_object_get(delta, "content"));
+        assert_true(content == NULL || content[0] == '\0');
+        if (piece != NULL) {
+            assert_true(piece[0] != '\0');
+            acc = realloc(acc, strlen(acc) + strlen(piece) + 1);
+            strcat(acc, piece);
+        }
+        if (json_object_get(ev, "usage") != NULL)
+            assert_int_equal(reasoning_tokens(ev), 24);
+    }
+    assert_string_equal(acc, thought);
+    free(acc);
+    json_decref(events);
+    graft_test_response_free(&r);
+    free(text);
+    json_decref(body);
+    json_decref(whole);
+
+    /* a prompt that does not open one (thinking off closes it in the template): content */
+    body = thinking_body(12, NULL);
+    json_object_set_new(json_object_get(body, "chat_template_kwargs"), "enable_thinking",
+                        json_false());
+    json_t *off = post("/v1/chat/completions", body, 200);
+    assert_true(strlen(choice_text(off, 0)) > 0);
+    assert_null(json_object_get(json_object_get(json_array_get(json_object_get(off, "choices"),
+                                                               0), "message"),
+                                "reasoning_content"));
+    assert_int_equal(reasoning_tokens(off), 0);
+    json_decref(off);
+
+    /* a bad reasoning_format is refused by name */
+    response bad = graft_test_request(&srv, "POST", "/v1/chat/completions",
+                                      "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+                                      " \"reasoning_format\": \"deepseek-legacy\"}");
+    free(graft_test_expect_error(&bad, 400, "reasoning_format"));
+    graft_test_response_free(&bad);
+}
+
+/* JSON output on a prompt that opened a thought: the thought is closed empty first, so the
+ * answer is the completion of the rendered prompt, white space cut, with "\n\n</think>\n\n"
+ * after it, held to JSON; it is content, with no thought. */
+static void test_thought_closed_for_json(void **state)
+{
+    (void)state;
+    json_t *body = thinking_body(24, NULL);
+    json_object_set_new(body, "response_format", json_pack("{s:s}", "type", "json_object"));
+    json_t *chat = post("/v1/chat/completions", json_incref(body), 200);
+    json_t *rendered = post("/apply-template", body, 200);
+    const char *prompt = json_string_value(json_object_get(rendered, "prompt"));
+    char *closed = stripped(prompt);
+    assert_true(strlen(closed) < strlen(prompt)); /* it ended with "<think>\n" */
+    closed = realloc(closed, strlen(closed) + 16);
+    strcat(closed, "\n\n</think>\n\n");
+    json_t *plain = post("/v1/completions",
+                         json_pack("{s:s, s:i, s:f, s:{s:s}}", "prompt", closed, "max_tokens", 24,
+                                   "temperature", 0.0, "response_format", "type", "json_object"),
+                         200);
+    json_t *msg = json_object_get(json_array_get(json_object_get(chat, "choices"), 0), "message");
+    assert_null(json_object_get(msg, "reasoning_content"));
+    assert_string_equal(choice_text(chat, 0), choice_text(plain, 0));
+    assert_true(json_is_object(json_object_get(chat, "usage")));
+    assert_int_equal(reasoning_tokens(chat), 0);
+    free(closed);
+    json_decref(plain);
+    json_decref(rendered);
+    json_decref(chat);
+}
+
+/* The Responses API: the thought is a reasoning item (as chat's reasoning_content; no
+ * message, since it was cut short), streamed as reasoning_text deltas that add up to it; a
+ * stored response with a reasoning item can be continued, and a reasoning item sent back as
+ * input joins the assistant turn after it. */
+static void test_thought_as_reasoning_item(void **state)
+{
+    (void)state;
+    json_t *chat = post("/v1/chat/completions", thinking_body(16, NULL), 200);
+    const char *thought = json_string_value(json_object_get(
+        json_object_get(json_array_get(json_object_get(chat, "choices"), 0), "message"),
+        "reasoning_content"));
+    json_t *body = json_pack("{s:s, s:i, s:f, s:{s:b}}", "input", "Tell me a story.",
+                             "max_output_tokens", 16, "temperature", 0.0,
+                             "chat_template_kwargs", "enable_thinking", 1);
+    json_t *resp = post("/v1/responses", json_incref(body), 200);
+    assert_string_equal(json_string_value(json_object_get(resp, "status")), "incomplete");
+    json_t *output = json_object_get(resp, "output");
+    assert_int_equal(json_array_size(output), 1);
+    json_t *item = json_array_get(output, 0);
+    assert_string_equal(json_string_value(json_object_get(item, "type")), "reasoning");
+    const char *text = json_string_value(json_object_get(
+        json_array_get(json_object_get(item, "content"), 0), "text"));
+    assert_string_equal(text, thought);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(json_object_get(resp, "usage"), "output_tokens_details"),
+                         "reasoning_tokens")),
+                     16);
+
+    json_object_set_new(body, "stream", json_true());
+    char *sent = json_dumps(body, JSON_COMPACT);
+    response r = graft_test_request(&srv, "POST", "/v1/responses", sent);
+    assert_int_equal(r.status, 200);
+    char *acc = calloc(1, 1);
+    const char *order[] = {"response.created", "response.in_progress",
+                           "response.output_item.added", "response.content_part.added",
+                           "response.reasoning_text.done", "response.content_part.done",
+                           "response.output_item.done", "response.incomplete"};
+    size_t next = 0;
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: ", 6) != 0)
+            continue;
+        json_t *ev = json_loads(line + 6, 0, NULL);
+        assert_non_null(ev);
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        if (strcmp(type, "response.reasoning_text.delta") == 0) {
+            assert_int_equal(next, 4); /* inside the item's part */
+            const char *piece = json_string_value(json_object_get(ev, "delta"));
+            acc = realloc(acc, strlen(acc) + strlen(piece) + 1);
+            strcat(acc, piece);
+        } else {
+            assert_true(next < sizeof order / sizeof order[0]);
+            assert_string_equal(type, order[next]);
+            next++;
+        }
+        if (strcmp(type, "response.reasoning_text.done") == 0)
+            assert_string_equal(json_string_value(json_object_get(ev, "text")), thought);
+        json_decref(ev);
+    }
+    assert_int_equal(next, sizeof order / sizeof order[0]);
+    assert_string_equal(acc, thought);
+    free(acc);
+    free(sent);
+    graft_test_response_free(&r);
+
+    json_t *more = post("/v1/responses",
+                        json_pack("{s:s, s:O, s:i}", "input", "Go on.", "previous_response_id",
+                                  json_object_get(resp, "id"), "max_output_tokens", 4),
+                        200);
+    json_decref(more);
+    json_t *replay = post("/v1/responses",
+                          json_pack("{s:[{s:s, s:s}, O, {s:s, s:s}, {s:s, s:s}], s:i}", "input",
+                                    "role", "user", "content", "Tell me a story.", item, "role",
+                                    "assistant", "content", "Once.", "role", "user", "content",
+                                    "Go on.", "max_output_tokens", 4),
+                          200);
+    json_t *same = post("/v1/chat/completions",
+                        json_pack("{s:[{s:s, s:s}, {s:s, s:s, s:s}, {s:s, s:s}], s:i}",
+                                  "messages", "role", "user", "content", "Tell me a story.",
+                                  "role", "assistant", "content", "Once.", "reasoning_content",
+                                  thought, "role", "user", "content", "Go on.", "max_tokens", 4),
+                        200);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(replay, "usage"),
+                                                        "input_tokens")),
+                     json_integer_value(json_object_get(json_object_get(same, "usage"),
+                                                        "prompt_tokens")));
+    json_decref(same);
+    json_decref(replay);
+    json_decref(resp);
+    json_decref(body);
+    json_decref(chat);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -783,5 +1029,11 @@ int main(void)
         cmocka_unit_test(test_tools_rendered_and_checked),
         cmocka_unit_test(test_tool_calls_parsed_from_text),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest thinking[] = {
+        cmocka_unit_test(test_thought_whole_streamed_and_raw),
+        cmocka_unit_test(test_thought_closed_for_json),
+        cmocka_unit_test(test_thought_as_reasoning_item),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    return failed + cmocka_run_group_tests(thinking, thinking_setup, teardown);
 }

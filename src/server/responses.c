@@ -116,8 +116,9 @@ static json_t *thought_only(json_t *messages)
 {
     json_t *last = json_array_get(messages, json_array_size(messages) - 1);
     const char *role = json_string_value(json_object_get(last, "role"));
-    return role != NULL && strcmp(role, "assistant") == 0 &&
-                   json_is_null(json_object_get(last, "content")) &&
+    const char *content = json_string_value(json_object_get(last, "content"));
+    return role != NULL && strcmp(role, "assistant") == 0 && content != NULL &&
+                   content[0] == '\0' &&
                    json_object_get(last, "tool_calls") == NULL &&
                    json_object_get(last, "reasoning_content") != NULL
                ? last
@@ -200,8 +201,10 @@ static int add_item(json_t *messages, const json_t *item, const char *path, char
                            : content_text(parts, at, param, message);
         if (text == NULL)
             return -1;
-        return json_array_append_new(messages, json_pack("{s:s, s:n, s:o}", "role", "assistant",
-                                                         "content", "reasoning_content", text));
+        /* content "": templates split an assistant's content as a string */
+        return json_array_append_new(messages, json_pack("{s:s, s:s, s:o}", "role", "assistant",
+                                                         "content", "", "reasoning_content",
+                                                         text));
     }
     snprintf(at, sizeof at, "%s.type", path);
     return refuse(param, message, at, "input items of type '%.40s' are not supported "

@@ -6,7 +6,8 @@
 // log-probabilities as the SDK types them; the model list; JSON mode and structured outputs
 // (response_format json_object and json_schema, strings held to a format, a pattern and
 // lengths, numbers to bounds, a zod discriminated union through the SDK's zodResponseFormat
-// and parse) and a forced tool call; a request graft
+// and parse) and a forced tool call; a thinking model's thought as reasoning_content and
+// as the Responses API's reasoning item (a second server, with QwQ's template); a request graft
 // refuses surfaces as the SDK's BadRequestError with the status and the field graft names.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -407,6 +408,50 @@ await check('responses API: a forced function call, its output sent back', async
         input: [{ type: 'function_call_output', call_id: calls[0].call_id, output: '21 C' }],
     });
     assert.ok(['completed', 'incomplete'].includes(answer.status));
+});
+
+// QwQ's template opens a thought when enable_thinking is true; stories260K never closes it.
+const thinking = new OpenAI({ baseURL: `http://127.0.0.1:${process.argv[3]}/v1`, apiKey: 'unused', maxRetries: 0 });
+const thinkingParams = {
+    model: 'stories260K', max_tokens: 20, temperature: 0,
+    chat_template_kwargs: { enable_thinking: true },
+};
+
+await check('a thinking template: reasoning_content apart from the content, streamed alike', async () => {
+    const whole = await thinking.chat.completions.create({ ...thinkingParams, messages });
+    const message = whole.choices[0].message;
+    assert.ok(message.reasoning_content.length > 0);
+    assert.equal(message.content, '');
+    assert.equal(whole.usage.completion_tokens_details.reasoning_tokens, 20);
+    let thought = '', content = '';
+    const stream = await thinking.chat.completions.create({ ...thinkingParams, messages, stream: true });
+    for await (const chunk of stream) {
+        thought += chunk.choices[0]?.delta?.reasoning_content ?? '';
+        content += chunk.choices[0]?.delta?.content ?? '';
+    }
+    assert.equal(thought, message.reasoning_content);
+    assert.equal(content, '');
+    const raw = await thinking.chat.completions.create({ ...thinkingParams, messages, reasoning_format: 'none' });
+    assert.equal(raw.choices[0].message.content.trim(), message.reasoning_content);
+});
+
+await check('a thinking template, responses API: a reasoning item, which the SDK\'s stream helper assembles', async () => {
+    const params = {
+        model: 'stories260K', input: 'A story about a dog, please.', instructions: 'You tell short stories.',
+        max_output_tokens: 20, temperature: 0, chat_template_kwargs: { enable_thinking: true },
+    };
+    const whole = await thinking.responses.create(params);
+    assert.equal(whole.status, 'incomplete');
+    assert.equal(whole.output[0].type, 'reasoning');
+    assert.equal(whole.usage.output_tokens_details.reasoning_tokens, 20);
+    const stream = thinking.responses.stream(params);
+    let deltas = '';
+    stream.on('response.reasoning_text.delta', (event) => { deltas += event.delta; });
+    const assembled = await stream.finalResponse();
+    assert.equal(assembled.output[0].content[0].text, whole.output[0].content[0].text);
+    assert.equal(deltas, whole.output[0].content[0].text);
+    const chat = await thinking.chat.completions.create({ ...thinkingParams, messages });
+    assert.equal(whole.output[0].content[0].text, chat.choices[0].message.reasoning_content);
 });
 
 console.log(`${passed} passed, 0 failed`);

@@ -12,7 +12,8 @@
  * response_format (text, json_object, json_schema) or llama-server's json_schema, stop,
  * stream, stream_options.include_usage, ignore_eos, return_tokens, session_id, echo
  * (completions: the prompt comes back before the answer; max_tokens 0 then asks for the
- * prompt alone). A field of
+ * prompt alone), reasoning_format (chat: whether a thinking model's thought is split off,
+ * reasoning.c). A field of
  * the wrong type or out of range is refused naming its JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that
  * silently differs from what was asked is worse than a clear 400); unknown fields are

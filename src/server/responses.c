@@ -5,13 +5,15 @@
  * A request is translated into a chat completion request: `instructions` become the system
  * message, the conversation of `previous_response_id` (response_store.c) and the request's
  * `input` items become the messages (message items, function calls as the assistant's
- * tool_calls, function call outputs as tool messages), `tools` (function tools),
+ * tool_calls, function call outputs as tool messages, reasoning items as the assistant's
+ * reasoning_content), `tools` (function tools),
  * `tool_choice`, `text.format`, `include` of message.output_text.logprobs (with
  * `top_logprobs`) their chat counterparts; `max_output_tokens` (one of the chat
  * request's names for max_tokens, so that its errors name it) and the sampling fields pass
  * as they are (null ones left out). The completion then runs as any chat completion (prompt
- * reuse, tool calls, JSON output), and its one choice is answered as a response object: a message item with the
- * text and a function_call item per call, streamed as the API's typed events (every event
+ * reuse, tool calls, JSON output), and its one choice is answered as a response object: a
+ * reasoning item with a thinking model's thought, a message item with the text and a
+ * function_call item per call, streamed as the API's typed events (every event
  * carries its type and a sequence number). What the API has and graft does not (hosted
  * tools, images and files in the input, background responses) is refused with a 400 naming
  * the field; fields graft has no use for (reasoning, truncation, other include values,

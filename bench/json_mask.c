@@ -7,7 +7,8 @@
  * engine's mask index once (timed), then masks a logits row --reps times (after --warmup) at
  * each of a few texts generated so far, with no schema and with one (and inside strings held
  * to formats, whose masks walk every token, and where a union's alternatives are followed
- * together), and prints for each
+ * together, and in free text before a JSON text that begins after "</think>": in a thought,
+ * and at "</think" whose ">" tokens must then begin the object), and prints for each
  * the tokens left and the median, fastest and slowest mask time. One thread: the engine
  * masks on its own thread, between forward passes.
  *
@@ -83,6 +84,34 @@ static void bench_prefix(const graft__json_mask *mask, const graft__json_schema 
     free(times);
 }
 
+/* The mask before a JSON text that begins after </think>, the output ending with the tag's
+ * first `matched` bytes. */
+static void bench_preamble(const graft__json_mask *mask, uint32_t matched, float *logits,
+                           int32_t n_vocab, int reps, int warmup)
+{
+    graft__json_preamble p;
+    graft__json_preamble_init(&p, "</think>");
+    p.matched = matched;
+    graft__json_recognizer r;
+    graft__json_recognizer_init(&r, NULL);
+    double *times = malloc((size_t)reps * sizeof *times);
+    int32_t allowed = 0;
+    for (int i = -warmup; i < reps; i++) {
+        memset(logits, 0, (size_t)n_vocab * sizeof *logits);
+        double start = now_us();
+        allowed = graft__json_mask_apply_preamble(mask, &p, &r, logits);
+        if (i >= 0)
+            times[i] = now_us() - start;
+    }
+    double median = graft__bench_median(times, reps); /* sorts times */
+    char where[64];
+    snprintf(where, sizeof where, "(before </think>, ending \"%.*s\")", (int)matched,
+             "</think>");
+    printf("%-8s %-40s %7d left  median %6.3f ms  min %6.3f  max %6.3f\n", "thought", where,
+           (int)allowed, median / 1e3, times[0] / 1e3, times[reps - 1] / 1e3);
+    free(times);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL;
@@ -130,6 +159,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof union_prefixes / sizeof union_prefixes[0]; i++)
         bench_prefix(mask, unions_schema, union_prefixes[i], logits, info.n_vocab, reps,
                      warmup);
+    bench_preamble(mask, 0, logits, info.n_vocab, reps, warmup);
+    bench_preamble(mask, 7, logits, info.n_vocab, reps, warmup);
     free(logits);
     graft__json_schema_free(schema);
     graft__json_schema_free(strings_schema);

@@ -553,7 +553,17 @@ typedef struct graft_generate_config {
                                 bytes (compiled at submission: GRAFT_EINVAL when
                                 graft_json_schema_check refuses it) */
     size_t json_schema_len;
+    const char *output_after; /* with a JSON output format, NULL or the text (1 to
+                                 GRAFT_MAX_OUTPUT_AFTER bytes, NUL-terminated; copied) the
+                                 format begins after, such as a thinking model's "</think>":
+                                 until the output holds it, every token may be sampled but
+                                 those without text (end of generation) and those whose
+                                 bytes after it cannot begin the JSON text; the JSON text
+                                 then follows as the format says. NULL: it begins at the
+                                 first token. */
 } graft_generate_config;
+
+#define GRAFT_MAX_OUTPUT_AFTER 32
 
 #define GRAFT_MAX_TOP_LOGPROBS 20
 

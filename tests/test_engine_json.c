@@ -14,6 +14,12 @@
  *   schemas, what stops is an instance (checked by hand: nested objects, strings held to
  *   formats, a pattern and lengths, numbers within bounds, a tagged union of objects,
  *   unions whose alternatives begin alike).
+ * - Free text before the JSON text (output_after, a thinking model's "</think>"): the
+ *   preamble's mask against brute force (the text so far and the token's bytes searched for
+ *   the tag, what follows its first occurrence fed to a fresh recognizer) for tags that
+ *   overlap themselves, at every prefix of texts that hold them, on SPM and BPE
+ *   vocabularies; a greedy generation whose every pick is recomputed from the engine's
+ *   logits with that rule, then the JSON rule once the tag is out.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -208,6 +214,118 @@ static void test_mask_matches_brute_force_bpe(void **state)
     check_vocab_mask("vocab/ggml-vocab-qwen2.gguf", 3);
 }
 
+/* ---- free text before the JSON text ------------------------------------------------------- */
+
+/* Brute force: whether token t may follow free text[0, len) (which does not hold tag) when the
+ * JSON text begins after tag: t has bytes, and where the tag's first occurrence ends in the
+ * text and t's bytes, what follows begins a JSON object. */
+static bool preamble_follows(const graft_model *m, const char *tag, const char *text,
+                             size_t len, int32_t t)
+{
+    char joined[512 + MAX_TOKEN_BYTES + 1];
+    size_t n = token_bytes(m, t, joined + len);
+    if (n == 0)
+        return false;
+    memcpy(joined, text, len);
+    joined[len + n] = '\0';
+    const char *hit = memmem(joined, len + n, tag, strlen(tag));
+    if (hit == NULL)
+        return true;
+    graft__json_recognizer r;
+    graft__json_recognizer_init(&r, NULL);
+    for (const char *c = hit + strlen(tag); c < joined + len + n; c++)
+        if (!graft__json_recognizer_feed(&r, (uint8_t)*c))
+            return false;
+    return true;
+}
+
+/* The preamble of tag after free text[0, len): the tag's longest beginning the text ends with
+ * (as the generation keeps it). */
+static graft__json_preamble preamble_after(const char *tag, const char *text, size_t len)
+{
+    graft__json_preamble p;
+    graft__json_preamble_init(&p, tag);
+    for (uint32_t k = p.len - 1; k > 0; k--)
+        if (k <= len && memcmp(text + len - k, tag, k) == 0) {
+            p.matched = k;
+            break;
+        }
+    return p;
+}
+
+/* At every prefix of each text (up to the tag's first occurrence), the preamble's mask
+ * leaves exactly the tokens brute force allows; feeding a token moves the preamble as
+ * brute force says, and past the tag feeds the recognizer what follows it. */
+static void check_preamble_mask(const char *rel)
+{
+    static const struct {
+        const char *tag, *text;
+    } cases[] = {
+        {"</think>", "Let me think. a<b, so </thin</think>\n\n{\"a\": 1}"},
+        {"</think>", "<</</t</think>{}"},
+        {"abab", "aababaabab {}"},
+        {".", "Once upon a time. {\"x\": [true]}"},
+        {"<|END_THINKING|>", "ok <|END_THINK <|END_THINKING|> {}"},
+    };
+    char path[1024];
+    graft_model *m = NULL;
+    assert_int_equal(graft_model_load_vocab(graft_test_model_path(path, sizeof path, rel), &m,
+                                            NULL),
+                     GRAFT_OK);
+    const int32_t n_vocab = vocab_size(m);
+    graft__json_mask *mask = NULL;
+    assert_int_equal(graft__json_mask_create(m->vocab, n_vocab, &mask), GRAFT_OK);
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    assert_non_null(logits);
+    graft__json_recognizer fresh;
+    graft__json_recognizer_init(&fresh, NULL);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *tag = cases[k].tag, *text = cases[k].text;
+        size_t until = (size_t)(strstr(text, tag) - text) + strlen(tag) - 1;
+        for (size_t at = 0; at <= until; at++) {
+            graft__json_preamble p = preamble_after(tag, text, at);
+            for (int32_t t = 0; t < n_vocab; t++)
+                logits[t] = (float)t;
+            int32_t allowed = graft__json_mask_apply_preamble(mask, &p, &fresh, logits);
+            int32_t expected = 0;
+            for (int32_t t = 0; t < n_vocab; t++) {
+                bool follows = preamble_follows(m, tag, text, at, t);
+                expected += follows;
+                if (logits[t] != (follows ? (float)t : -INFINITY))
+                    fail_msg("%s, tag %s, prefix %zu: token %d %s", rel, tag, at, (int)t,
+                             follows ? "masked" : "let through");
+                if (!follows || t % 7 != 0)
+                    continue;
+                graft__json_preamble fed = p;
+                graft__json_recognizer r = fresh;
+                assert_true(graft__json_mask_feed_preamble(mask, &fed, &r, t));
+                char buf[MAX_TOKEN_BYTES];
+                size_t n = token_bytes(m, t, buf);
+                char joined[512 + MAX_TOKEN_BYTES];
+                memcpy(joined, text, at);
+                memcpy(joined + at, buf, n);
+                bool over = memmem(joined, at + n, tag, strlen(tag)) != NULL;
+                assert_int_equal(fed.over, over);
+                if (!over) {
+                    graft__json_preamble want = preamble_after(tag, joined, at + n);
+                    assert_int_equal(fed.matched, want.matched);
+                }
+            }
+            assert_int_equal(allowed, expected);
+        }
+    }
+    free(logits);
+    graft__json_mask_free(mask);
+    graft_model_free(m);
+}
+
+static void test_preamble_mask_matches_brute_force(void **state)
+{
+    (void)state;
+    check_preamble_mask("stories260K.gguf");
+    check_preamble_mask("vocab/ggml-vocab-qwen2.gguf");
+}
+
 /* ---------------------------------------------------------------------------------------
  * Generations on stories260K.
  */
@@ -386,6 +504,83 @@ static void release(run *r)
 {
     graft_generation_free(r->gen);
     graft_session_close(r->session);
+}
+
+/* Greedy, the JSON text after "." (a tag stories260K writes): until the output holds it,
+ * each pick is the best token brute force lets through before a JSON text, then the best
+ * whose bytes continue the JSON text; the text after the tag is one object. */
+static void test_json_after_a_tag(void **state)
+{
+    (void)state;
+    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    rows r = {.logits = malloc((size_t)(MAX_NEW + 1) * (size_t)n_vocab * sizeof(float))};
+    assert_non_null(r.logits);
+    graft__engine_set_tap(e, record_row, &r);
+    graft_logit_bias bias[16];
+    size_t n_bias;
+    graft_generate_config c = json_config(0.0f, 0, bias, &n_bias);
+    c.output_after = ".";
+    run run;
+    start(e, &run, &c);
+    assert_int_equal(graft_generation_wait(run.gen), GRAFT_OK);
+    size_t n = 0;
+    const int32_t *out = graft_generation_tokens(run.gen, &n);
+    assert_int_equal(graft_generation_finish_reason(run.gen), GRAFT_FINISH_STOP);
+    assert_int_equal(r.n, (int)n);
+    char text[MAX_NEW * MAX_TOKEN_BYTES];
+    size_t len = 0, free_tokens = 0;
+    graft__json_recognizer syn;
+    graft__json_recognizer_init(&syn, NULL);
+    graft__json_preamble pre;
+    graft__json_preamble_init(&pre, c.output_after);
+    for (size_t i = 0; i < n; i++) {
+        const float *row = r.logits + i * (size_t)n_vocab;
+        bool before = !pre.over;
+        int32_t best = -1;
+        float best_logit = -INFINITY;
+        for (int32_t t = 0; t < n_vocab; t++) {
+            float logit = row[t];
+            for (size_t b = 0; b < n_bias; b++)
+                logit += bias[b].token == t ? bias[b].bias : 0.0f;
+            bool ok = before ? preamble_follows(stories, c.output_after, text, len, t)
+                             : token_follows(stories, &syn, t);
+            if (ok && (best < 0 || logit > best_logit)) {
+                best = t;
+                best_logit = logit;
+            }
+        }
+        assert_int_equal(out[i], best);
+        free_tokens += before;
+        assert_true(before ? graft__json_mask_feed_preamble(e->json_mask, &pre, &syn, out[i])
+                           : graft__json_mask_feed(e->json_mask, &syn, out[i]));
+        len += token_bytes(stories, out[i], text + len);
+        text[len] = '\0';
+    }
+    assert_true(free_tokens > 1); /* the story ran before the tag */
+    const char *json = strstr(text, c.output_after) + strlen(c.output_after);
+    json_error_t err;
+    json_t *root = json_loads(json, 0, &err);
+    if (!json_is_object(root))
+        fail_msg("after the tag, not one object: %s (%s)", json, err.text);
+    json_decref(root);
+    c.output_after = "";
+    graft_session *s = graft_test_open_session(e);
+    graft_generation *gen = NULL;
+    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.output_after = "123456789012345678901234567890123"; /* 33 bytes */
+    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.output_after = "x";
+    c.output_format = GRAFT_OUTPUT_TEXT;
+    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    graft_session_close(s);
+    graft__engine_set_tap(e, NULL, NULL);
+    release(&run);
+    free(r.logits);
+    graft_test_engine_end(e);
 }
 
 static void assert_same_tokens(graft_generation *a, graft_generation *b)
@@ -771,7 +966,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mask_matches_brute_force_spm),
         cmocka_unit_test(test_mask_matches_brute_force_bpe),
+        cmocka_unit_test(test_preamble_mask_matches_brute_force),
         cmocka_unit_test(test_greedy_picks_best_continuing_token),
+        cmocka_unit_test(test_json_after_a_tag),
         cmocka_unit_test(test_sampled_json_is_well_formed_and_batch_invariant),
         cmocka_unit_test(test_schema_generations),
         cmocka_unit_test(test_string_constraints),

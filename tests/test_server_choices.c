@@ -891,34 +891,55 @@ static void test_thought_whole_streamed_and_raw(void **state)
     graft_test_response_free(&bad);
 }
 
-/* JSON output on a prompt that opened a thought: the thought is closed empty first, so the
- * answer is the completion of the rendered prompt, white space cut, with "\n\n</think>\n\n"
- * after it, held to JSON; it is content, with no thought. */
-static void test_thought_closed_for_json(void **state)
+/* JSON output on a prompt that opened a thought begins after the thought: the thought is
+ * the one a plain answer thinks (stories260K never closes it, so no JSON comes within
+ * max_tokens). A forced call, whose tag ends the prompt, gets the thought closed empty first:
+ * its prompt is the rendered one, white space cut, then "\n\n</think>\n\n<tool_call>\n". */
+static void test_thought_before_json(void **state)
 {
     (void)state;
+    json_t *plain = post("/v1/chat/completions", thinking_body(24, NULL), 200);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(plain, "choices"), 0),
+                            "finish_reason")),
+                        "length");
     json_t *body = thinking_body(24, NULL);
     json_object_set_new(body, "response_format", json_pack("{s:s}", "type", "json_object"));
-    json_t *chat = post("/v1/chat/completions", json_incref(body), 200);
+    json_t *chat = post("/v1/chat/completions", body, 200);
+    json_t *msg = json_object_get(json_array_get(json_object_get(chat, "choices"), 0), "message");
+    json_t *plain_msg = json_object_get(json_array_get(json_object_get(plain, "choices"), 0),
+                                        "message");
+    assert_string_equal(json_string_value(json_object_get(msg, "reasoning_content")),
+                        json_string_value(json_object_get(plain_msg, "reasoning_content")));
+    assert_string_equal(choice_text(chat, 0), "");
+    assert_int_equal(reasoning_tokens(chat), 24);
+    json_decref(chat);
+    json_decref(plain);
+
+    body = thinking_body(48, NULL);
+    json_object_set_new(body, "tools", weather_tools());
+    json_object_set_new(body, "tool_choice", json_pack("{s:s, s:{s:s}}", "type", "function",
+                                                       "function", "name", "get_weather"));
+    json_t *call = post("/v1/chat/completions", json_incref(body), 200);
     json_t *rendered = post("/apply-template", body, 200);
     const char *prompt = json_string_value(json_object_get(rendered, "prompt"));
     char *closed = stripped(prompt);
     assert_true(strlen(closed) < strlen(prompt)); /* it ended with "<think>\n" */
-    closed = realloc(closed, strlen(closed) + 16);
-    strcat(closed, "\n\n</think>\n\n");
-    json_t *plain = post("/v1/completions",
-                         json_pack("{s:s, s:i, s:f, s:{s:s}}", "prompt", closed, "max_tokens", 24,
-                                   "temperature", 0.0, "response_format", "type", "json_object"),
-                         200);
-    json_t *msg = json_object_get(json_array_get(json_object_get(chat, "choices"), 0), "message");
+    closed = realloc(closed, strlen(closed) + 32);
+    strcat(closed, "\n\n</think>\n\n<tool_call>\n");
+    json_t *tokens = post("/tokenize", json_pack("{s:s, s:b}", "content", closed, "add_special",
+                                                 1),
+                          200);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(call, "usage"),
+                                                        "prompt_tokens")),
+                     (json_int_t)json_array_size(json_object_get(tokens, "tokens")));
+    msg = json_object_get(json_array_get(json_object_get(call, "choices"), 0), "message");
     assert_null(json_object_get(msg, "reasoning_content"));
-    assert_string_equal(choice_text(chat, 0), choice_text(plain, 0));
-    assert_true(json_is_object(json_object_get(chat, "usage")));
-    assert_int_equal(reasoning_tokens(chat), 0);
+    assert_int_equal(reasoning_tokens(call), 0);
     free(closed);
-    json_decref(plain);
+    json_decref(tokens);
     json_decref(rendered);
-    json_decref(chat);
+    json_decref(call);
 }
 
 /* The Responses API: the thought is a reasoning item (as chat's reasoning_content; no
@@ -1031,7 +1052,7 @@ int main(void)
     };
     const struct CMUnitTest thinking[] = {
         cmocka_unit_test(test_thought_whole_streamed_and_raw),
-        cmocka_unit_test(test_thought_closed_for_json),
+        cmocka_unit_test(test_thought_before_json),
         cmocka_unit_test(test_thought_as_reasoning_item),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);

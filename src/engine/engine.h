@@ -140,6 +140,7 @@ struct graft_generation {
     bool json;               /* held to one JSON object (GRAFT_OUTPUT_JSON_OBJECT, _SCHEMA) */
     graft__json_schema *schema;     /* GRAFT_OUTPUT_JSON_SCHEMA: the schema, compiled */
     graft__json_recognizer json_text; /* what it generated so far, when json */
+    graft__json_preamble preamble;    /* the text the JSON text begins after, when json */
     graft_update_cb on_update;
     graft_settled_cb on_settled;
     void *user;

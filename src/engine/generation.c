@@ -79,6 +79,10 @@ static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
     if (c->output_format != GRAFT_OUTPUT_TEXT && c->output_format != GRAFT_OUTPUT_JSON_OBJECT &&
         (c->output_format != GRAFT_OUTPUT_JSON_SCHEMA || c->json_schema == NULL))
         return GRAFT_EINVAL;
+    if (c->output_after != NULL &&
+        (c->output_format == GRAFT_OUTPUT_TEXT || c->output_after[0] == '\0' ||
+         strnlen(c->output_after, GRAFT_MAX_OUTPUT_AFTER + 1) > GRAFT_MAX_OUTPUT_AFTER))
+        return GRAFT_EINVAL;
     return GRAFT_OK;
 }
 
@@ -167,6 +171,7 @@ int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
     gen->prefill_only = c->prefill_only != 0;
     gen->json = c->output_format != GRAFT_OUTPUT_TEXT;
     graft__json_recognizer_init(&gen->json_text, gen->schema);
+    graft__json_preamble_init(&gen->preamble, c->output_after);
     gen->on_update = on_update;
     gen->on_settled = on_settled;
     gen->user = user;
@@ -258,7 +263,11 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     const int32_t n_vocab = e->model->hp.n_vocab;
     if (gen->logprobs != NULL) /* the sampler changes the logits in place */
         memcpy(gen->raw_logits, logits, (size_t)n_vocab * sizeof *logits);
-    if (gen->json && graft__json_mask_apply(e->json_mask, &gen->json_text, logits) == 0) {
+    bool before_json = gen->json && !gen->preamble.over;
+    if (gen->json &&
+        (before_json ? graft__json_mask_apply_preamble(e->json_mask, &gen->preamble,
+                                                       &gen->json_text, logits)
+                     : graft__json_mask_apply(e->json_mask, &gen->json_text, logits)) == 0) {
         graft__gen_settle(e, gen, GRAFT_FINISH_FAILED, GRAFT_ERANGE,
                           "no token of the vocabulary can continue the JSON object");
         return;
@@ -271,7 +280,10 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
         return;
     }
     /* The mask let only tokens through that continue the text. */
-    bool continues = !gen->json || graft__json_mask_feed(e->json_mask, &gen->json_text, token);
+    bool continues = !gen->json ||
+                     (before_json ? graft__json_mask_feed_preamble(e->json_mask, &gen->preamble,
+                                                                   &gen->json_text, token)
+                                  : graft__json_mask_feed(e->json_mask, &gen->json_text, token));
     GRAFT_ASSERT(continues);
     GRAFT_ASSERT(gen->n_out < gen->cap_out);
     if (gen->logprobs != NULL)
@@ -281,7 +293,7 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     gen->has_pending = true;
     if (gen->on_update != NULL)
         gen->on_update(gen, &gen->out[gen->n_out - 1], 1, gen->user);
-    if (gen->json && graft__json_recognizer_done(&gen->json_text))
+    if (gen->json && gen->preamble.over && graft__json_recognizer_done(&gen->json_text))
         graft__gen_settle(e, gen, GRAFT_FINISH_STOP, GRAFT_OK, NULL);
     else if (gen->n_out == gen->max_new || position >= e->opts.max_context)
         graft__gen_settle(e, gen, GRAFT_FINISH_LENGTH, GRAFT_OK, NULL);

@@ -13,6 +13,11 @@
  * states takes it. Tokens with no bytes (control tokens: BOS, end of turn) can never
  * continue a text, so they are always masked; the generation ends when the object closes
  * instead (generation.c).
+ *
+ * Before a JSON text that begins after a tag (graft_generate_config.output_after), the
+ * output is free: a token is refused only when it has no bytes, or when the tag ends in it
+ * and its bytes after the tag cannot begin the JSON text. Only tokens holding the tag's
+ * last byte can end it: one memchr over every token's bytes finds them.
  */
 #include <math.h>
 #include <string.h>
@@ -117,6 +122,107 @@ bool graft__json_mask_feed(const graft__json_mask *m, graft__json_recognizer *r,
     if (token < 0 || token >= m->n_vocab || m->offset[token + 1] == m->offset[token])
         return false;
     for (size_t i = m->offset[token]; i < m->offset[token + 1]; i++)
+        if (!graft__json_recognizer_feed(r, (uint8_t)m->bytes[i]))
+            return false;
+    return true;
+}
+
+/* ---- free text before the JSON text ---------------------------------------------------------- */
+
+void graft__json_preamble_init(graft__json_preamble *p, const char *tag)
+{
+    size_t n = tag != NULL ? strnlen(tag, GRAFT_MAX_OUTPUT_AFTER) : 0;
+    *p = (graft__json_preamble){.len = (uint32_t)n, .over = n == 0};
+    if (n > 0)
+        memcpy(p->tag, tag, n);
+}
+
+/* The tag's bytes matched at the output's end after one more byte, when `matched` were
+ * before it: the longest k with tag[0, k) a tail of tag[0, matched) and the byte. */
+static uint32_t tag_step(const graft__json_preamble *p, uint32_t matched, uint8_t byte)
+{
+    for (uint32_t k = matched + 1; k > 0; k--)
+        if ((uint8_t)p->tag[k - 1] == byte &&
+            memcmp(p->tag, p->tag + matched + 1 - k, k - 1) == 0)
+            return k;
+    return 0;
+}
+
+/* Walks token t's bytes on from *matched: how many of them hold the tag's end when it ends
+ * in t (*matched is then the tag's length), else 0. */
+static size_t tag_end(const graft__json_mask *m, const graft__json_preamble *p, int32_t t,
+                      uint32_t *matched)
+{
+    for (size_t i = m->offset[t]; i < m->offset[t + 1]; i++) {
+        *matched = tag_step(p, *matched, (uint8_t)m->bytes[i]);
+        if (*matched == p->len)
+            return i + 1 - m->offset[t];
+    }
+    return 0;
+}
+
+/* Whether the bytes of token t after the first `from` can follow r (fed to a copy). */
+static bool rest_follows(const graft__json_mask *m, const graft__json_recognizer *r, int32_t t,
+                         size_t from)
+{
+    graft__json_recognizer copy;
+    copy.n_states = r->n_states;
+    for (uint32_t k = 0; k < r->n_states; k++)
+        graft__json_syntax_copy(&copy.states[k], &r->states[k]);
+    for (size_t i = m->offset[t] + from; i < m->offset[t + 1]; i++)
+        if (!graft__json_recognizer_feed(&copy, (uint8_t)m->bytes[i]))
+            return false;
+    return true;
+}
+
+/* The token whose bytes hold byte `off` of the block (tokens with bytes only hold any). */
+static int32_t token_at(const graft__json_mask *m, size_t off)
+{
+    int32_t lo = 0, hi = m->n_vocab - 1; /* offset[lo] <= off < offset[hi + 1] */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (m->offset[mid] <= off)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+int32_t graft__json_mask_apply_preamble(const graft__json_mask *m,
+                                        const graft__json_preamble *p,
+                                        const graft__json_recognizer *r, float *logits)
+{
+    for (int32_t i = m->first[256]; i < m->n_vocab; i++)
+        logits[m->by_first[i]] = -INFINITY;
+    int32_t allowed = m->first[256];
+    /* Only the tokens holding the tag's last byte can end it: found in the block at once. */
+    const char *block = m->bytes, *end = m->bytes + m->offset[m->n_vocab];
+    const char *hit = memchr(block, p->tag[p->len - 1], (size_t)(end - block));
+    while (hit != NULL) {
+        int32_t t = token_at(m, (size_t)(hit - block));
+        uint32_t matched = p->matched;
+        size_t tag_bytes = tag_end(m, p, t, &matched);
+        if (tag_bytes > 0 && !rest_follows(m, r, t, tag_bytes)) {
+            logits[t] = -INFINITY;
+            allowed--;
+        }
+        const char *next = block + m->offset[t + 1];
+        hit = next < end ? memchr(next, p->tag[p->len - 1], (size_t)(end - next)) : NULL;
+    }
+    return allowed;
+}
+
+bool graft__json_mask_feed_preamble(const graft__json_mask *m, graft__json_preamble *p,
+                                    graft__json_recognizer *r, int32_t token)
+{
+    if (token < 0 || token >= m->n_vocab || m->offset[token + 1] == m->offset[token])
+        return false;
+    size_t end = tag_end(m, p, token, &p->matched);
+    if (end == 0)
+        return true;
+    p->over = true;
+    for (size_t i = m->offset[token] + end; i < m->offset[token + 1]; i++)
         if (!graft__json_recognizer_feed(r, (uint8_t)m->bytes[i]))
             return false;
     return true;

@@ -300,6 +300,18 @@ bool graft__json_recognizer_feed(graft__json_recognizer *r, uint8_t byte);
 /* Whether the object is complete (only whitespace may follow). */
 bool graft__json_recognizer_done(const graft__json_recognizer *r);
 
+/* Free text before a JSON text (graft_generate_config.output_after): the output holds the
+ * tag before the JSON text begins, right after it. */
+typedef struct graft__json_preamble {
+    char tag[GRAFT_MAX_OUTPUT_AFTER];
+    uint32_t len;
+    uint32_t matched; /* the tag's first bytes that the output ends with */
+    bool over;        /* the output holds the tag (or there is none): the JSON text began */
+} graft__json_preamble;
+
+/* tag NULL: none (the JSON text begins at once); at most GRAFT_MAX_OUTPUT_AFTER bytes. */
+void graft__json_preamble_init(graft__json_preamble *p, const char *tag);
+
 /* json_mask.c: the vocabulary indexed by bytes, to mask the tokens that cannot continue a
  * JSON text. Immutable once built; read by the engine thread. */
 typedef struct graft__json_mask graft__json_mask;
@@ -311,5 +323,15 @@ int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_reco
                                float *logits);
 /* Feeds token's bytes to *s; false when they cannot all follow (or it has none). */
 bool graft__json_mask_feed(const graft__json_mask *m, graft__json_recognizer *r, int32_t token);
+/* Before the JSON text (p not over; r as initialised): sets the logits of the tokens without
+ * bytes, and of those in which p's tag ends and whose bytes after it cannot follow r, to
+ * -INFINITY; returns how many tokens are left. */
+int32_t graft__json_mask_apply_preamble(const graft__json_mask *m,
+                                        const graft__json_preamble *p,
+                                        const graft__json_recognizer *r, float *logits);
+/* Feeds token's bytes to p and, once its tag ended, the rest to r (p is then over); false
+ * when those cannot all follow r (or the token has no bytes). */
+bool graft__json_mask_feed_preamble(const graft__json_mask *m, graft__json_preamble *p,
+                                    graft__json_recognizer *r, int32_t token);
 
 #endif /* GRAFT_JSON_OUTPUT_H */

@@ -600,9 +600,10 @@ static int parse_reasoning_format(const json_t *body, const graft__chat *chat, b
 }
 
 /* A chat prompt rendered by a thinking model's template: whether the answer begins inside a
- * thought, and the tags to split it off by. An answer held to a format (JSON, a forced
- * call) from its first token would be written inside the thought: the thought is closed
- * empty first, as the template closes it when thinking is off. */
+ * thought, and the tags to split it off by. JSON output in such an answer begins after the
+ * thought's closing tag; a forced call, whose opening tag ends the prompt, would be written
+ * inside the thought: the thought is closed empty first, as the template closes it when
+ * thinking is off. */
 static int shape_thought(const json_t *body, const graft__chat *chat,
                          graft__completion_request *r, char **param, char **message)
 {
@@ -612,10 +613,12 @@ static int shape_thought(const json_t *body, const graft__chat *chat,
         return rc;
     r->thought_tags = split ? chat->thought_tags : NULL;
     r->thought_opened = graft__reasoning_opened(chat->thought_tags, r->prompt_text);
-    if (r->thought_opened && (r->output_format != GRAFT_OUTPUT_TEXT || r->forced_call)) {
+    if (r->thought_opened && r->forced_call) {
         r->thought_opened = false;
         return graft__reasoning_close(chat->thought_tags, &r->prompt_text);
     }
+    if (r->thought_opened && r->output_format != GRAFT_OUTPUT_TEXT)
+        r->output_after = chat->thought_tags->close;
     return GRAFT_OK;
 }
 

@@ -264,6 +264,8 @@ typedef struct graft__completion_request {
     const struct graft__reasoning_tags *thought_tags; /* chat: the tags its answer's thought
                                                          is split off by, or NULL: not split */
     bool thought_opened;    /* the prompt opened a thought: the answer begins inside it */
+    const char *output_after; /* the text output_format begins after (a thought's closing
+                                 tag), or NULL: at the first token */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad

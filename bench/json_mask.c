@@ -90,7 +90,7 @@ static void bench_preamble(const graft__json_mask *mask, uint32_t matched, float
                            int32_t n_vocab, int reps, int warmup)
 {
     graft__json_preamble p;
-    graft__json_preamble_init(&p, "</think>");
+    graft__json_preamble_init(&p, "</think>", NULL);
     p.matched = matched;
     graft__json_recognizer r;
     graft__json_recognizer_init(&r, NULL);

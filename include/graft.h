@@ -561,6 +561,12 @@ typedef struct graft_generate_config {
                                  bytes after it cannot begin the JSON text; the JSON text
                                  then follows as the format says. NULL: it begins at the
                                  first token. */
+    const char *output_opens; /* with output_after, NULL or the text (1 to
+                                 GRAFT_MAX_OUTPUT_AFTER bytes; copied), such as "<think>",
+                                 that the free text opens with: the free text is then
+                                 optional, the output beginning (after white space) with
+                                 this text, or with the JSON text at once. NULL: the free
+                                 text begins at the first token. */
 } graft_generate_config;
 
 #define GRAFT_MAX_OUTPUT_AFTER 32

@@ -14,12 +14,13 @@
  *   schemas, what stops is an instance (checked by hand: nested objects, strings held to
  *   formats, a pattern and lengths, numbers within bounds, a tagged union of objects,
  *   unions whose alternatives begin alike).
- * - Free text before the JSON text (output_after, a thinking model's "</think>"): the
- *   preamble's mask against brute force (the text so far and the token's bytes searched for
- *   the tag, what follows its first occurrence fed to a fresh recognizer) for tags that
- *   overlap themselves, at every prefix of texts that hold them, on SPM and BPE
- *   vocabularies; a greedy generation whose every pick is recomputed from the engine's
- *   logits with that rule, then the JSON rule once the tag is out.
+ * - Free text before the JSON text (output_after, a thinking model's "</think>", and
+ *   output_opens, "<think>", which makes it optional): the preamble's mask against brute
+ *   force (the text so far and the token's bytes searched for the opening and the tag, what
+ *   follows fed to a fresh recognizer) for tags that overlap themselves, at every prefix of
+ *   texts that hold them, on SPM and BPE vocabularies; a greedy generation whose every pick
+ *   is recomputed from the engine's logits with that rule, then the JSON rule once the tag
+ *   is out.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -216,11 +217,25 @@ static void test_mask_matches_brute_force_bpe(void **state)
 
 /* ---- free text before the JSON text ------------------------------------------------------- */
 
-/* Brute force: whether token t may follow free text[0, len) (which does not hold tag) when the
- * JSON text begins after tag: t has bytes, and where the tag's first occurrence ends in the
- * text and t's bytes, what follows begins a JSON object. */
-static bool preamble_follows(const graft_model *m, const char *tag, const char *text,
-                             size_t len, int32_t t)
+/* Whether text[0, len) can begin a JSON object (white space first allowed). */
+static bool json_prefix(const char *text, size_t len)
+{
+    graft__json_recognizer r;
+    graft__json_recognizer_init(&r, NULL);
+    for (size_t i = 0; i < len; i++)
+        if (!graft__json_recognizer_feed(&r, (uint8_t)text[i]))
+            return false;
+    return true;
+}
+
+/* Brute force: whether token t may follow text[0, len) (in which the JSON text has not
+ * begun) when the JSON text begins after tag, the free text before it opening with `open`
+ * (then optional: the JSON text may come at once) or at once (open NULL): t has bytes, and
+ * the text with them is a JSON text's beginning (open only), or free text, after white space
+ * a JSON text may begin with and open, where what follows the tag's first occurrence begins
+ * a JSON text. */
+static bool preamble_follows(const graft_model *m, const char *tag, const char *open,
+                             const char *text, size_t len, int32_t t)
 {
     char joined[512 + MAX_TOKEN_BYTES + 1];
     size_t n = token_bytes(m, t, joined + len);
@@ -228,44 +243,44 @@ static bool preamble_follows(const graft_model *m, const char *tag, const char *
         return false;
     memcpy(joined, text, len);
     joined[len + n] = '\0';
-    const char *hit = memmem(joined, len + n, tag, strlen(tag));
+    size_t total = len + n, at = 0;
+    if (open != NULL && json_prefix(joined, total))
+        return true;
+    if (open != NULL) { /* white space a JSON text may begin with, then open */
+        while (at < total && strchr(" \n\r\t", joined[at]) != NULL && joined[at] != '\0')
+            at++;
+        if (!json_prefix(joined, at))
+            return false;
+        size_t rest = total - at, k = strlen(open);
+        if (rest < k)
+            return memcmp(joined + at, open, rest) == 0;
+        if (memcmp(joined + at, open, k) != 0)
+            return false;
+        at += k;
+    }
+    const char *hit = memmem(joined + at, total - at, tag, strlen(tag));
     if (hit == NULL)
         return true;
-    graft__json_recognizer r;
-    graft__json_recognizer_init(&r, NULL);
-    for (const char *c = hit + strlen(tag); c < joined + len + n; c++)
-        if (!graft__json_recognizer_feed(&r, (uint8_t)*c))
-            return false;
-    return true;
+    const char *after = hit + strlen(tag);
+    return json_prefix(after, (size_t)(joined + total - after));
 }
 
-/* The preamble of tag after free text[0, len): the tag's longest beginning the text ends with
- * (as the generation keeps it). */
-static graft__json_preamble preamble_after(const char *tag, const char *text, size_t len)
-{
-    graft__json_preamble p;
-    graft__json_preamble_init(&p, tag);
-    for (uint32_t k = p.len - 1; k > 0; k--)
-        if (k <= len && memcmp(text + len - k, tag, k) == 0) {
-            p.matched = k;
-            break;
-        }
-    return p;
-}
-
-/* At every prefix of each text (up to the tag's first occurrence), the preamble's mask
- * leaves exactly the tokens brute force allows; feeding a token moves the preamble as
- * brute force says, and past the tag feeds the recognizer what follows it. */
-static void check_preamble_mask(const char *rel)
+/* At every stride-th prefix of each text up to where its JSON text begins, the preamble
+ * (reached by feeding the prefix a byte at a time, each byte a token of the vocabulary)
+ * masks exactly the tokens brute force refuses; each token it leaves can be fed. */
+static void check_preamble_mask(const char *rel, size_t stride)
 {
     static const struct {
-        const char *tag, *text;
+        const char *tag, *open, *text;
     } cases[] = {
-        {"</think>", "Let me think. a<b, so </thin</think>\n\n{\"a\": 1}"},
-        {"</think>", "<</</t</think>{}"},
-        {"abab", "aababaabab {}"},
-        {".", "Once upon a time. {\"x\": [true]}"},
-        {"<|END_THINKING|>", "ok <|END_THINK <|END_THINKING|> {}"},
+        {"</think>", NULL, "Let me think. a<b, so </thin</think>\n{\"a\": 1}"},
+        {"</think>", NULL, "<</</t</think>{}"},
+        {"abab", NULL, "abaabab {}"},
+        {".", NULL, "Once upon a time. {\"x\": [true]}"},
+        {"<|END_THINKING|>", NULL, "ok <|END_THINK <|END_THINKING|> {}"},
+        {"</think>", "<think>", "\n  <think>\nso </thi</think>\n{\"k\": \"v\"}"},
+        {"</think>", "<think>", "<think></think>{}"},
+        {"</think>", "<think>", "\n {\"a\": [1, 2]}"},
     };
     char path[1024];
     graft_model *m = NULL;
@@ -277,42 +292,53 @@ static void check_preamble_mask(const char *rel)
     assert_int_equal(graft__json_mask_create(m->vocab, n_vocab, &mask), GRAFT_OK);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
     assert_non_null(logits);
-    graft__json_recognizer fresh;
-    graft__json_recognizer_init(&fresh, NULL);
+    int32_t byte_token[256];
+    for (int b = 0; b < 256; b++)
+        byte_token[b] = -1;
+    for (int32_t t = n_vocab - 1; t >= 0; t--) {
+        char buf[MAX_TOKEN_BYTES];
+        if (token_bytes(m, t, buf) == 1)
+            byte_token[(uint8_t)buf[0]] = t;
+    }
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const char *tag = cases[k].tag, *text = cases[k].text;
-        size_t until = (size_t)(strstr(text, tag) - text) + strlen(tag) - 1;
-        for (size_t at = 0; at <= until; at++) {
-            graft__json_preamble p = preamble_after(tag, text, at);
+        const char *tag = cases[k].tag, *open = cases[k].open, *text = cases[k].text;
+        graft__json_preamble p;
+        graft__json_preamble_init(&p, tag, open);
+        graft__json_recognizer r;
+        graft__json_recognizer_init(&r, NULL);
+        size_t at = 0;
+        for (; !p.over; at++) {
+            int32_t next = byte_token[(uint8_t)text[at]];
+            assert_true(next >= 0);
+            if (at % stride != 0) {
+                assert_true(graft__json_mask_feed_preamble(mask, &p, &r, next));
+                continue;
+            }
             for (int32_t t = 0; t < n_vocab; t++)
                 logits[t] = (float)t;
-            int32_t allowed = graft__json_mask_apply_preamble(mask, &p, &fresh, logits);
+            int32_t allowed = graft__json_mask_apply_preamble(mask, &p, &r, logits);
             int32_t expected = 0;
             for (int32_t t = 0; t < n_vocab; t++) {
-                bool follows = preamble_follows(m, tag, text, at, t);
+                bool follows = preamble_follows(m, tag, open, text, at, t);
                 expected += follows;
                 if (logits[t] != (follows ? (float)t : -INFINITY))
-                    fail_msg("%s, tag %s, prefix %zu: token %d %s", rel, tag, at, (int)t,
+                    fail_msg("%s, case %zu, prefix %zu: token %d %s", rel, k, at, (int)t,
                              follows ? "masked" : "let through");
-                if (!follows || t % 7 != 0)
-                    continue;
-                graft__json_preamble fed = p;
-                graft__json_recognizer r = fresh;
-                assert_true(graft__json_mask_feed_preamble(mask, &fed, &r, t));
-                char buf[MAX_TOKEN_BYTES];
-                size_t n = token_bytes(m, t, buf);
-                char joined[512 + MAX_TOKEN_BYTES];
-                memcpy(joined, text, at);
-                memcpy(joined + at, buf, n);
-                bool over = memmem(joined, at + n, tag, strlen(tag)) != NULL;
-                assert_int_equal(fed.over, over);
-                if (!over) {
-                    graft__json_preamble want = preamble_after(tag, joined, at + n);
-                    assert_int_equal(fed.matched, want.matched);
+                if (follows && t % 11 == 0) {
+                    graft__json_preamble q = p;
+                    graft__json_recognizer qr = r;
+                    assert_true(graft__json_mask_feed_preamble(mask, &q, &qr, t));
                 }
             }
             assert_int_equal(allowed, expected);
+            assert_true(graft__json_mask_feed_preamble(mask, &p, &r, next));
         }
+        /* the JSON text began where the case says; the rest of the text follows */
+        assert_true(open == NULL ? at == (size_t)(strstr(text, tag) - text) + strlen(tag)
+                                 : at <= strlen(text));
+        for (; text[at] != '\0'; at++)
+            assert_true(graft__json_recognizer_feed(&r, (uint8_t)text[at]));
+        assert_true(graft__json_recognizer_done(&r));
     }
     free(logits);
     graft__json_mask_free(mask);
@@ -322,8 +348,8 @@ static void check_preamble_mask(const char *rel)
 static void test_preamble_mask_matches_brute_force(void **state)
 {
     (void)state;
-    check_preamble_mask("stories260K.gguf");
-    check_preamble_mask("vocab/ggml-vocab-qwen2.gguf");
+    check_preamble_mask("stories260K.gguf", 1);
+    check_preamble_mask("vocab/ggml-vocab-qwen2.gguf", 3);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -533,7 +559,7 @@ static void test_json_after_a_tag(void **state)
     graft__json_recognizer syn;
     graft__json_recognizer_init(&syn, NULL);
     graft__json_preamble pre;
-    graft__json_preamble_init(&pre, c.output_after);
+    graft__json_preamble_init(&pre, c.output_after, NULL);
     for (size_t i = 0; i < n; i++) {
         const float *row = r.logits + i * (size_t)n_vocab;
         bool before = !pre.over;
@@ -543,7 +569,7 @@ static void test_json_after_a_tag(void **state)
             float logit = row[t];
             for (size_t b = 0; b < n_bias; b++)
                 logit += bias[b].token == t ? bias[b].bias : 0.0f;
-            bool ok = before ? preamble_follows(stories, c.output_after, text, len, t)
+            bool ok = before ? preamble_follows(stories, c.output_after, NULL, text, len, t)
                              : token_follows(stories, &syn, t);
             if (ok && (best < 0 || logit > best_logit)) {
                 best = t;

@@ -1034,6 +1034,51 @@ static void test_thought_as_reasoning_item(void **state)
     json_decref(chat);
 }
 
+/* Qwen3's template, whose model opens its thought itself (the prompt does not). */
+static int qwen3_setup(void **state)
+{
+    (void)state;
+    char tmpl[1024];
+    const char *dir = getenv("GRAFT_TEMPLATES_DIR");
+    snprintf(tmpl, sizeof tmpl, "%s/Qwen-Qwen3-0.6B.jinja", dir ? dir : "../shared/templates");
+    const char *args[] = {"--ctx", "1024", "--chat-template", tmpl, NULL};
+    srv = graft_test_serve_begin(args);
+    return 0;
+}
+
+/* JSON output where the model may open a thought: it begins, after white space, with the
+ * thought (stories260K takes that way, greedy: the answer as written is white space,
+ * <think> and the thought, which is reasoning_content) or with the JSON text; with
+ * thinking off (the prompt ends with a closed thought) the JSON text comes at once. */
+static void test_thought_or_json(void **state)
+{
+    (void)state;
+    json_t *body = json_pack("{s:[{s:s, s:s}], s:i, s:f, s:{s:s}}", "messages", "role", "user",
+                             "content", "Tell me a story.", "max_tokens", 32, "temperature",
+                             0.0, "response_format", "type", "json_object");
+    json_t *split = post("/v1/chat/completions", json_incref(body), 200);
+    json_object_set_new(body, "reasoning_format", json_string("none"));
+    json_t *raw = post("/v1/chat/completions", json_incref(body), 200);
+    const char *text = choice_text(raw, 0);
+    const char *open = text + strspn(text, " \n");
+    assert_int_equal(strncmp(open, "<think>", 7), 0);
+    assert_null(strstr(open, "</think>"));
+    char *thought = stripped(open + 7);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_array_get(json_object_get(split, "choices"), 0),
+                                            "message"),
+                            "reasoning_content")),
+                        thought);
+    free(thought);
+    json_object_set_new(body, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", 0));
+    json_t *off = post("/v1/chat/completions", body, 200);
+    text = choice_text(off, 0);
+    assert_true(text[strspn(text, " \n")] == '{');
+    json_decref(off);
+    json_decref(raw);
+    json_decref(split);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1055,6 +1100,10 @@ int main(void)
         cmocka_unit_test(test_thought_before_json),
         cmocka_unit_test(test_thought_as_reasoning_item),
     };
+    const struct CMUnitTest qwen3[] = {
+        cmocka_unit_test(test_thought_or_json),
+    };
     int failed = cmocka_run_group_tests(tests, setup, teardown);
-    return failed + cmocka_run_group_tests(thinking, thinking_setup, teardown);
+    failed += cmocka_run_group_tests(thinking, thinking_setup, teardown);
+    return failed + cmocka_run_group_tests(qwen3, qwen3_setup, teardown);
 }

@@ -83,6 +83,10 @@ static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
         (c->output_format == GRAFT_OUTPUT_TEXT || c->output_after[0] == '\0' ||
          strnlen(c->output_after, GRAFT_MAX_OUTPUT_AFTER + 1) > GRAFT_MAX_OUTPUT_AFTER))
         return GRAFT_EINVAL;
+    if (c->output_opens != NULL &&
+        (c->output_after == NULL || c->output_opens[0] == '\0' ||
+         strnlen(c->output_opens, GRAFT_MAX_OUTPUT_AFTER + 1) > GRAFT_MAX_OUTPUT_AFTER))
+        return GRAFT_EINVAL;
     return GRAFT_OK;
 }
 
@@ -171,7 +175,7 @@ int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
     gen->prefill_only = c->prefill_only != 0;
     gen->json = c->output_format != GRAFT_OUTPUT_TEXT;
     graft__json_recognizer_init(&gen->json_text, gen->schema);
-    graft__json_preamble_init(&gen->preamble, c->output_after);
+    graft__json_preamble_init(&gen->preamble, c->output_after, c->output_opens);
     gen->on_update = on_update;
     gen->on_settled = on_settled;
     gen->user = user;

@@ -17,7 +17,9 @@
  * Before a JSON text that begins after a tag (graft_generate_config.output_after), the
  * output is free: a token is refused only when it has no bytes, or when the tag ends in it
  * and its bytes after the tag cannot begin the JSON text. Only tokens holding the tag's
- * last byte can end it: one memchr over every token's bytes finds them.
+ * last byte can end it: one memchr over every token's bytes finds them. Where the free text
+ * is optional (output_opens), its first tokens are each walked: white space, then the
+ * opening text or the JSON text.
  */
 #include <math.h>
 #include <string.h>
@@ -129,12 +131,19 @@ bool graft__json_mask_feed(const graft__json_mask *m, graft__json_recognizer *r,
 
 /* ---- free text before the JSON text ---------------------------------------------------------- */
 
-void graft__json_preamble_init(graft__json_preamble *p, const char *tag)
+static bool is_space(uint8_t c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+void graft__json_preamble_init(graft__json_preamble *p, const char *tag, const char *open)
 {
     size_t n = tag != NULL ? strnlen(tag, GRAFT_MAX_OUTPUT_AFTER) : 0;
-    *p = (graft__json_preamble){.len = (uint32_t)n, .over = n == 0};
-    if (n > 0)
-        memcpy(p->tag, tag, n);
+    size_t k = n > 0 && open != NULL ? strnlen(open, GRAFT_MAX_OUTPUT_AFTER) : 0;
+    *p = (graft__json_preamble){.len = (uint32_t)n, .open_len = (uint32_t)k, .in_free = k == 0,
+                                .over = n == 0};
+    memcpy(p->tag, tag ? tag : "", n);
+    memcpy(p->open, open ? open : "", k);
 }
 
 /* The tag's bytes matched at the output's end after one more byte, when `matched` were
@@ -148,31 +157,91 @@ static uint32_t tag_step(const graft__json_preamble *p, uint32_t matched, uint8_
     return 0;
 }
 
-/* Walks token t's bytes on from *matched: how many of them hold the tag's end when it ends
- * in t (*matched is then the tag's length), else 0. */
-static size_t tag_end(const graft__json_mask *m, const graft__json_preamble *p, int32_t t,
-                      uint32_t *matched)
+/* Walks token t's bytes through *p: false when they break its opening text off. When the
+ * JSON text begins in them, *json_from is the first of its bytes among them and *lead says
+ * whether p->lead's white space comes before (the JSON text at once); else *json_from is
+ * the token's length. */
+static bool preamble_walk(const graft__json_mask *m, graft__json_preamble *p, int32_t t,
+                          size_t *json_from, bool *lead)
 {
-    for (size_t i = m->offset[t]; i < m->offset[t + 1]; i++) {
-        *matched = tag_step(p, *matched, (uint8_t)m->bytes[i]);
-        if (*matched == p->len)
-            return i + 1 - m->offset[t];
+    size_t n = m->offset[t + 1] - m->offset[t];
+    const char *bytes = m->bytes + m->offset[t];
+    *json_from = n;
+    *lead = false;
+    for (size_t i = 0; i < n && !p->over; i++) {
+        uint8_t c = (uint8_t)bytes[i];
+        if (p->in_free) {
+            p->matched = tag_step(p, p->matched, c);
+            if (p->matched == p->len) {
+                p->over = true;
+                *json_from = i + 1;
+            }
+        } else if (p->opening == 0 && is_space(c)) {
+            if (p->n_lead < GRAFT__JSON_MAX_LEAD) /* more is no JSON text's white space */
+                p->lead[p->n_lead] = (char)c;
+            p->n_lead += p->n_lead <= GRAFT__JSON_MAX_LEAD;
+        } else if ((uint8_t)p->open[p->opening] == c) {
+            p->in_free = ++p->opening == p->open_len;
+        } else if (p->opening > 0 || p->n_lead > GRAFT__JSON_MAX_LEAD) {
+            return false;
+        } else {
+            p->over = true;
+            *json_from = i;
+            *lead = true;
+        }
     }
-    return 0;
+    return true;
 }
 
-/* Whether the bytes of token t after the first `from` can follow r (fed to a copy). */
-static bool rest_follows(const graft__json_mask *m, const graft__json_recognizer *r, int32_t t,
-                         size_t from)
+/* *dst = *src, copying only its live states' live stack entries. */
+static void copy_recognizer(graft__json_recognizer *dst, const graft__json_recognizer *src)
 {
-    graft__json_recognizer copy;
-    copy.n_states = r->n_states;
-    for (uint32_t k = 0; k < r->n_states; k++)
-        graft__json_syntax_copy(&copy.states[k], &r->states[k]);
+    dst->n_states = src->n_states;
+    for (uint32_t k = 0; k < src->n_states; k++)
+        graft__json_syntax_copy(&dst->states[k], &src->states[k]);
+}
+
+/* Feeds q's white space before it (lead) and token t's bytes from `from` to r. */
+static bool feed_json(const graft__json_mask *m, const graft__json_preamble *q, bool lead,
+                      graft__json_recognizer *r, int32_t t, size_t from)
+{
+    for (uint32_t k = 0; lead && k < q->n_lead; k++)
+        if (!graft__json_recognizer_feed(r, (uint8_t)q->lead[k]))
+            return false;
     for (size_t i = m->offset[t] + from; i < m->offset[t + 1]; i++)
-        if (!graft__json_recognizer_feed(&copy, (uint8_t)m->bytes[i]))
+        if (!graft__json_recognizer_feed(r, (uint8_t)m->bytes[i]))
             return false;
     return true;
+}
+
+/* Walks token t through *q (p before it), feeding the JSON text's bytes in it to r: false
+ * when they cannot follow. White space before the free text's opening is what a JSON text
+ * may begin with (so that an output cannot run on with white space alone). */
+static bool walk_and_feed(const graft__json_mask *m, const graft__json_preamble *p,
+                          graft__json_preamble *q, graft__json_recognizer *r, int32_t t)
+{
+    size_t from;
+    bool lead;
+    if (m->offset[t + 1] == m->offset[t] || !preamble_walk(m, q, t, &from, &lead))
+        return false;
+    if (q->over)
+        return feed_json(m, q, lead, r, t, from);
+    if (q->n_lead == p->n_lead)
+        return true;
+    graft__json_recognizer probe;
+    copy_recognizer(&probe, r);
+    return q->n_lead <= GRAFT__JSON_MAX_LEAD && feed_json(m, q, true, &probe, t, from);
+}
+
+/* Whether token t, walked through a copy of p, can follow: the JSON text's bytes in it fed to
+ * a copy of r. */
+static bool preamble_follows(const graft__json_mask *m, const graft__json_preamble *p,
+                             const graft__json_recognizer *r, int32_t t)
+{
+    graft__json_preamble q = *p;
+    graft__json_recognizer copy;
+    copy_recognizer(&copy, r);
+    return walk_and_feed(m, p, &q, &copy, t);
 }
 
 /* The token whose bytes hold byte `off` of the block (tokens with bytes only hold any). */
@@ -193,22 +262,30 @@ int32_t graft__json_mask_apply_preamble(const graft__json_mask *m,
                                         const graft__json_preamble *p,
                                         const graft__json_recognizer *r, float *logits)
 {
+    int32_t allowed = 0;
+    if (!p->in_free) { /* the first tokens of an optional free text: each walked */
+        for (int32_t t = 0; t < m->n_vocab; t++)
+            if (preamble_follows(m, p, r, t))
+                allowed++;
+            else
+                logits[t] = -INFINITY;
+        return allowed;
+    }
     for (int32_t i = m->first[256]; i < m->n_vocab; i++)
         logits[m->by_first[i]] = -INFINITY;
-    int32_t allowed = m->first[256];
+    allowed = m->first[256];
     /* Only the tokens holding the tag's last byte can end it: found in the block at once. */
     const char *block = m->bytes, *end = m->bytes + m->offset[m->n_vocab];
-    const char *hit = memchr(block, p->tag[p->len - 1], (size_t)(end - block));
+    const char last = p->tag[p->len - 1];
+    const char *hit = memchr(block, last, (size_t)(end - block));
     while (hit != NULL) {
         int32_t t = token_at(m, (size_t)(hit - block));
-        uint32_t matched = p->matched;
-        size_t tag_bytes = tag_end(m, p, t, &matched);
-        if (tag_bytes > 0 && !rest_follows(m, r, t, tag_bytes)) {
+        if (!preamble_follows(m, p, r, t)) {
             logits[t] = -INFINITY;
             allowed--;
         }
         const char *next = block + m->offset[t + 1];
-        hit = next < end ? memchr(next, p->tag[p->len - 1], (size_t)(end - next)) : NULL;
+        hit = next < end ? memchr(next, last, (size_t)(end - next)) : NULL;
     }
     return allowed;
 }
@@ -216,15 +293,12 @@ int32_t graft__json_mask_apply_preamble(const graft__json_mask *m,
 bool graft__json_mask_feed_preamble(const graft__json_mask *m, graft__json_preamble *p,
                                     graft__json_recognizer *r, int32_t token)
 {
-    if (token < 0 || token >= m->n_vocab || m->offset[token + 1] == m->offset[token])
+    if (token < 0 || token >= m->n_vocab)
         return false;
-    size_t end = tag_end(m, p, token, &p->matched);
-    if (end == 0)
-        return true;
-    p->over = true;
-    for (size_t i = m->offset[token] + end; i < m->offset[token + 1]; i++)
-        if (!graft__json_recognizer_feed(r, (uint8_t)m->bytes[i]))
-            return false;
+    graft__json_preamble q = *p;
+    if (!walk_and_feed(m, p, &q, r, token))
+        return false;
+    *p = q;
     return true;
 }
 

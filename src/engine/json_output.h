@@ -300,17 +300,25 @@ bool graft__json_recognizer_feed(graft__json_recognizer *r, uint8_t byte);
 /* Whether the object is complete (only whitespace may follow). */
 bool graft__json_recognizer_done(const graft__json_recognizer *r);
 
-/* Free text before a JSON text (graft_generate_config.output_after): the output holds the
- * tag before the JSON text begins, right after it. */
+/* Free text before a JSON text (graft_generate_config.output_after, .output_opens): the
+ * output holds the tag before the JSON text begins, right after it. With an opening text,
+ * the free text is optional: the output begins, after white space, with the opening text
+ * and then the free text, or with the JSON text at once. */
+enum { GRAFT__JSON_MAX_LEAD = 64 };
 typedef struct graft__json_preamble {
-    char tag[GRAFT_MAX_OUTPUT_AFTER];
-    uint32_t len;
-    uint32_t matched; /* the tag's first bytes that the output ends with */
-    bool over;        /* the output holds the tag (or there is none): the JSON text began */
+    char tag[GRAFT_MAX_OUTPUT_AFTER], open[GRAFT_MAX_OUTPUT_AFTER];
+    uint32_t len, open_len;
+    uint32_t matched;  /* in the free text: the tag's first bytes that the output ends with */
+    uint32_t opening;  /* before it: the opening text's first bytes out, after white space */
+    char lead[GRAFT__JSON_MAX_LEAD]; /* before it: that white space (the JSON text's, should */
+    uint32_t n_lead;                 /* the JSON text come at once; more than fits: it cannot) */
+    bool in_free;      /* the free text began (its opening text is out, or there is none) */
+    bool over;         /* the JSON text began (or there is no tag) */
 } graft__json_preamble;
 
-/* tag NULL: none (the JSON text begins at once); at most GRAFT_MAX_OUTPUT_AFTER bytes. */
-void graft__json_preamble_init(graft__json_preamble *p, const char *tag);
+/* tag NULL: none (the JSON text begins at once); open NULL: the free text begins at once.
+ * Each at most GRAFT_MAX_OUTPUT_AFTER bytes. */
+void graft__json_preamble_init(graft__json_preamble *p, const char *tag, const char *open);
 
 /* json_mask.c: the vocabulary indexed by bytes, to mask the tokens that cannot continue a
  * JSON text. Immutable once built; read by the engine thread. */
@@ -324,13 +332,15 @@ int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_reco
 /* Feeds token's bytes to *s; false when they cannot all follow (or it has none). */
 bool graft__json_mask_feed(const graft__json_mask *m, graft__json_recognizer *r, int32_t token);
 /* Before the JSON text (p not over; r as initialised): sets the logits of the tokens without
- * bytes, and of those in which p's tag ends and whose bytes after it cannot follow r, to
+ * bytes, of those that break the opening text off (when the free text is optional and its
+ * opening text began), and of those whose bytes of the JSON text (after the tag, or all of
+ * them after the white space when the JSON text comes at once) cannot follow r, to
  * -INFINITY; returns how many tokens are left. */
 int32_t graft__json_mask_apply_preamble(const graft__json_mask *m,
                                         const graft__json_preamble *p,
                                         const graft__json_recognizer *r, float *logits);
-/* Feeds token's bytes to p and, once its tag ended, the rest to r (p is then over); false
- * when those cannot all follow r (or the token has no bytes). */
+/* Feeds token's bytes to p and, once the JSON text began, its bytes to r (p is then over);
+ * false when they cannot all follow (or the token has no bytes). */
 bool graft__json_mask_feed_preamble(const graft__json_mask *m, graft__json_preamble *p,
                                     graft__json_recognizer *r, int32_t token);
 

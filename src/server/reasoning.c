@@ -46,10 +46,21 @@ static size_t trimmed_end(const char *text, size_t from, size_t to)
     return to;
 }
 
+/* Whether the prompt ends with tag and white space. */
+static bool ends_with(const char *prompt, const char *tag)
+{
+    size_t n = strlen(tag), end = trimmed_end(prompt, 0, strlen(prompt));
+    return end >= n && memcmp(prompt + end - n, tag, n) == 0;
+}
+
 bool graft__reasoning_opened(const graft__reasoning_tags *tags, const char *prompt)
 {
-    size_t n = strlen(tags->open), end = trimmed_end(prompt, 0, strlen(prompt));
-    return end >= n && memcmp(prompt + end - n, tags->open, n) == 0;
+    return ends_with(prompt, tags->open);
+}
+
+bool graft__reasoning_closed(const graft__reasoning_tags *tags, const char *prompt)
+{
+    return ends_with(prompt, tags->close);
 }
 
 int graft__reasoning_close(const graft__reasoning_tags *tags, char **prompt)

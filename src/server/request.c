@@ -601,9 +601,10 @@ static int parse_reasoning_format(const json_t *body, const graft__chat *chat, b
 
 /* A chat prompt rendered by a thinking model's template: whether the answer begins inside a
  * thought, and the tags to split it off by. JSON output in such an answer begins after the
- * thought's closing tag; a forced call, whose opening tag ends the prompt, would be written
- * inside the thought: the thought is closed empty first, as the template closes it when
- * thinking is off. */
+ * thought's closing tag: the prompt opened the thought, or the model may open one, unless
+ * the prompt ends with a closed one (thinking off). A forced call, whose opening tag ends
+ * the prompt, would be written inside a thought the prompt opened: the thought is closed
+ * empty first, as the template closes it when thinking is off. */
 static int shape_thought(const json_t *body, const graft__chat *chat,
                          graft__completion_request *r, char **param, char **message)
 {
@@ -617,8 +618,11 @@ static int shape_thought(const json_t *body, const graft__chat *chat,
         r->thought_opened = false;
         return graft__reasoning_close(chat->thought_tags, &r->prompt_text);
     }
-    if (r->thought_opened && r->output_format != GRAFT_OUTPUT_TEXT)
-        r->output_after = chat->thought_tags->close;
+    if (r->output_format == GRAFT_OUTPUT_TEXT || r->forced_call ||
+        graft__reasoning_closed(chat->thought_tags, r->prompt_text))
+        return GRAFT_OK;
+    r->output_after = chat->thought_tags->close;
+    r->output_opens = r->thought_opened ? NULL : chat->thought_tags->open;
     return GRAFT_OK;
 }
 

@@ -266,6 +266,8 @@ typedef struct graft__completion_request {
     bool thought_opened;    /* the prompt opened a thought: the answer begins inside it */
     const char *output_after; /* the text output_format begins after (a thought's closing
                                  tag), or NULL: at the first token */
+    const char *output_opens; /* the text that opens that thought when the answer has one
+                                 (the model opens it), or NULL: the prompt opened it */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad
@@ -297,6 +299,9 @@ const graft__reasoning_tags *graft__reasoning_tags_of(const char *template_text)
 /* Whether a rendered prompt ends inside a thought (with the opening tag, and white space):
  * then the answer begins with the thought. */
 bool graft__reasoning_opened(const graft__reasoning_tags *tags, const char *prompt);
+/* Whether a rendered prompt ends with a closed thought (the closing tag, and white space):
+ * thinking off, as templates write it. */
+bool graft__reasoning_closed(const graft__reasoning_tags *tags, const char *prompt);
 /* Closes the thought such a prompt opened, empty ("<think>\n\n</think>\n\n", as Qwen3's
  * template does with thinking off): for an answer held to a format from its first token.
  * GRAFT_ENOMEM leaves *prompt as it was. */

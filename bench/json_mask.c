@@ -7,8 +7,9 @@
  * engine's mask index once (timed), then masks a logits row --reps times (after --warmup) at
  * each of a few texts generated so far, with no schema and with one (and inside strings held
  * to formats, whose masks walk every token, and where a union's alternatives are followed
- * together, and in free text before a JSON text that begins after "</think>": in a thought,
- * and at "</think" whose ">" tokens must then begin the object), and prints for each
+ * together, and in free text before a JSON text that begins after "</think>": at the start
+ * where the thought is optional, in a thought, and at "</think" whose ">" tokens must then
+ * begin the object), and prints for each
  * the tokens left and the median, fastest and slowest mask time. One thread: the engine
  * masks on its own thread, between forward passes.
  *
@@ -84,13 +85,14 @@ static void bench_prefix(const graft__json_mask *mask, const graft__json_schema 
     free(times);
 }
 
-/* The mask before a JSON text that begins after </think>, the output ending with the tag's
- * first `matched` bytes. */
-static void bench_preamble(const graft__json_mask *mask, uint32_t matched, float *logits,
-                           int32_t n_vocab, int reps, int warmup)
+/* The mask before a JSON text that begins after </think>: at the answer's start when the
+ * thought is optional (opens: "<think>"), else in the thought, the output ending with the
+ * tag's first `matched` bytes. */
+static void bench_preamble(const graft__json_mask *mask, const char *opens, uint32_t matched,
+                           float *logits, int32_t n_vocab, int reps, int warmup)
 {
     graft__json_preamble p;
-    graft__json_preamble_init(&p, "</think>", NULL);
+    graft__json_preamble_init(&p, "</think>", opens);
     p.matched = matched;
     graft__json_recognizer r;
     graft__json_recognizer_init(&r, NULL);
@@ -105,8 +107,11 @@ static void bench_preamble(const graft__json_mask *mask, uint32_t matched, float
     }
     double median = graft__bench_median(times, reps); /* sorts times */
     char where[64];
-    snprintf(where, sizeof where, "(before </think>, ending \"%.*s\")", (int)matched,
-             "</think>");
+    if (opens != NULL)
+        snprintf(where, sizeof where, "(start: %s or the object)", opens);
+    else
+        snprintf(where, sizeof where, "(before </think>, ending \"%.*s\")", (int)matched,
+                 "</think>");
     printf("%-8s %-40s %7d left  median %6.3f ms  min %6.3f  max %6.3f\n", "thought", where,
            (int)allowed, median / 1e3, times[0] / 1e3, times[reps - 1] / 1e3);
     free(times);
@@ -159,8 +164,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof union_prefixes / sizeof union_prefixes[0]; i++)
         bench_prefix(mask, unions_schema, union_prefixes[i], logits, info.n_vocab, reps,
                      warmup);
-    bench_preamble(mask, 0, logits, info.n_vocab, reps, warmup);
-    bench_preamble(mask, 7, logits, info.n_vocab, reps, warmup);
+    bench_preamble(mask, "<think>", 0, logits, info.n_vocab, reps, warmup);
+    bench_preamble(mask, NULL, 0, logits, info.n_vocab, reps, warmup);
+    bench_preamble(mask, NULL, 7, logits, info.n_vocab, reps, warmup);
     free(logits);
     graft__json_schema_free(schema);
     graft__json_schema_free(strings_schema);

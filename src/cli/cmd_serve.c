@@ -222,7 +222,8 @@ static int load_template(const serve_options *o, serving *sv)
         return GRAFT_CLI_FAILED;
     }
     sv->chat.thought_tags = graft__reasoning_tags_of(sv->chat.text);
-    sv->chat.split_thoughts = o->reasoning_format == NULL || strcmp(o->reasoning_format, "none") != 0;
+    sv->chat.split_thoughts =
+        o->reasoning_format == NULL || strcmp(o->reasoning_format, "none") != 0;
     fprintf(stderr, "graft: chat template: %s%s%s%s\n", which,
             sv->chat.thought_tags ? " (thoughts between " : "",
             sv->chat.thought_tags ? sv->chat.thought_tags->open : "",

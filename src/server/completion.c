@@ -86,36 +86,45 @@ size_t graft__choice_release(choice *ch)
 {
     const graft__completion_request *r = &ch->c->req;
     size_t keep_from = ch->len;
+    const char *first = NULL; /* the earliest stop string's match, and which */
+    size_t first_stop = 0;
     for (size_t i = 0; i < r->n_stop && !ch->stopped; i++) {
         const char *stop = r->stop[i];
         size_t n = strlen(stop);
         size_t from = ch->sent > n ? ch->sent - n : 0;
         const char *hit = strstr(ch->text ? ch->text + from : "", stop);
-        if (hit != NULL) {
-            ch->len = (size_t)(hit - ch->text);
-            ch->text[ch->len] = '\0';
-            ch->stopped = true;
-            ch->stop_word = stop;
-            keep_from = ch->len;
-            break;
+        if (hit != NULL && (first == NULL || hit < first)) {
+            first = hit;
+            first_stop = i;
         }
-        for (size_t k = n - 1; k > 0; k--) /* the longest tail that starts the stop string */
+        for (size_t k = n - 1; k > 0 && !ch->done; k--) /* the longest tail that starts it */
             if (k <= ch->len && memcmp(ch->text + ch->len - k, stop, k) == 0) {
                 if (ch->len - k < keep_from)
                     keep_from = ch->len - k;
                 break;
             }
     }
+    if (first != NULL) {
+        ch->len = (size_t)(first - ch->text);
+        ch->text[ch->len] = '\0';
+        ch->stopped = true;
+        ch->stop_word = r->stop[first_stop];
+        keep_from = ch->len;
+    }
     size_t held = graft__reasoning_scan(&ch->thought, ch->text ? ch->text : "", ch->len,
                                         ch->done || ch->stopped);
     if (held < keep_from)
         keep_from = held;
-    if (r->tools) {
-        size_t content = graft__reasoning_content_start(&ch->thought, ch->len);
-        if (ch->content_end < content) /* tool calls follow the thought */
+    /* Tool calls are parsed from the content, once it is known where it begins, and only
+     * from text that stays (not a tail that may be a stop string's start). */
+    if (r->tools && (ch->thought.state == GRAFT__THOUGHT_NONE ||
+                     ch->thought.state == GRAFT__THOUGHT_CLOSED)) {
+        size_t stable = keep_from;
+        size_t content = graft__reasoning_content_start(&ch->thought, stable);
+        if (ch->content_end < content)
             ch->content_end = content;
-        size_t from = ch->content_end < ch->len ? ch->content_end : ch->len;
-        ch->content_end = from + graft__tool_calls_start(ch->text + from, ch->len - from);
+        size_t from = ch->content_end < stable ? ch->content_end : stable;
+        ch->content_end = from + graft__tool_calls_start(ch->text + from, stable - from);
         if (ch->content_end < keep_from)
             keep_from = ch->content_end;
         if (ch->tools_parsed < ch->content_end)
@@ -123,8 +132,8 @@ size_t graft__choice_release(choice *ch)
         if (ch->call_prefix[0] == '\0') /* once, at the first text */
             snprintf(ch->call_prefix, sizeof ch->call_prefix, "call_%s_%d", ch->c->id,
                      (int)ch->index);
-        if (!ch->calls_bad && ch->content_end < ch->len)
-            graft__tool_calls_parse(ch->text, ch->len, &ch->tools_parsed, ch->call_prefix,
+        if (!ch->calls_bad && ch->content_end < stable)
+            graft__tool_calls_parse(ch->text, stable, &ch->tools_parsed, ch->call_prefix,
                                     ch->calls, &ch->calls_bad);
         if (r->one_call && json_array_size(ch->calls) > 0 && !ch->stopped)
             end_at_first_call(ch);
@@ -137,6 +146,12 @@ void graft__choice_settle_tools(choice *ch)
     if (!ch->c->req.tools)
         return;
     graft__choice_release(ch);
+    /* a thought cut short: no content, no calls */
+    size_t content = graft__reasoning_content_start(&ch->thought, ch->len);
+    if (ch->content_end < content)
+        ch->content_end = content;
+    if (ch->tools_parsed < ch->content_end)
+        ch->tools_parsed = ch->content_end;
     for (size_t i = ch->tools_parsed; i < ch->len && !ch->calls_bad; i++)
         ch->calls_bad = !(ch->text[i] == ' ' || ch->text[i] == '\n' || ch->text[i] == '\r' ||
                           ch->text[i] == '\t');

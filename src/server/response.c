@@ -53,7 +53,11 @@ size_t graft__thought_tokens(const completion *c)
     for (int32_t i = 0; i < c->n_choices; i++) {
         const choice *ch = &c->choices[i];
         size_t content = graft__reasoning_content_start(&ch->thought, ch->len);
-        for (size_t t = 0; t < ch->n_tokens && ch->token_start[t] < content; t++)
+        if (ch->thought.state == GRAFT__THOUGHT_OPEN) /* cut in the thought: all of it */
+            n += ch->n_tokens;
+        for (size_t t = 0; ch->thought.state == GRAFT__THOUGHT_CLOSED && t < ch->n_tokens &&
+                           ch->token_start[t] < content;
+             t++)
             n++;
     }
     return n;
@@ -277,13 +281,14 @@ static size_t tokens_upto(const choice *ch, size_t upto, bool final)
 /* ---- choices ------------------------------------------------------------------------------------ */
 
 /* The content of ch in [from, upto) (not before the content's start, after a thought), and
- * at the end the tool-call text that did not parse. */
+ * at the end of a content that stops where the calls began, the tool-call text that did not
+ * parse (a stream gave it out before its final chunk). */
 static json_t *content_json(const choice *ch, size_t from, size_t upto, bool final)
 {
     const char *text = ch->text ? ch->text : "";
     size_t start = graft__reasoning_content_start(&ch->thought, ch->len);
     from = from > start ? from : start;
-    if (!(final && ch->c->req.tools && ch->calls_bad))
+    if (!(final && ch->c->req.tools && ch->calls_bad && upto < ch->len))
         return json_stringn(text + from, upto > from ? upto - from : 0);
     size_t head = upto > from ? upto - from : 0, tail = ch->len - ch->tools_parsed;
     char *joined = malloc(head + tail + 1);

@@ -413,8 +413,8 @@ static int start_choice(completion *c, choice *ch)
     if (ch->token_start == NULL || ch->token_ids == NULL || (c->width > 0 && ch->logprobs == NULL) ||
         (r->tools && ch->calls == NULL) || graft_detok_create(c->ctx->model, &ch->detok) != GRAFT_OK)
         return GRAFT_ENOMEM;
-    /* A forced call's opening tag ends the prompt: its text begins the answer's tool calls. */
     graft__reasoning_start(&ch->thought, r->thought_tags, r->thought_opened);
+    /* A forced call's opening tag ends the prompt: its text begins the answer's tool calls. */
     if (r->forced_call && !graft__append(&ch->text, &ch->len, &ch->cap, GRAFT__FORCED_CALL_OPEN,
                                          sizeof GRAFT__FORCED_CALL_OPEN - 1))
         return GRAFT_ENOMEM;

@@ -38,7 +38,7 @@ const graft__reasoning_tags *graft__reasoning_tags_of(const char *template_text)
     return NULL;
 }
 
-/* The length of text without its trailing white space. */
+/* Where text[from, to) ends without its trailing white space. */
 static size_t trimmed_end(const char *text, size_t from, size_t to)
 {
     while (to > from && is_space(text[to - 1]))

@@ -391,6 +391,16 @@ static bool wants_message(const choice *ch, size_t start, size_t end, size_t n_c
     return end > start || (n_calls == 0 && ch->thought.state != GRAFT__THOUGHT_OPEN);
 }
 
+/* A finished thought's item status: incomplete when max_output_tokens cut it. */
+static const char *thought_status(const choice *ch)
+{
+    const char *finish = graft__choice_finish_reason(ch);
+    return ch->thought.state == GRAFT__THOUGHT_OPEN && finish != NULL &&
+                   strcmp(finish, "length") == 0
+               ? "incomplete"
+               : "completed";
+}
+
 /* A reasoning item holding the thought (a reference taken). */
 static json_t *reasoning_item(const completion *c, json_t *thought, const char *status)
 {
@@ -410,7 +420,7 @@ static json_t *output_items(const completion *c, choice *ch, const char *status)
     char id[80];
     json_t *thought = graft__choice_thought(ch, ch->len, false);
     if (thought != NULL)
-        json_array_append_new(items, reasoning_item(c, thought, status));
+        json_array_append_new(items, reasoning_item(c, thought, thought_status(ch)));
     json_decref(thought);
     if (wants_message(ch, start, end, n_calls)) {
         size_t first = tokens_before(ch, 0, start);
@@ -640,10 +650,7 @@ void graft__responses_events(completion *c, bool going)
     size_t n_calls = ch->calls_bad || ch->calls == NULL ? 0 : json_array_size(ch->calls);
     if (r->thought_open && !r->thought_done &&
         (upto > from || n_calls > r->calls_sent || ch->done))
-        close_thought(c, ch->done && ch->thought.state == GRAFT__THOUGHT_OPEN &&
-                                 strcmp(graft__choice_finish_reason(ch), "length") == 0
-                             ? "incomplete"
-                             : "completed");
+        close_thought(c, ch->done ? thought_status(ch) : "completed");
     if (upto > from && !r->message_done) {
         if (!r->message_open) {
             open_message(c);

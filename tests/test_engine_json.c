@@ -464,11 +464,12 @@ static void check_output(graft_generation *gen)
 }
 
 /* Greedy: each pick is the token of highest biased logit among those whose bytes continue
- * the text (lowest id on ties), recomputed from the rows the engine sampled from. */
-static void test_greedy_picks_best_continuing_token(void **state)
+ * the text (lowest id on ties), recomputed from the rows the engine sampled from. With
+ * `after` (output_after), until the output holds it each pick is the best token brute force
+ * lets through before a JSON text instead, and what follows it is one object. */
+static void check_greedy_picks(const char *after)
 {
-    (void)state;
-    graft_engine_options o = graft_test_engine_options(4, CONTEXT);
+    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
     graft_engine *e = graft_test_engine(stories, &o);
     rows r = {.logits = malloc((size_t)(MAX_NEW + 1) * (size_t)n_vocab * sizeof(float))};
     assert_non_null(r.logits);
@@ -476,6 +477,7 @@ static void test_greedy_picks_best_continuing_token(void **state)
     graft_logit_bias bias[16];
     size_t n_bias;
     graft_generate_config c = json_config(0.0f, 0, bias, &n_bias);
+    c.output_after = after;
     graft_session *s = graft_test_open_session(e);
     graft_generation *gen = NULL;
     assert_int_equal(graft_session_generate(s, prompt, sizeof prompt / sizeof prompt[0], &c,
@@ -483,33 +485,68 @@ static void test_greedy_picks_best_continuing_token(void **state)
                      GRAFT_OK);
     assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
     assert_int_equal(graft_generation_finish_reason(gen), GRAFT_FINISH_STOP);
-    check_output(gen);
+    if (after == NULL)
+        check_output(gen);
     size_t n = 0;
     const int32_t *out = graft_generation_tokens(gen, &n);
     assert_int_equal(r.n, (int)n);
+    char text[MAX_NEW * MAX_TOKEN_BYTES];
+    size_t len = 0, free_tokens = 0;
+    text[0] = '\0';
     graft__json_recognizer syn;
     graft__json_recognizer_init(&syn, NULL);
+    graft__json_preamble pre;
+    graft__json_preamble_init(&pre, after, NULL);
     for (size_t i = 0; i < n; i++) {
         const float *row = r.logits + i * (size_t)n_vocab;
+        bool before = !pre.over;
         int32_t best = -1;
         float best_logit = -INFINITY;
         for (int32_t t = 0; t < n_vocab; t++) {
             float logit = row[t];
             for (size_t b = 0; b < n_bias; b++)
                 logit += bias[b].token == t ? bias[b].bias : 0.0f;
-            if (token_follows(stories, &syn, t) && (best < 0 || logit > best_logit)) {
+            bool ok = before ? preamble_follows(stories, after, NULL, text, len, t)
+                             : token_follows(stories, &syn, t);
+            if (ok && (best < 0 || logit > best_logit)) {
                 best = t;
                 best_logit = logit;
             }
         }
         assert_int_equal(out[i], best);
-        assert_true(graft__json_mask_feed(e->json_mask, &syn, out[i]));
+        free_tokens += before;
+        assert_true(before ? graft__json_mask_feed_preamble(e->json_mask, &pre, &syn, out[i])
+                           : graft__json_mask_feed(e->json_mask, &syn, out[i]));
+        len += token_bytes(stories, out[i], text + len);
+        text[len] = '\0';
+    }
+    if (after != NULL) {
+        assert_true(free_tokens > 1); /* the story ran before the tag */
+        const char *json = strstr(text, after) + strlen(after);
+        json_error_t err;
+        json_t *root = json_loads(json, 0, &err);
+        if (!json_is_object(root))
+            fail_msg("after the tag, not one object: %s (%s)", json, err.text);
+        json_decref(root);
     }
     graft__engine_set_tap(e, NULL, NULL);
     graft_generation_free(gen);
     graft_session_close(s);
     free(r.logits);
     graft_test_engine_end(e);
+}
+
+static void test_greedy_picks_best_continuing_token(void **state)
+{
+    (void)state;
+    check_greedy_picks(NULL);
+}
+
+/* The JSON text after "." (a tag stories260K writes). */
+static void test_json_after_a_tag(void **state)
+{
+    (void)state;
+    check_greedy_picks(".");
 }
 
 typedef struct run {
@@ -530,83 +567,6 @@ static void release(run *r)
 {
     graft_generation_free(r->gen);
     graft_session_close(r->session);
-}
-
-/* Greedy, the JSON text after "." (a tag stories260K writes): until the output holds it,
- * each pick is the best token brute force lets through before a JSON text, then the best
- * whose bytes continue the JSON text; the text after the tag is one object. */
-static void test_json_after_a_tag(void **state)
-{
-    (void)state;
-    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
-    graft_engine *e = graft_test_engine(stories, &o);
-    rows r = {.logits = malloc((size_t)(MAX_NEW + 1) * (size_t)n_vocab * sizeof(float))};
-    assert_non_null(r.logits);
-    graft__engine_set_tap(e, record_row, &r);
-    graft_logit_bias bias[16];
-    size_t n_bias;
-    graft_generate_config c = json_config(0.0f, 0, bias, &n_bias);
-    c.output_after = ".";
-    run run;
-    start(e, &run, &c);
-    assert_int_equal(graft_generation_wait(run.gen), GRAFT_OK);
-    size_t n = 0;
-    const int32_t *out = graft_generation_tokens(run.gen, &n);
-    assert_int_equal(graft_generation_finish_reason(run.gen), GRAFT_FINISH_STOP);
-    assert_int_equal(r.n, (int)n);
-    char text[MAX_NEW * MAX_TOKEN_BYTES];
-    size_t len = 0, free_tokens = 0;
-    graft__json_recognizer syn;
-    graft__json_recognizer_init(&syn, NULL);
-    graft__json_preamble pre;
-    graft__json_preamble_init(&pre, c.output_after, NULL);
-    for (size_t i = 0; i < n; i++) {
-        const float *row = r.logits + i * (size_t)n_vocab;
-        bool before = !pre.over;
-        int32_t best = -1;
-        float best_logit = -INFINITY;
-        for (int32_t t = 0; t < n_vocab; t++) {
-            float logit = row[t];
-            for (size_t b = 0; b < n_bias; b++)
-                logit += bias[b].token == t ? bias[b].bias : 0.0f;
-            bool ok = before ? preamble_follows(stories, c.output_after, NULL, text, len, t)
-                             : token_follows(stories, &syn, t);
-            if (ok && (best < 0 || logit > best_logit)) {
-                best = t;
-                best_logit = logit;
-            }
-        }
-        assert_int_equal(out[i], best);
-        free_tokens += before;
-        assert_true(before ? graft__json_mask_feed_preamble(e->json_mask, &pre, &syn, out[i])
-                           : graft__json_mask_feed(e->json_mask, &syn, out[i]));
-        len += token_bytes(stories, out[i], text + len);
-        text[len] = '\0';
-    }
-    assert_true(free_tokens > 1); /* the story ran before the tag */
-    const char *json = strstr(text, c.output_after) + strlen(c.output_after);
-    json_error_t err;
-    json_t *root = json_loads(json, 0, &err);
-    if (!json_is_object(root))
-        fail_msg("after the tag, not one object: %s (%s)", json, err.text);
-    json_decref(root);
-    c.output_after = "";
-    graft_session *s = graft_test_open_session(e);
-    graft_generation *gen = NULL;
-    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
-                     GRAFT_EINVAL);
-    c.output_after = "123456789012345678901234567890123"; /* 33 bytes */
-    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
-                     GRAFT_EINVAL);
-    c.output_after = "x";
-    c.output_format = GRAFT_OUTPUT_TEXT;
-    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
-                     GRAFT_EINVAL);
-    graft_session_close(s);
-    graft__engine_set_tap(e, NULL, NULL);
-    release(&run);
-    free(r.logits);
-    graft_test_engine_end(e);
 }
 
 static void assert_same_tokens(graft_generation *a, graft_generation *b)
@@ -980,6 +940,26 @@ static void test_length_and_bad_format(void **state)
                          GRAFT_EINVAL);
     }
     c.output_format = (graft_output_format)7;
+    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    /* output_after: 1 to 32 bytes, with a JSON format; output_opens only with it */
+    c.output_format = GRAFT_OUTPUT_JSON_OBJECT;
+    static const char *const bad_after[] = {"", "123456789012345678901234567890123"};
+    for (size_t i = 0; i < 2; i++) {
+        c.output_after = bad_after[i];
+        assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                         GRAFT_EINVAL);
+    }
+    c.output_after = NULL;
+    c.output_opens = "<think>";
+    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.output_after = "</think>";
+    c.output_opens = "";
+    assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.output_opens = NULL;
+    c.output_format = GRAFT_OUTPUT_TEXT;
     assert_int_equal(graft_session_generate(s, prompt, 1, &c, NULL, NULL, NULL, &gen),
                      GRAFT_EINVAL);
     assert_null(gen);

@@ -31,16 +31,21 @@
 
 static server srv;
 
-static int setup(void **state)
+/* Starts the group's server with the chat template `name` of the templates folder. */
+static int serve_with_template(const char *name)
 {
-    (void)state;
     char tmpl[1024];
     const char *dir = getenv("GRAFT_TEMPLATES_DIR");
-    snprintf(tmpl, sizeof tmpl, "%s/Qwen-Qwen2.5-7B-Instruct.jinja",
-             dir ? dir : "../shared/templates");
+    snprintf(tmpl, sizeof tmpl, "%s/%s", dir ? dir : "../shared/templates", name);
     const char *args[] = {"--ctx", "1024", "--chat-template", tmpl, NULL};
     srv = graft_test_serve_begin(args);
     return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return serve_with_template("Qwen-Qwen2.5-7B-Instruct.jinja");
 }
 
 static int teardown(void **state)
@@ -775,12 +780,7 @@ static void test_tool_calls_parsed_from_text(void **state)
 static int thinking_setup(void **state)
 {
     (void)state;
-    char tmpl[1024];
-    const char *dir = getenv("GRAFT_TEMPLATES_DIR");
-    snprintf(tmpl, sizeof tmpl, "%s/Qwen-QwQ-32B.jinja", dir ? dir : "../shared/templates");
-    const char *args[] = {"--ctx", "1024", "--chat-template", tmpl, NULL};
-    srv = graft_test_serve_begin(args);
-    return 0;
+    return serve_with_template("Qwen-QwQ-32B.jinja");
 }
 
 /* A greedy chat request of max_tokens about a story, thinking on; reasoning_format when
@@ -1038,12 +1038,7 @@ static void test_thought_as_reasoning_item(void **state)
 static int qwen3_setup(void **state)
 {
     (void)state;
-    char tmpl[1024];
-    const char *dir = getenv("GRAFT_TEMPLATES_DIR");
-    snprintf(tmpl, sizeof tmpl, "%s/Qwen-Qwen3-0.6B.jinja", dir ? dir : "../shared/templates");
-    const char *args[] = {"--ctx", "1024", "--chat-template", tmpl, NULL};
-    srv = graft_test_serve_begin(args);
-    return 0;
+    return serve_with_template("Qwen-Qwen3-0.6B.jinja");
 }
 
 /* JSON output where the model may open a thought: it begins, after white space, with the

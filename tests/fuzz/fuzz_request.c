@@ -3,7 +3,8 @@
  * request.c and chat.c).
  *
  * An input is a request body, parsed with jansson as the server does; a JSON object goes
- * through graft__request_parse as a completion and as a chat completion (with ChatML). The
+ * through graft__request_parse as a completion and as a chat completion (with ChatML, and
+ * with a thinking model's template whose generation prompt opens a thought). The
  * result must be a validated request, or GRAFT_EINVAL with a message and a JSON path that
  * names a field of the body's shape (never NULL), or GRAFT_ENOMEM. ASan and UBSan do the
  * rest. Seeds live in tests/fuzz/seeds/fuzz_request/.
@@ -13,7 +14,12 @@
 
 #include "server/server.h"
 
-static graft__chat chat;
+static graft__chat chat, thinking;
+
+/* ChatML whose generation prompt opens a thought, as QwQ's does (its closing tag named). */
+static const char thinking_template[] =
+    "{#- a thought ends with </think> #}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
 
 static void require(int ok)
 {
@@ -21,11 +27,11 @@ static void require(int ok)
         abort();
 }
 
-static void check(const json_t *body, bool is_chat)
+static void check(const json_t *body, bool is_chat, const graft__chat *with)
 {
     graft__completion_request r;
     char *param = NULL, *message = NULL;
-    int rc = graft__request_parse(body, is_chat, &chat, &r, &param, &message);
+    int rc = graft__request_parse(body, is_chat, with, &r, &param, &message);
     if (rc == GRAFT_OK) {
         require(r.prompt_text != NULL || r.n_prompt_tokens > 0);
         require(r.n_stop <= GRAFT__MAX_STOP);
@@ -34,6 +40,10 @@ static void check(const json_t *body, bool is_chat)
         require(r.top_logprobs == 0 || r.logprobs);
         require(r.n_logit_bias == 0 || r.logit_bias != NULL);
         require(!r.tools || is_chat);
+        require(r.thought_tags == NULL || r.thought_tags == with->thought_tags);
+        require(r.output_after == NULL || (r.output_format != GRAFT_OUTPUT_TEXT &&
+                                           !r.forced_call && with->thought_tags != NULL));
+        require(!(r.thought_opened && r.forced_call));
         require(param == NULL && message == NULL);
         graft__request_free(&r);
     } else {
@@ -49,15 +59,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (chat.tmpl == NULL) {
         const char *t = graft_template_default();
         require(graft_template_parse(t, strlen(t), &chat.tmpl, NULL) == GRAFT_OK);
-        chat.bos_text = "<s>";
-        chat.eos_text = "</s>";
+        chat.bos_text = thinking.bos_text = "<s>";
+        chat.eos_text = thinking.eos_text = "</s>";
+        require(graft_template_parse(thinking_template, strlen(thinking_template),
+                                     &thinking.tmpl, NULL) == GRAFT_OK);
+        thinking.thought_tags = graft__reasoning_tags_of(thinking_template);
+        thinking.split_thoughts = true;
+        require(thinking.thought_tags != NULL);
     }
     json_t *body = json_loadb((const char *)data, size, 0, NULL);
     if (body == NULL)
         return 0;
     if (json_is_object(body)) {
-        check(body, false);
-        check(body, true);
+        check(body, false, &chat);
+        check(body, true, &chat);
+        check(body, true, &thinking);
     }
     json_decref(body);
     return 0;

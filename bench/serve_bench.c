@@ -223,9 +223,19 @@ static int serve_start(graft_model *m, const opts *o, int slots, int ctx, served
     if (graft_engine_create(m, &eo, &sv->engine, NULL) != GRAFT_OK ||
         graft_prefix_cache_create(sv->engine, CACHE_ENTRIES, 0, &sv->cache, NULL) != GRAFT_OK)
         return -1;
-    graft__server_config cfg = {"127.0.0.1", 0, "bench", NULL, 1 << 20, QUEUE, slots,
-                                2 * (slots + QUEUE) + 16, 600, 30, 16, 600, 0, 5000, 16, 30000,
-                                NULL};
+    graft__server_config cfg = {.host = "127.0.0.1",
+                                .alias = "bench",
+                                .max_body = 1 << 20,
+                                .max_queue = QUEUE,
+                                .slots = slots,
+                                .max_connections = 2 * (slots + QUEUE) + 16,
+                                .timeout_s = 600,
+                                .request_timeout_s = 30,
+                                .named_sessions = 16,
+                                .session_ttl_s = 600,
+                                .grace_ms = 5000,
+                                .reuse_min_tokens = 16,
+                                .reuse_wait_ms = 30000};
     char *err = NULL;
     if (graft__server_start(&cfg, &sv->http, &sv->port, &err) != GRAFT_OK) {
         free(err);

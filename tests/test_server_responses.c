@@ -19,7 +19,8 @@
  * previous_response_id: a turn continues the stored conversation without its instructions,
  * from the prefix cache, over a chain of three; GET reads what POST answered, DELETE
  * forgets it, "store": false keeps nothing, --stored-responses forgets the least recently
- * used, a response is its API key's, and a stored turn can still be continued once a turn
+ * used, --stored-responses-mem bounds the bytes kept (the store itself checked too, without
+ * HTTP), a response is its API key's, and a stored turn can still be continued once a turn
  * before it is deleted or forgotten. Forced function calls: a function_call item with
  * the chat answer's arguments, streamed as its events, and its output sent back continues
  * as chat does with a tool message. text.format json_schema and json_object hold the answer.
@@ -40,6 +41,7 @@
 #include <unistd.h>
 
 #include "serve_client.h"
+#include "server/server.h"
 
 /* stories260K's end-of-text token: a bias of 19 on it ends the greedy answer to "Hi" after
  * a few tokens, so that a response can complete before max_output_tokens. */
@@ -932,6 +934,68 @@ static void test_stored_responses_lru(void **state)
     assert_int_equal(graft_test_stop_server(&s), 0);
 }
 
+/* --stored-responses-mem 1: no response fits; each says it was not stored ("store": false)
+ * and is not there to read or continue. */
+static void test_response_over_the_store_bytes(void **state)
+{
+    (void)state;
+    const char *args[] = {"--ctx", "256", "--stored-responses-mem", "1", NULL};
+    server s = graft_test_start_server(args);
+    json_t *a = short_response(&s, "One", NULL, true, NULL);
+    assert_true(json_is_false(json_object_get(a, "store")));
+    expect_stored_error(&s, "GET", id_of(a), NULL, 404);
+    expect_refused_on(&s, greedy(json_string("Two"), 2, id_of(a), NULL), NULL,
+                      "previous_response_id");
+    json_decref(a);
+    assert_int_equal(graft_test_stop_server(&s), 0);
+}
+
+/* The store's byte bound (response_store.c, without HTTP): each entry counts its items' and
+ * its response's compact JSON text, shared items again in each entry; beyond the bound the
+ * least recently used go, and an entry over it alone is refused, leaving the others. */
+static size_t compact_bytes(const json_t *j)
+{
+    char *text = json_dumps(j, JSON_COMPACT);
+    size_t n = strlen(text);
+    free(text);
+    return n;
+}
+
+static void test_store_bytes_bound(void **state)
+{
+    (void)state;
+    json_t *item = json_pack("{s:s}", "t", "0123456789012345678901234567890123456789");
+    json_t *items = json_pack("[O, O]", item, item); /* one object, shared */
+    json_t *response = json_pack("{s:s}", "id", "r");
+    size_t one = compact_bytes(items) + compact_bytes(response);
+    assert_int_equal(one, 99 + 10);
+    graft__response_store st;
+    assert_int_equal(graft__response_store_init(&st, 100, 3 * one), GRAFT_OK);
+    const char *ids[] = {"a", "b", "c"};
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(graft__response_store_put(&st, ids[i], NULL, items, response), GRAFT_OK);
+    assert_int_equal(st.bytes, 3 * one);
+    json_decref(graft__response_store_get(&st, "a", NULL)); /* a used after b */
+    assert_int_equal(graft__response_store_put(&st, "d", NULL, items, response), GRAFT_OK);
+    assert_int_equal(st.count, 3);
+    assert_int_equal(st.bytes, 3 * one);
+    assert_null(graft__response_store_get(&st, "b", NULL));
+    json_t *kept = graft__response_store_get(&st, "a", NULL);
+    assert_non_null(kept);
+    json_decref(kept);
+    json_t *big = json_pack("[O, O, O, O]", item, item, item, item); /* alone over the bound */
+    assert_int_equal(graft__response_store_put(&st, "e", NULL, big, big), GRAFT_ERANGE);
+    assert_int_equal(st.count, 3);
+    assert_null(graft__response_store_get(&st, "e", NULL));
+    assert_int_equal(graft__response_store_delete(&st, "c", NULL), GRAFT_OK);
+    assert_int_equal(st.bytes, 2 * one);
+    graft__response_store_free(&st);
+    json_decref(big);
+    json_decref(response);
+    json_decref(items);
+    json_decref(item);
+}
+
 /* --api-key k1,k2: a response made with k1 is not there for k2 (GET and DELETE 404, not
  * continued), and stays k1's, whole. */
 static void test_responses_belong_to_their_key(void **state)
@@ -1306,6 +1370,8 @@ int main(void)
         cmocka_unit_test(test_forgotten_turn_leaves_later_turns_whole),
         cmocka_unit_test(test_unstored_response),
         cmocka_unit_test(test_stored_responses_lru),
+        cmocka_unit_test(test_response_over_the_store_bytes),
+        cmocka_unit_test(test_store_bytes_bound),
         cmocka_unit_test(test_responses_belong_to_their_key),
         cmocka_unit_test(test_forced_function_call),
         cmocka_unit_test(test_text_formats),

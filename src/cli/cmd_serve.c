@@ -33,6 +33,7 @@
 #define DEFAULT_NAMED 16
 #define DEFAULT_TTL_S 600
 #define DEFAULT_STORED_RESPONSES 256
+#define DEFAULT_STORED_RESPONSES_MEM ((size_t)256 << 20)
 #define DEFAULT_REUSE_MIN_TOKENS 16
 #define DEFAULT_REUSE_WAIT_MS 30000
 
@@ -66,6 +67,10 @@ static const char serve_usage[] =
     "  --stored-responses N    responses kept for previous_response_id and GET\n"
     "                          /v1/responses/ID, least recently used first to go\n"
     "                          (default 256; 0: none)\n"
+    "  --stored-responses-mem SIZE\n"
+    "                          their JSON text's bytes at most, each one's whole\n"
+    "                          conversation counted (default 256M); a response over it\n"
+    "                          alone is not kept\n"
     "  --cache-mem SIZE        KV bytes the cache holds alone at most (default: no bound\n"
     "                          but --kv-mem; it gives blocks back when a request waits)\n"
     "  --threads N             compute threads (default: one per online CPU)\n"
@@ -110,7 +115,7 @@ typedef struct serve_options {
     int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, request_timeout_s,
         grace_ms;
     int32_t named, ttl_s, stored, reuse_min_tokens, reuse_wait_ms;
-    size_t kv_mem, cache_mem, max_body;
+    size_t kv_mem, cache_mem, max_body, stored_mem;
 } serve_options;
 
 static int parse(int argc, char **argv, serve_options *o)
@@ -121,6 +126,7 @@ static int parse(int argc, char **argv, serve_options *o)
                          .request_timeout_s = DEFAULT_REQUEST_TIMEOUT_S, .grace_ms = DEFAULT_GRACE_MS,
                          .max_body = DEFAULT_MAX_BODY, .named = DEFAULT_NAMED,
                          .ttl_s = DEFAULT_TTL_S, .stored = DEFAULT_STORED_RESPONSES,
+                         .stored_mem = DEFAULT_STORED_RESPONSES_MEM,
                          .reuse_min_tokens = DEFAULT_REUSE_MIN_TOKENS,
                          .reuse_wait_ms = DEFAULT_REUSE_WAIT_MS};
     const graft__cli_opt opts[] = {
@@ -137,6 +143,7 @@ static int parse(int argc, char **argv, serve_options *o)
         {"--named-sessions", NULL, GRAFT_CLI_INT, &o->named, 1, 1000, 0},
         {"--session-ttl", NULL, GRAFT_CLI_INT, &o->ttl_s, 1, 30 * 86400, 0},
         {"--stored-responses", NULL, GRAFT_CLI_INT, &o->stored, 0, 100000, 0},
+        {"--stored-responses-mem", NULL, GRAFT_CLI_SIZE, &o->stored_mem, 1, (double)SIZE_MAX, 0},
         {"--threads", NULL, GRAFT_CLI_INT, &o->threads, 0, GRAFT_MAX_THREADS, 0},
         {"--kernels", NULL, GRAFT_CLI_STRING, &o->kernels, 0, 0, 0},
         {"--api-key", NULL, GRAFT_CLI_STRING, &o->api_key, 0, 0, 0},
@@ -305,10 +312,24 @@ int graft__cli_serve(int argc, char **argv)
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
-    graft__server_config cfg = {o.host, o.port, alias, o.api_key, o.max_body, o.queue, o.slots,
-                                2 * (o.slots + o.queue) + 16, o.timeout_s, o.request_timeout_s,
-                                o.named, o.ttl_s, o.stored, o.grace_ms, o.reuse_min_tokens,
-                                o.reuse_wait_ms, o.allow_origins};
+    graft__server_config cfg = {.host = o.host,
+                                .port = o.port,
+                                .alias = alias,
+                                .api_key = o.api_key,
+                                .max_body = o.max_body,
+                                .max_queue = o.queue,
+                                .slots = o.slots,
+                                .max_connections = 2 * (o.slots + o.queue) + 16,
+                                .timeout_s = o.timeout_s,
+                                .request_timeout_s = o.request_timeout_s,
+                                .named_sessions = o.named,
+                                .session_ttl_s = o.ttl_s,
+                                .stored_responses = o.stored,
+                                .stored_responses_mem = o.stored_mem,
+                                .grace_ms = o.grace_ms,
+                                .reuse_min_tokens = o.reuse_min_tokens,
+                                .reuse_wait_ms = o.reuse_wait_ms,
+                                .allow_origins = o.allow_origins};
     graft__server *server = NULL;
     int port = 0;
     char *err = NULL;

@@ -787,7 +787,8 @@ int graft__server_start(const graft__server_config *config, graft__server **out,
     s->ctx.donors = &s->donors;
     s->ctx.responses = &s->responses;
     int rc = GRAFT_ENOMEM;
-    if (graft__response_store_init(&s->responses, config->stored_responses) != GRAFT_OK)
+    if (graft__response_store_init(&s->responses, config->stored_responses,
+                                   config->stored_responses_mem) != GRAFT_OK)
         goto no_responses;
     if (graft__sessions_store_init(&s->sessions, config->named_sessions,
                                    config->session_ttl_s) != GRAFT_OK)

@@ -5,7 +5,9 @@
  * Each entry keeps its whole conversation: the items of the responses it continued, then its
  * own input and output items (the item objects are shared between the entries of one
  * conversation, not copied), so that forgetting or deleting an earlier response leaves the
- * later ones whole. The store holds at most `max` entries and forgets the least recently
+ * later ones whole. The store holds at most `max` entries, and at most `max_bytes` of their
+ * JSON text, each entry's whole conversation counted (items an entry shares with others are
+ * counted again, so the bound holds whatever is shared), and forgets the least recently
  * used first (a read or a continuation uses an entry). With API keys, an entry belongs to the
  * key that made it and no other key sees it.
  */
@@ -16,14 +18,15 @@
 
 struct graft__stored {
     char *id, *owner;
+    size_t bytes;     /* its items' and its response's JSON text */
     json_t *items;    /* the conversation: earlier responses' items, its input, its output */
     json_t *response; /* the response object as it was sent */
     graft__stored *newer, *older;
 };
 
-int graft__response_store_init(graft__response_store *st, int32_t max)
+int graft__response_store_init(graft__response_store *st, int32_t max, size_t max_bytes)
 {
-    *st = (graft__response_store){.max = max};
+    *st = (graft__response_store){.max = max, .max_bytes = max_bytes};
     return pthread_mutex_init(&st->mu, NULL) == 0 ? GRAFT_OK : GRAFT_ENOMEM;
 }
 
@@ -57,6 +60,7 @@ static void unlink_entry(graft__response_store *st, graft__stored *e)
     else
         st->oldest = e->newer;
     st->count--;
+    st->bytes -= e->bytes;
 }
 
 static void push_newest(graft__response_store *st, graft__stored *e)
@@ -69,6 +73,7 @@ static void push_newest(graft__response_store *st, graft__stored *e)
         st->oldest = e;
     st->newest = e;
     st->count++;
+    st->bytes += e->bytes;
 }
 
 static bool same_owner(const char *a, const char *b)
@@ -89,11 +94,29 @@ static graft__stored *find(graft__response_store *st, const char *id, const char
     return NULL;
 }
 
+/* The bytes of j's compact JSON text. */
+static int add_size(const char *buffer, size_t size, void *data)
+{
+    (void)buffer;
+    *(size_t *)data += size;
+    return 0;
+}
+
+static size_t json_bytes(const json_t *j)
+{
+    size_t n = 0;
+    json_dump_callback(j, add_size, &n, JSON_COMPACT);
+    return n;
+}
+
 int graft__response_store_put(graft__response_store *st, const char *id, const char *owner,
                               json_t *items, json_t *response)
 {
     if (st->max == 0)
         return GRAFT_OK;
+    size_t bytes = json_bytes(items) + json_bytes(response);
+    if (bytes > st->max_bytes)
+        return GRAFT_ERANGE;
     graft__stored *e = calloc(1, sizeof *e);
     if (e == NULL || (e->id = strdup(id)) == NULL ||
         (owner != NULL && (e->owner = strdup(owner)) == NULL)) {
@@ -103,8 +126,9 @@ int graft__response_store_put(graft__response_store *st, const char *id, const c
     }
     e->items = json_incref(items);
     e->response = json_incref(response);
+    e->bytes = bytes;
     pthread_mutex_lock(&st->mu);
-    while (st->count >= st->max) {
+    while (st->count >= st->max || st->bytes + bytes > st->max_bytes) {
         graft__stored *old = st->oldest;
         unlink_entry(st, old);
         entry_free(old);

@@ -491,9 +491,14 @@ json_t *graft__responses_settle(completion *c)
         r->final = response_json(c, true);
         json_array_extend(r->items, json_object_get(r->final, "output"));
         json_t *conversation = r->history ? json_copy(r->history) : json_array();
-        if (r->store && conversation != NULL && json_array_extend(conversation, r->items) == 0)
+        if (r->store && conversation != NULL && json_array_extend(conversation, r->items) == 0 &&
             graft__response_store_put(c->ctx->responses, c->id, r->owner, conversation,
-                                      r->final);
+                                      r->final) == GRAFT_ERANGE) {
+            /* the object says what happened: it was not stored */
+            json_object_set_new(r->final, "store", json_false());
+            fprintf(stderr, "graft: response %s not stored: its conversation is over "
+                            "--stored-responses-mem\n", c->id);
+        }
         json_decref(conversation);
     }
     return json_incref(r->final);

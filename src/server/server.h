@@ -97,6 +97,7 @@ typedef struct graft__server_config {
     int32_t named_sessions; /* named sessions kept at most */
     int32_t session_ttl_s;  /* an idle named session expires after this */
     int32_t stored_responses; /* responses kept for previous_response_id (0: none) */
+    size_t stored_responses_mem; /* ... and the bytes of their JSON text at most */
     int32_t grace_ms;       /* shutdown: how long running requests may finish */
     int32_t reuse_min_tokens; /* active reuse: tokens a donor must save beyond the cache */
     int32_t reuse_wait_ms;    /* active reuse: how long to wait for a prefilling donor */
@@ -395,14 +396,16 @@ typedef struct graft__response_store {
     pthread_mutex_t mu;
     graft__stored *newest, *oldest;
     int32_t count, max;
+    size_t bytes, max_bytes; /* their JSON text's, each entry's whole conversation counted */
 } graft__response_store;
 
-int graft__response_store_init(graft__response_store *st, int32_t max);
+int graft__response_store_init(graft__response_store *st, int32_t max, size_t max_bytes);
 void graft__response_store_free(graft__response_store *st);
 /* Keeps response `id` (owner: the API key, or NULL) with its conversation's items (those
  * of the responses it continued, then its input and output items) and its response object,
- * both referenced, not consumed. Beyond max, the least recently used is forgotten; max 0
- * keeps nothing. GRAFT_ENOMEM. */
+ * both referenced, not consumed. Beyond max entries or max_bytes, the least recently used
+ * are forgotten; max 0 keeps nothing. GRAFT_ERANGE (nothing kept) when the entry alone is
+ * over max_bytes; GRAFT_ENOMEM. */
 int graft__response_store_put(graft__response_store *st, const char *id, const char *owner,
                               json_t *items, json_t *response);
 /* The owner's response `id`'s conversation items (a reference), or NULL. */

@@ -349,7 +349,7 @@ static void test_preamble_mask_matches_brute_force(void **state)
 {
     (void)state;
     check_preamble_mask("stories260K.gguf", 1);
-    check_preamble_mask("vocab/ggml-vocab-qwen2.gguf", 3);
+    check_preamble_mask("vocab/ggml-vocab-qwen2.gguf", 8);
 }
 
 /* ---------------------------------------------------------------------------------------

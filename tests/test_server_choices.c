@@ -891,6 +891,63 @@ static void test_thought_whole_streamed_and_raw(void **state)
     graft_test_response_free(&bad);
 }
 
+/* n = 3 sampled choices, each with its own thought: streamed, each index's reasoning deltas
+ * add up to that choice's reasoning_content of the whole answer, and each choice's is the
+ * answer of its seed alone. */
+static void test_thought_per_choice(void **state)
+{
+    (void)state;
+    json_t *body = thinking_body(16, NULL);
+    json_object_set_new(body, "n", json_integer(3));
+    json_object_set_new(body, "temperature", json_real(0.9));
+    json_object_set_new(body, "seed", json_integer(21));
+    json_t *whole = post("/v1/chat/completions", json_incref(body), 200);
+    assert_int_equal(reasoning_tokens(whole), 3 * 16);
+    json_object_set_new(body, "stream", json_true());
+    char *text = json_dumps(body, JSON_COMPACT);
+    response r = graft_test_request(&srv, "POST", "/v1/chat/completions", text);
+    assert_int_equal(r.status, 200);
+    char *acc[3] = {calloc(1, 1), calloc(1, 1), calloc(1, 1)};
+    json_t *events = events_of(&r);
+    size_t e;
+    json_t *ev;
+    json_array_foreach(events, e, ev) {
+        json_t *c = json_array_get(json_object_get(ev, "choices"), 0);
+        size_t i = (size_t)json_integer_value(json_object_get(c, "index"));
+        const char *piece = json_string_value(json_object_get(json_object_get(c, "delta"),
+                                                              "reasoning_content"));
+        if (c != NULL && piece != NULL) {
+            assert_true(i < 3);
+            acc[i] = realloc(acc[i], strlen(acc[i]) + strlen(piece) + 1);
+            strcat(acc[i], piece);
+        }
+    }
+    for (size_t i = 0; i < 3; i++) {
+        json_t *msg = json_object_get(json_array_get(json_object_get(whole, "choices"), i),
+                                      "message");
+        const char *thought = json_string_value(json_object_get(msg, "reasoning_content"));
+        assert_non_null(thought);
+        assert_string_equal(acc[i], thought);
+        json_t *one = thinking_body(16, NULL);
+        json_object_set_new(one, "temperature", json_real(0.9));
+        json_object_set_new(one, "seed", json_integer(21 + (int)i));
+        json_t *alone = post("/v1/chat/completions", one, 200);
+        assert_string_equal(json_string_value(json_object_get(
+                                json_object_get(json_array_get(json_object_get(alone, "choices"),
+                                                               0),
+                                                "message"),
+                                "reasoning_content")),
+                            thought);
+        json_decref(alone);
+        free(acc[i]);
+    }
+    json_decref(events);
+    graft_test_response_free(&r);
+    free(text);
+    json_decref(body);
+    json_decref(whole);
+}
+
 /* JSON output on a prompt that opened a thought begins after the thought: the thought is
  * the one a plain answer thinks (stories260K never closes it, so no JSON comes within
  * max_tokens). A forced call, whose tag ends the prompt, gets the thought closed empty first:
@@ -1092,6 +1149,7 @@ int main(void)
     };
     const struct CMUnitTest thinking[] = {
         cmocka_unit_test(test_thought_whole_streamed_and_raw),
+        cmocka_unit_test(test_thought_per_choice),
         cmocka_unit_test(test_thought_before_json),
         cmocka_unit_test(test_thought_as_reasoning_item),
     };

@@ -816,11 +816,15 @@ static char *stripped(const char *text)
 
 /* A prompt that opened the thought: the answer is reasoning_content (its text as written,
  * stripped, which reasoning_format none gives as content), the content empty; every token
- * counted as reasoning; streamed, the deltas add up to it and carry no content. */
+ * counted as reasoning (in usage and /metrics); streamed, the deltas add up to it and carry
+ * no content. */
 static void test_thought_whole_streamed_and_raw(void **state)
 {
     (void)state;
+    double reasoning_before = graft_test_metric(&srv, "graft_reasoning_tokens_total");
     json_t *whole = post("/v1/chat/completions", thinking_body(24, NULL), 200);
+    assert_true(graft_test_metric(&srv, "graft_reasoning_tokens_total") ==
+                reasoning_before + 24);
     json_t *msg = json_object_get(json_array_get(json_object_get(whole, "choices"), 0),
                                   "message");
     const char *thought = json_string_value(json_object_get(msg, "reasoning_content"));

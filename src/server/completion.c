@@ -587,6 +587,7 @@ void graft__completion_finish(completion *c, graft__request_log *log)
                              (unsigned long long)c->choices[0].reused);
         atomic_fetch_add(&c->ctx->metrics->prompt_tokens_computed, computed);
         atomic_fetch_add(&c->ctx->metrics->generated_tokens, generated);
+        atomic_fetch_add(&c->ctx->metrics->reasoning_tokens, graft__thought_tokens(c));
     }
     if (c->channel_ready) { /* every clone callback of the fork has run */
         pthread_mutex_lock(&c->channel.mu);

@@ -142,6 +142,9 @@ char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
             (unsigned long long)atomic_load(&m->reused_from[i]));
     counter(&t, "generated_tokens_total", "tokens generated",
             atomic_load(&m->generated_tokens));
+    counter(&t, "reasoning_tokens_total",
+            "tokens generated in a thinking model's thought (given as reasoning_content)",
+            atomic_load(&m->reasoning_tokens));
     counter(&t, "client_disconnects_total", "requests whose client went away before the end",
             atomic_load(&m->disconnects));
     counter(&t, "connections_cut_total",

@@ -474,6 +474,7 @@ struct graft__server_metrics {
     atomic_ullong requests[5][6]; /* endpoint (completions, chat, responses, other, unknown)
                                      x status class (2xx .. 5xx as 0..3, 4: 429, 5: 401) */
     atomic_ullong prompt_tokens_reused, prompt_tokens_computed, generated_tokens;
+    atomic_ullong reasoning_tokens; /* generated tokens of thoughts split off */
     atomic_ullong reused_from[GRAFT__SOURCES]; /* prompt_tokens_reused by source */
     atomic_ullong cache_hits, cache_misses;
     atomic_ullong disconnects;

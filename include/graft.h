@@ -564,9 +564,9 @@ typedef struct graft_generate_config {
     const char *output_opens; /* with output_after, NULL or the text (1 to
                                  GRAFT_MAX_OUTPUT_AFTER bytes; copied), such as "<think>",
                                  that the free text opens with: the free text is then
-                                 optional, the output beginning (after white space) with
-                                 this text, or with the JSON text at once. NULL: the free
-                                 text begins at the first token. */
+                                 optional, the output beginning (after white space a JSON
+                                 text may begin with) with this text, or with the JSON text
+                                 at once. NULL: the free text begins at the first token. */
 } graft_generate_config;
 
 #define GRAFT_MAX_OUTPUT_AFTER 32

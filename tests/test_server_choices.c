@@ -75,6 +75,18 @@ static const char *choice_text(json_t *reply, size_t i)
     return json_string_value(msg ? json_object_get(msg, "content") : json_object_get(c, "text"));
 }
 
+/* Chat choice i's message. */
+static json_t *message_of(json_t *reply, size_t i)
+{
+    return json_object_get(json_array_get(json_object_get(reply, "choices"), i), "message");
+}
+
+/* Its reasoning_content, or NULL. */
+static const char *thought_of(json_t *reply, size_t i)
+{
+    return json_string_value(json_object_get(message_of(reply, i), "reasoning_content"));
+}
+
 static json_int_t graft_field(json_t *reply, const char *key)
 {
     return json_integer_value(json_object_get(json_object_get(reply, "graft"), key));
@@ -642,7 +654,7 @@ static void test_tools_rendered_and_checked(void **state)
     json_object_set_new(body, "max_tokens", json_integer(8));
     json_object_set_new(body, "temperature", json_real(0));
     json_t *answer = post("/v1/chat/completions", json_incref(body), 200);
-    json_t *msg = json_object_get(json_array_get(json_object_get(answer, "choices"), 0), "message");
+    json_t *msg = message_of(answer, 0);
     assert_true(json_is_string(json_object_get(msg, "content")));
     json_decref(answer);
 
@@ -825,18 +837,14 @@ static void test_thought_whole_streamed_and_raw(void **state)
     json_t *whole = post("/v1/chat/completions", thinking_body(24, NULL), 200);
     assert_true(graft_test_metric(&srv, "graft_reasoning_tokens_total") ==
                 reasoning_before + 24);
-    json_t *msg = json_object_get(json_array_get(json_object_get(whole, "choices"), 0),
-                                  "message");
-    const char *thought = json_string_value(json_object_get(msg, "reasoning_content"));
+    const char *thought = thought_of(whole, 0);
     assert_non_null(thought);
     assert_true(strlen(thought) > 0);
     assert_string_equal(choice_text(whole, 0), "");
     assert_int_equal(reasoning_tokens(whole), 24);
 
     json_t *raw = post("/v1/chat/completions", thinking_body(24, "none"), 200);
-    json_t *raw_msg = json_object_get(json_array_get(json_object_get(raw, "choices"), 0),
-                                      "message");
-    assert_null(json_object_get(raw_msg, "reasoning_content"));
+    assert_null(thought_of(raw, 0));
     assert_null(json_object_get(json_object_get(raw, "usage"), "completion_tokens_details"));
     char *raw_stripped = stripped(choice_text(raw, 0));
     assert_string_equal(raw_stripped, thought);
@@ -881,9 +889,7 @@ static void test_thought_whole_streamed_and_raw(void **state)
                         json_false());
     json_t *off = post("/v1/chat/completions", body, 200);
     assert_true(strlen(choice_text(off, 0)) > 0);
-    assert_null(json_object_get(json_object_get(json_array_get(json_object_get(off, "choices"),
-                                                               0), "message"),
-                                "reasoning_content"));
+    assert_null(thought_of(off, 0));
     assert_int_equal(reasoning_tokens(off), 0);
     json_decref(off);
 
@@ -927,21 +933,14 @@ static void test_thought_per_choice(void **state)
         }
     }
     for (size_t i = 0; i < 3; i++) {
-        json_t *msg = json_object_get(json_array_get(json_object_get(whole, "choices"), i),
-                                      "message");
-        const char *thought = json_string_value(json_object_get(msg, "reasoning_content"));
+        const char *thought = thought_of(whole, i);
         assert_non_null(thought);
         assert_string_equal(acc[i], thought);
         json_t *one = thinking_body(16, NULL);
         json_object_set_new(one, "temperature", json_real(0.9));
         json_object_set_new(one, "seed", json_integer(21 + (int)i));
         json_t *alone = post("/v1/chat/completions", one, 200);
-        assert_string_equal(json_string_value(json_object_get(
-                                json_object_get(json_array_get(json_object_get(alone, "choices"),
-                                                               0),
-                                                "message"),
-                                "reasoning_content")),
-                            thought);
+        assert_string_equal(thought_of(alone, 0), thought);
         json_decref(alone);
         free(acc[i]);
     }
@@ -967,11 +966,7 @@ static void test_thought_before_json(void **state)
     json_t *body = thinking_body(24, NULL);
     json_object_set_new(body, "response_format", json_pack("{s:s}", "type", "json_object"));
     json_t *chat = post("/v1/chat/completions", body, 200);
-    json_t *msg = json_object_get(json_array_get(json_object_get(chat, "choices"), 0), "message");
-    json_t *plain_msg = json_object_get(json_array_get(json_object_get(plain, "choices"), 0),
-                                        "message");
-    assert_string_equal(json_string_value(json_object_get(msg, "reasoning_content")),
-                        json_string_value(json_object_get(plain_msg, "reasoning_content")));
+    assert_string_equal(thought_of(chat, 0), thought_of(plain, 0));
     assert_string_equal(choice_text(chat, 0), "");
     assert_int_equal(reasoning_tokens(chat), 24);
     json_decref(chat);
@@ -994,8 +989,7 @@ static void test_thought_before_json(void **state)
     assert_int_equal(json_integer_value(json_object_get(json_object_get(call, "usage"),
                                                         "prompt_tokens")),
                      (json_int_t)json_array_size(json_object_get(tokens, "tokens")));
-    msg = json_object_get(json_array_get(json_object_get(call, "choices"), 0), "message");
-    assert_null(json_object_get(msg, "reasoning_content"));
+    assert_null(thought_of(call, 0));
     assert_int_equal(reasoning_tokens(call), 0);
     free(closed);
     json_decref(tokens);
@@ -1011,9 +1005,7 @@ static void test_thought_as_reasoning_item(void **state)
 {
     (void)state;
     json_t *chat = post("/v1/chat/completions", thinking_body(16, NULL), 200);
-    const char *thought = json_string_value(json_object_get(
-        json_object_get(json_array_get(json_object_get(chat, "choices"), 0), "message"),
-        "reasoning_content"));
+    const char *thought = thought_of(chat, 0);
     json_t *body = json_pack("{s:s, s:i, s:f, s:{s:b}}", "input", "Tell me a story.",
                              "max_output_tokens", 16, "temperature", 0.0,
                              "chat_template_kwargs", "enable_thinking", 1);
@@ -1120,10 +1112,7 @@ static void test_thought_or_json(void **state)
     assert_int_equal(strncmp(open, "<think>", 7), 0);
     assert_null(strstr(open, "</think>"));
     char *thought = stripped(open + 7);
-    assert_string_equal(json_string_value(json_object_get(
-                            json_object_get(json_array_get(json_object_get(split, "choices"), 0),
-                                            "message"),
-                            "reasoning_content")),
+    assert_string_equal(thought_of(split, 0),
                         thought);
     free(thought);
     json_object_set_new(body, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", 0));

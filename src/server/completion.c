@@ -97,12 +97,9 @@ size_t graft__choice_release(choice *ch)
             first = hit;
             first_stop = i;
         }
-        for (size_t k = n - 1; k > 0 && !ch->done; k--) /* the longest tail that starts it */
-            if (k <= ch->len && memcmp(ch->text + ch->len - k, stop, k) == 0) {
-                if (ch->len - k < keep_from)
-                    keep_from = ch->len - k;
-                break;
-            }
+        size_t tail = ch->done ? ch->len : graft__tail_start(ch->text, ch->len, stop);
+        if (tail < keep_from)
+            keep_from = tail;
     }
     if (first != NULL) {
         ch->len = (size_t)(first - ch->text);

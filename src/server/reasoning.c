@@ -84,12 +84,10 @@ void graft__reasoning_start(graft__reasoning *t, const graft__reasoning_tags *ta
                             : GRAFT__THOUGHT_UNDECIDED;
 }
 
-/* The start of the longest tail of text[from, len) that is a proper prefix of tag, or len. */
-static size_t partial_tail(const char *text, size_t from, size_t len, const char *tag)
+size_t graft__tail_start(const char *text, size_t len, const char *tag)
 {
-    size_t n = strlen(tag);
-    for (size_t k = n - 1; k > 0; k--)
-        if (k <= len - from && memcmp(text + len - k, tag, k) == 0)
+    for (size_t k = strlen(tag) - 1; k > 0; k--)
+        if (k <= len && memcmp(text + len - k, tag, k) == 0)
             return len - k;
     return len;
 }
@@ -120,7 +118,7 @@ size_t graft__reasoning_scan(graft__reasoning *t, const char *text, size_t len, 
         size_t n = strlen(t->tags->close);
         const char *hit = memmem(text + t->end, len - t->end, t->tags->close, n);
         if (hit == NULL) {
-            t->end = partial_tail(text, t->end, len, t->tags->close);
+            t->end += graft__tail_start(text + t->end, len - t->end, t->tags->close);
             return final ? len : t->end;
         }
         t->state = GRAFT__THOUGHT_CLOSED;

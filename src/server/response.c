@@ -52,13 +52,13 @@ size_t graft__thought_tokens(const completion *c)
     size_t n = 0;
     for (int32_t i = 0; i < c->n_choices; i++) {
         const choice *ch = &c->choices[i];
-        size_t content = graft__reasoning_content_start(&ch->thought, ch->len);
-        if (ch->thought.state == GRAFT__THOUGHT_OPEN) /* cut in the thought: all of it */
+        if (ch->thought.state == GRAFT__THOUGHT_OPEN) { /* cut in the thought: all of it */
             n += ch->n_tokens;
-        for (size_t t = 0; ch->thought.state == GRAFT__THOUGHT_CLOSED && t < ch->n_tokens &&
-                           ch->token_start[t] < content;
-             t++)
-            n++;
+        } else if (ch->thought.state == GRAFT__THOUGHT_CLOSED) {
+            size_t content = graft__reasoning_content_start(&ch->thought, ch->len);
+            for (size_t t = 0; t < ch->n_tokens && ch->token_start[t] < content; t++)
+                n++;
+        }
     }
     return n;
 }

@@ -289,6 +289,10 @@ bool graft__json_token_id(const json_t *t, int32_t *id);
 
 /* ---- reasoning.c ---------------------------------------------------------------------------- */
 
+/* Where the longest tail of text[0, len) that begins tag (and is shorter) starts, or len:
+ * text there may still grow into tag (a stop string, a tool call's or a thought's tag). */
+size_t graft__tail_start(const char *text, size_t len, const char *tag);
+
 /* The tags a thinking model writes its thought between. */
 typedef struct graft__reasoning_tags {
     const char *open, *close;

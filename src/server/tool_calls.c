@@ -23,10 +23,7 @@ size_t graft__tool_calls_start(const char *text, size_t len)
     const char *hit = strstr(text, OPEN);
     if (hit != NULL && (size_t)(hit - text) < len)
         return (size_t)(hit - text);
-    for (size_t k = sizeof OPEN - 2; k > 0; k--) /* a tail that could grow into OPEN */
-        if (k <= len && memcmp(text + len - k, OPEN, k) == 0)
-            return len - k;
-    return len;
+    return graft__tail_start(text, len, OPEN);
 }
 
 static bool is_space(char c)

@@ -147,7 +147,7 @@ static void end_stream(batch *b)
         json_t *u = graft__envelope_json(b->cs[0], "text_completion");
         json_object_set_new(u, "choices", json_array());
         set_totals(u, b->cs, b->k);
-        graft__append_event(&b->out, &b->len, &b->cap, u);
+        graft__append_event(&b->out, &b->len, &b->cap, NULL, u);
     }
     graft__append(&b->out, &b->len, &b->cap, "data: [DONE]\n\n", 14);
     b->ended = true;

@@ -12,6 +12,11 @@
  * holds a JSON object is given as that object. A message that is malformed is refused
  * naming its JSON path; a template that raises (roles out of order) is refused with its
  * message.
+ *
+ * With continue_final_message (vLLM's name; what Anthropic's API calls a prefill) the last
+ * message is the assistant's answer begun: the messages before it are rendered with the
+ * generation prompt and its content is given apart, to follow that prompt, so that the
+ * model continues it rather than beginning a new turn.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,14 +121,38 @@ static json_t *messages_of(const json_t *body, const why *w)
     return out;
 }
 
-int graft__chat_render(const graft__chat *chat, const json_t *body, char **text,
-                       char **param, char **message)
+/* With continue_final_message: the last message (the assistant's, without tool calls)
+ * taken off messages, its content into *prefill; GRAFT_EINVAL with the refusal set. */
+static int take_prefill(const json_t *body, json_t *messages, char **prefill, const why *w)
 {
-    const why w = {param, message};
-    *text = NULL;
-    json_t *messages = messages_of(body, &w);
-    if (messages == NULL)
-        return GRAFT_EINVAL;
+    const json_t *flag = json_object_get(body, "continue_final_message");
+    if (flag == NULL || json_is_null(flag) || json_is_false(flag))
+        return GRAFT_OK;
+    if (!json_is_true(flag))
+        return refuse(w, "'%s' must be true or false", "continue_final_message");
+    size_t last = json_array_size(messages) - 1;
+    const json_t *m = json_array_get(messages, last);
+    const char *role = json_string_value(json_object_get(m, "role"));
+    const json_t *calls = json_object_get(m, "tool_calls");
+    if (strcmp(role, "assistant") != 0 || (calls != NULL && !json_is_null(calls) &&
+                                           json_array_size(calls) > 0))
+        return refuse(w, "'%s' continues the last message: it must be the assistant's, "
+                      "without tool calls", "continue_final_message");
+    const json_t *thought = json_object_get(m, "reasoning_content");
+    if (json_is_string(thought) && json_string_length(thought) > 0)
+        return refuse(w, "'%s' continues the last message's content: it cannot hold "
+                      "reasoning_content", "continue_final_message");
+    const char *content = json_string_value(json_object_get(m, "content"));
+    if ((*prefill = strdup(content ? content : "")) == NULL)
+        return GRAFT_ENOMEM;
+    json_array_remove(messages, last);
+    return GRAFT_OK;
+}
+
+/* The template's render of messages (consumed) with the body's variables. */
+static int render(const graft__chat *chat, const json_t *body, json_t *messages, char **text,
+                  char **message)
+{
     json_t *input = json_object();
     const json_t *kwargs = json_object_get(body, "chat_template_kwargs");
     if (json_is_object(kwargs))
@@ -155,6 +184,27 @@ int graft__chat_render(const graft__chat *chat, const json_t *body, char **text,
     *text = strdup(rendered);
     graft_free(rendered);
     return *text ? GRAFT_OK : GRAFT_ENOMEM;
+}
+
+int graft__chat_render(const graft__chat *chat, const json_t *body, char **text,
+                       char **prefill, char **param, char **message)
+{
+    const why w = {param, message};
+    *text = *prefill = NULL;
+    json_t *messages = messages_of(body, &w);
+    if (messages == NULL)
+        return GRAFT_EINVAL;
+    int rc = take_prefill(body, messages, prefill, &w);
+    if (rc != GRAFT_OK) {
+        json_decref(messages);
+        return rc;
+    }
+    rc = render(chat, body, messages, text, message);
+    if (rc != GRAFT_OK) {
+        free(*prefill);
+        *prefill = NULL;
+    }
+    return rc;
 }
 
 bool graft__chat_starts_with_bos(const graft__chat *chat, const char *text)

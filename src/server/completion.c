@@ -263,6 +263,14 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
                            r->chat ? "messages" : c->prompt_path, "the prompt is empty");
         return -1;
     }
+    return 0;
+}
+
+/* The prompt and max_tokens within the context; -1 with the reply set. Only a request that
+ * runs needs it: counting a prompt's tokens works for any length. */
+static int fits_context(completion *c, graft__reply *reply)
+{
+    const graft__completion_request *r = &c->req;
     int32_t max_context = c->ctx->max_context;
     if ((int64_t)c->n_prompt + (int64_t)r->max_tokens > max_context) {
         const char *param = r->max_tokens > 0 ? r->max_tokens_key
@@ -620,7 +628,8 @@ void graft__completion_finish(completion *c, graft__request_log *log)
     free(c->echo_starts);
     free(c->out);
     free(c->take_logprobs);
-    graft__responses_free(c->resp);
+    if (c->shape != NULL)
+        c->shape->free(c->shaped);
     free(c);
 }
 
@@ -657,8 +666,8 @@ static void whole_reply(completion *c, graft__reply *reply)
         return;
     }
     choice *first = &c->choices[0];
-    if (c->resp != NULL) {
-        graft__reply_json(reply, 200, graft__responses_settle(c));
+    if (c->shape != NULL) {
+        graft__reply_json(reply, 200, c->shape->whole(c));
         return;
     }
     if (c->llama) {
@@ -730,9 +739,8 @@ void graft__completion_record_ttft(completion *c)
 
 /* ---- the steps of a request ------------------------------------------------------------------- */
 
-/* Parses, tokenizes, finds choice 0's session and starts it; -1 with the reply set. */
-int graft__completion_begin(completion *c, const json_t *body, graft__api api,
-                            const char *session_header, const char *owner, graft__reply *reply)
+int graft__completion_prepare(completion *c, const json_t *body, graft__api api,
+                              graft__reply *reply)
 {
     bool chat = api == GRAFT__API_CHAT;
     char *param = NULL, *message = NULL;
@@ -759,6 +767,15 @@ int graft__completion_begin(completion *c, const json_t *body, graft__api api,
     for (int32_t i = 0; i < c->n_choices; i++)
         c->choices[i] = (choice){.c = c, .index = i};
     c->width = c->req.logprobs ? 1 + c->req.top_logprobs : 0;
+    return tokenize_prompt(c, reply);
+}
+
+/* Prepares, finds choice 0's session and starts it; -1 with the reply set. */
+int graft__completion_begin(completion *c, const json_t *body, graft__api api,
+                            const char *session_header, const char *owner, graft__reply *reply)
+{
+    if (graft__completion_prepare(c, body, api, reply) != 0 || fits_context(c, reply) != 0)
+        return -1;
     if (c->req.session_id == NULL && session_header != NULL && session_header[0] != '\0')
         c->req.session_id = strndup(session_header, 128);
     c->prompt_logprobs = c->req.echo && c->req.logprobs;
@@ -768,8 +785,7 @@ int graft__completion_begin(completion *c, const json_t *body, graft__api api,
                            "cannot continue a named session");
         return -1;
     }
-    if (tokenize_prompt(c, reply) != 0 || (c->req.echo && echo_prompt(c, reply) != 0) ||
-        find_session(c, owner, reply) != 0)
+    if ((c->req.echo && echo_prompt(c, reply) != 0) || find_session(c, owner, reply) != 0)
         return -1;
     c->max_new = c->req.prompt_only     ? 0
                  : c->req.max_tokens > 0 ? c->req.max_tokens
@@ -787,7 +803,7 @@ int graft__completion_begin(completion *c, const json_t *body, graft__api api,
             return -1;
         }
     }
-    rc = start_choice(c, &c->choices[0]);
+    int rc = start_choice(c, &c->choices[0]);
     if (rc != GRAFT_OK) {
         graft_generation_free(c->choices[0].gen);
         c->choices[0].gen = NULL;
@@ -811,6 +827,7 @@ completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
     c->created = (long long)time(NULL);
     const char *prefix = api == GRAFT__API_CHAT        ? "chatcmpl-"
                          : api == GRAFT__API_RESPONSES ? "resp_"
+                         : api == GRAFT__API_MESSAGES  ? "msg_"
                                                        : "cmpl-";
     unsigned char secret[12];
     if (api == GRAFT__API_RESPONSES && getrandom(secret, sizeof secret, 0) == sizeof secret) {
@@ -830,12 +847,17 @@ completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
 
 /* ---- streams ---------------------------------------------------------------------------------- */
 
-void graft__append_event(char **buf, size_t *len, size_t *cap, json_t *j)
+void graft__append_event(char **buf, size_t *len, size_t *cap, const char *name, json_t *j)
 {
     char *s = json_dumps(j, GRAFT__JSON_OUT);
     json_decref(j);
     if (s == NULL)
         return;
+    if (name != NULL) {
+        graft__append(buf, len, cap, "event: ", 7);
+        graft__append(buf, len, cap, name, strlen(name));
+        graft__append(buf, len, cap, "\n", 1);
+    }
     graft__append(buf, len, cap, "data: ", 6);
     graft__append(buf, len, cap, s, strlen(s));
     graft__append(buf, len, cap, "\n\n", 2);
@@ -844,7 +866,7 @@ void graft__append_event(char **buf, size_t *len, size_t *cap, json_t *j)
 
 static void emit(completion *c, json_t *j)
 {
-    graft__append_event(&c->out, &c->out_len, &c->out_cap, j);
+    graft__append_event(&c->out, &c->out_len, &c->out_cap, NULL, j);
 }
 
 /* A chunk of choice ch: its text [from, upto) (or llama-server's shape). */
@@ -886,7 +908,7 @@ void graft__completion_produce(completion *c, int timeout_ms)
 {
     if (c->sent_final) {
         /* llama-server's stream ends with its stop chunk, a response's with its last event */
-        if (!c->llama && !c->in_batch && c->resp == NULL)
+        if (!c->llama && !c->in_batch && c->shape == NULL)
             graft__append(&c->out, &c->out_len, &c->out_cap, "data: [DONE]\n\n", 14);
         c->sent_done = true;
         return;
@@ -900,8 +922,8 @@ void graft__completion_produce(completion *c, int timeout_ms)
     const char *message = NULL;
     int status = going ? GRAFT_OK : graft__completion_status(c, &message);
     if (status != GRAFT_OK) {
-        if (c->resp != NULL)
-            graft__responses_failed(c, message ? message : graft_status_str(status));
+        if (c->shape != NULL)
+            c->shape->failed(c, message ? message : graft_status_str(status));
         else
             emit(c, json_pack("{s:{s:s, s:s}}", "error", "message",
                               message ? message : graft_status_str(status), "type",
@@ -909,8 +931,8 @@ void graft__completion_produce(completion *c, int timeout_ms)
         c->sent_final = true;
         return;
     }
-    if (c->resp != NULL) {
-        graft__responses_events(c, going);
+    if (c->shape != NULL) {
+        c->shape->events(c, going);
         c->sent_final = !going;
         return;
     }
@@ -976,6 +998,8 @@ void graft__completion_run(const graft__server_ctx *ctx, const json_t *body, gra
         return;
     int begun = api == GRAFT__API_RESPONSES
                     ? graft__responses_begin(c, body, session_header, owner, reply)
+                : api == GRAFT__API_MESSAGES
+                    ? graft__messages_begin(c, body, session_header, owner, reply)
                     : graft__completion_begin(c, body, api, session_header, owner, reply);
     if (begun != 0) {
         graft__completion_finish(c, log);

@@ -64,14 +64,25 @@ typedef struct fork_slot {
     graft_session *clone;
 } fork_slot;
 
-/* responses.c: a Responses API request's own state. */
-typedef struct graft__responses graft__responses;
+/* An API that runs on the chat completion path and answers in its own shape (responses.c,
+ * messages.c): the request's state (completion's `shaped`) and what makes its replies. */
+typedef struct graft__shape {
+    /* The whole reply's body (a new reference) once every choice is done. */
+    json_t *(*whole)(completion *c);
+    /* A stream's events since the last step (graft__completion_produce's); `going`: the
+     * choice still generates. The step after the last generation ends the stream. */
+    void (*events)(completion *c, bool going);
+    /* A stream's end on a failed generation, with the message. */
+    void (*failed)(completion *c, const char *message);
+    void (*free)(void *shaped);
+} graft__shape;
 
 struct completion {
     const graft__server_ctx *ctx;
     graft__completion_request req;
     bool llama;            /* llama-server's /completion shape */
-    graft__responses *resp; /* the Responses API's shape (responses.c), or NULL */
+    const graft__shape *shape; /* another API's shape (responses.c, messages.c), or NULL */
+    void *shaped;          /* its state */
     char id[48];
     long long created;
     int32_t *prompt;
@@ -118,8 +129,12 @@ struct completion {
 /* A new request of that API, its id drawn; NULL with the reply set when out of memory. */
 completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
                                   graft__reply *reply);
-/* Parses the body, tokenizes, finds choice 0's session and starts it; -1 with the reply set
- * (then graft__completion_finish it all the same). */
+/* Parses the body and tokenizes its prompt; -1 with the reply set (then
+ * graft__completion_finish it all the same). */
+int graft__completion_prepare(completion *c, const json_t *body, graft__api api,
+                              graft__reply *reply);
+/* Prepares, finds choice 0's session and starts it; -1 with the reply set (then
+ * graft__completion_finish it all the same). */
 int graft__completion_begin(completion *c, const json_t *body, graft__api api,
                             const char *session_header, const char *owner, graft__reply *reply);
 /* Waits until every choice of the k completions cs is done, taking what the engine sends
@@ -142,26 +157,28 @@ void graft__completion_produce(completion *c, int timeout_ms);
 /* Appends data[0, n) to the text *buf of *len bytes (room for *cap), growing it, and keeps
  * it NUL-terminated; false when out of memory (nothing appended). */
 bool graft__append(char **buf, size_t *len, size_t *cap, const char *data, size_t n);
-/* Appends the event "data: <j>\n\n" (j consumed) to *buf as graft__append does. */
-void graft__append_event(char **buf, size_t *len, size_t *cap, json_t *j);
+/* Appends the event "data: <j>\n\n" (j consumed) to *buf as graft__append does; with a
+ * name, "event: <name>\n" before it. */
+void graft__append_event(char **buf, size_t *len, size_t *cap, const char *name, json_t *j);
 /* A stream's read: copies pending bytes from *off (up to len, at most max) into buf and moves
  * *off past them; their count, or -1 when none is left. */
 long graft__take_pending(const char *pending, size_t len, size_t *off, char *buf, size_t max);
 
 /* responses.c: the Responses API on the chat completion path. */
 /* graft__completion_begin for a Responses body: translated into a chat completion request
- * (c->resp set); -1 with the reply set. */
+ * (c->shape set); -1 with the reply set. Its whole reply is the response object, stored the
+ * first time when `store` says so; its stream's last event response.completed (or
+ * response.incomplete, response.failed). */
 int graft__responses_begin(completion *c, const json_t *body, const char *session_header,
                            const char *owner, graft__reply *reply);
-/* The finished response object (a reference), stored the first time when `store` says so. */
-json_t *graft__responses_settle(completion *c);
-/* A stream's events since the last step (graft__completion_produce's, for c->resp);
- * `going`: the choice still generates. The last step ends with response.completed (or
- * response.incomplete). */
-void graft__responses_events(completion *c, bool going);
-/* A stream's end on a failed generation: response.failed with the message. */
-void graft__responses_failed(completion *c, const char *message);
-void graft__responses_free(graft__responses *r);
+
+/* messages.c: Anthropic's Messages API on the chat completion path. */
+/* graft__completion_begin for a Messages body: translated into a chat completion request
+ * (c->shape set); -1 with the reply set (in the OpenAI shape, as every error until
+ * graft__messages_error_shape). Its whole reply is a Message; its stream ends with
+ * message_stop (or an error event). */
+int graft__messages_begin(completion *c, const json_t *body, const char *session_header,
+                          const char *owner, graft__reply *reply);
 
 /* batch.c */
 /* Whether a completions body holds several prompts: `prompt` an array of strings (more

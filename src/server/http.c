@@ -64,7 +64,7 @@ typedef struct request {
     bool replying; /* counted in the server's replying until MHD completes the request */
 } request;
 
-enum { EP_COMPLETIONS, EP_CHAT, EP_RESPONSES, EP_OTHER, EP_UNKNOWN };
+enum { EP_COMPLETIONS, EP_CHAT, EP_RESPONSES, EP_MESSAGES, EP_OTHER, EP_UNKNOWN };
 
 /* ---- replies ---------------------------------------------------------------------------------- */
 
@@ -356,7 +356,7 @@ static void route_detokenize(graft__server *s, const json_t *body, graft__reply 
 typedef enum route {
     R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_SESSIONS,
     R_SESSION, R_APPLY_TEMPLATE, R_PROPS, R_LLAMA_COMPLETION, R_MODEL, R_RESPONSES,
-    R_RESPONSE, R_RESPONSE_DELETE, R_NONE
+    R_RESPONSE, R_RESPONSE_DELETE, R_MESSAGES, R_COUNT_TOKENS, R_NONE
 } route;
 
 static const struct {
@@ -369,7 +369,8 @@ static const struct {
                     {"/v1/sessions/", "DELETE"},  {"/apply-template", "POST"},
                     {"/props", "GET"},            {"/completion", "POST"},
                     {"/v1/models/", "GET"},       {"/v1/responses", "POST"},
-                    {"/v1/responses/", "GET"},    {"/v1/responses/", "DELETE"}};
+                    {"/v1/responses/", "GET"},    {"/v1/responses/", "DELETE"},
+                    {"/v1/messages", "POST"},     {"/v1/messages/count_tokens", "POST"}};
 
 /* The route of url that takes method, else the first route of url (for a 405), or R_NONE. */
 static route find_route(const char *url, const char *method)
@@ -389,13 +390,16 @@ static route find_route(const char *url, const char *method)
     return found;
 }
 
-/* The API key the client presented (the owner of its named sessions), or NULL. */
+/* The API key the client presented (the owner of its named sessions), or NULL: as OpenAI's
+ * clients send it (Authorization: Bearer), or as Anthropic's (x-api-key). */
 static const char *client_key(graft__server *s, struct MHD_Connection *conn)
 {
     if (s->config.api_key == NULL)
         return NULL;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    return auth != NULL && strncmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
+    if (auth != NULL && strncmp(auth, "Bearer ", 7) == 0)
+        return auth + 7;
+    return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
 }
 
 static void route_sessions(graft__server *s, struct MHD_Connection *conn, graft__reply *reply)
@@ -435,13 +439,15 @@ static void route_response(graft__server *s, struct MHD_Connection *conn, const 
 /* llama-server's POST /apply-template: {"prompt": the messages rendered}. */
 static void route_apply_template(graft__server *s, const json_t *body, graft__reply *reply)
 {
-    char *text = NULL, *param = NULL, *message = NULL;
-    if (graft__chat_render(s->ctx.chat, body, &text, &param, &message) != GRAFT_OK)
+    char *text = NULL, *prefill = NULL, *param = NULL, *message = NULL;
+    if (graft__chat_render(s->ctx.chat, body, &text, &prefill, &param, &message) != GRAFT_OK)
         graft__reply_error(reply, 400, "invalid_request_error", param ? param : "messages",
                            "%s", message ? message : "cannot render the messages");
     else
-        graft__reply_json(reply, 200, json_pack("{s:s}", "prompt", text));
+        graft__reply_json(reply, 200, json_pack("{s:s+}", "prompt", text,
+                                                prefill ? prefill : ""));
     free(text);
+    free(prefill);
     free(param);
     free(message);
 }
@@ -543,6 +549,7 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
     rq->endpoint = r == R_COMPLETIONS || r == R_LLAMA_COMPLETION ? EP_COMPLETIONS
                    : r == R_CHAT                                  ? EP_CHAT
                    : r == R_RESPONSES                             ? EP_RESPONSES
+                   : r == R_MESSAGES || r == R_COUNT_TOKENS       ? EP_MESSAGES
                    : r == R_NONE                                  ? EP_UNKNOWN
                                                                   : EP_OTHER;
     graft__request_log log = {0};
@@ -567,7 +574,8 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
                           json_pack("{s:s}", "status", ready ? "ok" : "loading model"));
     } else if (!authorized(s, conn)) {
         graft__reply_error(&reply, 401, "authentication_error", NULL,
-                           "a valid 'Authorization: Bearer' key is required");
+                           "a valid key is required ('Authorization: Bearer KEY' or "
+                           "'x-api-key: KEY')");
     } else if (!atomic_load(&s->ready)) {
         graft__reply_error(&reply, 503, "server_error", NULL, "the model is still loading");
     } else if (rq->too_large) {
@@ -603,6 +611,8 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
             route_detokenize(s, body, &reply);
         } else if (r == R_APPLY_TEMPLATE) {
             route_apply_template(s, body, &reply);
+        } else if (r == R_COUNT_TOKENS) {
+            graft__messages_count_tokens(&s->ctx, body, &reply);
         } else {
             int refused = admit(s);
             if (refused == 429)
@@ -619,6 +629,7 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
                                                       "x-session-affinity");
                 graft__api api = r == R_CHAT               ? GRAFT__API_CHAT
                                  : r == R_RESPONSES        ? GRAFT__API_RESPONSES
+                                 : r == R_MESSAGES         ? GRAFT__API_MESSAGES
                                  : r == R_LLAMA_COMPLETION ? GRAFT__API_LLAMA
                                                            : GRAFT__API_TEXT;
                 graft__completion_run(&s->ctx, body, api, client_fd(conn), sid,
@@ -635,6 +646,8 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
     }
     log_request(s, rq->endpoint, rq->t_start, method, url, reply.status,
                 logged_generation ? &log : NULL);
+    if (r == R_MESSAGES || r == R_COUNT_TOKENS)
+        graft__messages_error_shape(&reply);
     return send_reply(s, conn, &reply);
 }
 

@@ -13,7 +13,8 @@
  * stream, stream_options.include_usage, ignore_eos, return_tokens, session_id, echo
  * (completions: the prompt comes back before the answer; max_tokens 0 then asks for the
  * prompt alone), reasoning_format (chat: whether a thinking model's thought is split off,
- * reasoning.c). A field of
+ * reasoning.c), continue_final_message (chat: the last message, the assistant's, is a
+ * prefill the answer continues, chat.c). A field of
  * the wrong type or out of range is refused naming its JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that
  * silently differs from what was asked is worse than a clear 400); unknown fields are
@@ -33,10 +34,7 @@
 static const char *const unsupported[] = {"functions", "function_call", "suffix",
                                           "best_of", "grammar"};
 
-static int bad(char **param, char **message, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int bad(char **param, char **message, const char *path, const char *fmt, ...)
+int graft__refuse(char **param, char **message, const char *path, const char *fmt, ...)
 {
     char buf[512];
     va_list ap;
@@ -56,10 +54,10 @@ static int get_number(const json_t *body, const char *key, double lo, double hi,
     if (v == NULL || json_is_null(v))
         return GRAFT_OK;
     if (!json_is_number(v))
-        return bad(param, message, key, "'%s' must be a number", key);
+        return graft__refuse(param, message, key, "'%s' must be a number", key);
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi))
-        return bad(param, message, key, "'%s' is %g, outside [%g, %g]", key, x, lo, hi);
+        return graft__refuse(param, message, key, "'%s' is %g, outside [%g, %g]", key, x, lo, hi);
     *out = x;
     return GRAFT_OK;
 }
@@ -71,10 +69,11 @@ static int get_int(const json_t *body, const char *key, long long lo, long long 
     if (v == NULL || json_is_null(v))
         return GRAFT_OK;
     if (!json_is_integer(v))
-        return bad(param, message, key, "'%s' must be an integer", key);
+        return graft__refuse(param, message, key, "'%s' must be an integer", key);
     long long x = json_integer_value(v);
     if (x < lo || x > hi)
-        return bad(param, message, key, "'%s' is %lld, outside [%lld, %lld]", key, x, lo, hi);
+        return graft__refuse(param, message, key, "'%s' is %lld, outside [%lld, %lld]", key, x,
+                             lo, hi);
     *out = x;
     return GRAFT_OK;
 }
@@ -86,7 +85,7 @@ static int get_bool(const json_t *body, const char *key, bool *out, char **param
     if (v == NULL || json_is_null(v))
         return GRAFT_OK;
     if (!json_is_boolean(v))
-        return bad(param, message, key, "'%s' must be true or false", key);
+        return graft__refuse(param, message, key, "'%s' must be true or false", key);
     *out = json_is_true(v);
     return GRAFT_OK;
 }
@@ -104,22 +103,22 @@ static int parse_prompt(const json_t *body, graft__completion_request *r, char *
 {
     const json_t *p = json_object_get(body, "prompt");
     if (p == NULL || json_is_null(p))
-        return bad(param, message, "prompt", "'prompt' is required");
+        return graft__refuse(param, message, "prompt", "'prompt' is required");
     if (json_is_string(p)) {
         r->prompt_text = strdup(json_string_value(p));
         return GRAFT_OK;
     }
     if (!json_is_array(p) || json_array_size(p) == 0)
-        return bad(param, message, "prompt",
-                   "'prompt' must be a string, token ids, or an array of strings or of "
-                   "token-id arrays");
+        return graft__refuse(param, message, "prompt",
+                             "'prompt' must be a string, token ids, or an array of strings or of "
+                             "token-id arrays");
     const json_t *first = json_array_get(p, 0);
     if (json_is_string(first)) {
         if (json_array_size(p) > 1)
-            return bad(param, message, "prompt",
-                       "'prompt' holds %zu strings: POST /completion takes one prompt "
-                       "(POST /v1/completions takes several)",
-                       json_array_size(p));
+            return graft__refuse(param, message, "prompt",
+                                 "'prompt' holds %zu strings: POST /completion takes one prompt "
+                                 "(POST /v1/completions takes several)",
+                                 json_array_size(p));
         r->prompt_text = strdup(json_string_value(first));
         return GRAFT_OK;
     }
@@ -131,7 +130,7 @@ static int parse_prompt(const json_t *body, graft__completion_request *r, char *
         if (!graft__json_token_id(json_array_get(p, i), &r->prompt_tokens[i])) {
             char path[48];
             snprintf(path, sizeof path, "prompt[%zu]", i);
-            return bad(param, message, path, "'%s' must be a token id", path);
+            return graft__refuse(param, message, path, "'%s' must be a token id", path);
         }
     }
     return GRAFT_OK;
@@ -149,16 +148,18 @@ static int parse_stop(const json_t *body, graft__completion_request *r, char **p
         return GRAFT_OK;
     }
     if (!json_is_array(s))
-        return bad(param, message, "stop", "'stop' must be a string or an array of strings");
+        return graft__refuse(param, message, "stop",
+                             "'stop' must be a string or an array of strings");
     if (json_array_size(s) > GRAFT__MAX_STOP)
-        return bad(param, message, "stop", "'stop' holds %zu strings, at most %d are allowed",
-                   json_array_size(s), GRAFT__MAX_STOP);
+        return graft__refuse(param, message, "stop",
+                             "'stop' holds %zu strings, at most %d are allowed",
+                             json_array_size(s), GRAFT__MAX_STOP);
     for (size_t i = 0; i < json_array_size(s); i++) {
         const json_t *v = json_array_get(s, i);
         char path[32];
         snprintf(path, sizeof path, "stop[%zu]", i);
         if (!json_is_string(v))
-            return bad(param, message, path, "'%s' must be a string", path);
+            return graft__refuse(param, message, path, "'%s' must be a string", path);
         if (json_string_length(v) > 0)
             r->stop[r->n_stop++] = strdup(json_string_value(v));
     }
@@ -191,8 +192,8 @@ static int check_unsupported(const json_t *body, char **param, char **message)
 {
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
         if (!neutral(unsupported[i], json_object_get(body, unsupported[i])))
-            return bad(param, message, unsupported[i], "'%s' is not supported by this server",
-                       unsupported[i]);
+            return graft__refuse(param, message, unsupported[i],
+                                 "'%s' is not supported by this server", unsupported[i]);
     return GRAFT_OK;
 }
 
@@ -248,8 +249,8 @@ static int parse_logit_bias(const json_t *body, graft__completion_request *r, ch
     if (b == NULL || json_is_null(b))
         return GRAFT_OK;
     if (!json_is_object(b))
-        return bad(param, message, "logit_bias",
-                   "'logit_bias' must be an object of token ids to biases");
+        return graft__refuse(param, message, "logit_bias",
+                             "'logit_bias' must be an object of token ids to biases");
     if (json_object_size(b) == 0)
         return GRAFT_OK;
     r->logit_bias = malloc(json_object_size(b) * sizeof *r->logit_bias);
@@ -262,9 +263,10 @@ static int parse_logit_bias(const json_t *body, graft__completion_request *r, ch
         snprintf(path, sizeof path, "logit_bias.%.60s", key);
         long long id = strtoll(key, &end, 10);
         if (key[0] < '0' || key[0] > '9' || *end != '\0' || id > INT32_MAX)
-            return bad(param, message, path, "'%s': the key must be a token id", path);
+            return graft__refuse(param, message, path, "'%s': the key must be a token id", path);
         if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
-            return bad(param, message, path, "'%s' must be a number in [-100, 100]", path);
+            return graft__refuse(param, message, path, "'%s' must be a number in [-100, 100]",
+                                 path);
         r->logit_bias[r->n_logit_bias++] =
             (graft_logit_bias){(int32_t)id, (float)json_number_value(v)};
     }
@@ -297,8 +299,8 @@ static int parse_choices(const json_t *body, graft__completion_request *r, char 
                           message)) != GRAFT_OK)
             return rc;
         if (top > 0 && !r->logprobs)
-            return bad(param, message, "top_logprobs",
-                       "'top_logprobs' needs 'logprobs' to be true");
+            return graft__refuse(param, message, "top_logprobs",
+                                 "'top_logprobs' needs 'logprobs' to be true");
     }
     r->top_logprobs = (int32_t)top;
     return GRAFT_OK;
@@ -352,8 +354,8 @@ static int forced_call_schema(const json_t *tools, const char *only,
     }
     if (n == 0) {
         json_decref(calls);
-        return bad(param, message, "tool_choice.function.name",
-                   "'tool_choice.function.name' %.100s is not among the tools", only);
+        return graft__refuse(param, message, "tool_choice.function.name",
+                             "'tool_choice.function.name' %.100s is not among the tools", only);
     }
     int rc = GRAFT_OK;
     for (size_t i = 0; i < json_array_size(tools) && rc == GRAFT_OK; i++) {
@@ -368,7 +370,8 @@ static int forced_call_schema(const json_t *tools, const char *only,
         if (!followed && json_is_true(json_object_get(fn, "strict"))) {
             char path[64];
             snprintf(path, sizeof path, "tools[%zu].function.parameters", i);
-            rc = bad(param, message, path, "%s", why ? why : "the schema is not supported");
+            rc = graft__refuse(param, message, path, "%s",
+                               why ? why : "the schema is not supported");
         } else {
             bool held = followed && (n == 1 || !folders);
             json_t *args = held ? json_incref((json_t *)params)
@@ -389,7 +392,7 @@ static int forced_call_schema(const json_t *tools, const char *only,
     }
     json_decref(schema);
     if (rc == GRAFT_EINVAL && *param == NULL) /* two tools of one name */
-        rc = bad(param, message, "tools", "the tools' names must differ");
+        rc = graft__refuse(param, message, "tools", "the tools' names must differ");
     r->output_format = GRAFT_OUTPUT_JSON_SCHEMA;
     r->forced_call = rc == GRAFT_OK;
     return rc;
@@ -404,9 +407,9 @@ static int parse_tools(const json_t *body, graft__completion_request *r, char **
     if (tools == NULL || json_is_null(tools))
         return GRAFT_OK;
     if (!r->chat)
-        return bad(param, message, "tools", "'tools' needs /v1/chat/completions");
+        return graft__refuse(param, message, "tools", "'tools' needs /v1/chat/completions");
     if (!json_is_array(tools))
-        return bad(param, message, "tools", "'tools' must be an array");
+        return graft__refuse(param, message, "tools", "'tools' must be an array");
     for (size_t i = 0; i < json_array_size(tools); i++) {
         const json_t *t = json_array_get(tools, i);
         const json_t *fn = json_object_get(t, "function");
@@ -414,10 +417,11 @@ static int parse_tools(const json_t *body, graft__completion_request *r, char **
         snprintf(path, sizeof path, "tools[%zu]", i);
         if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
             strcmp(json_string_value(json_object_get(t, "type")), "function") != 0)
-            return bad(param, message, path, "'%s' must be {\"type\": \"function\", ...}", path);
+            return graft__refuse(param, message, path,
+                                 "'%s' must be {\"type\": \"function\", ...}", path);
         snprintf(path, sizeof path, "tools[%zu].function.name", i);
         if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
-            return bad(param, message, path, "'%s' must be a string", path);
+            return graft__refuse(param, message, path, "'%s' must be a string", path);
     }
     const json_t *choice = json_object_get(body, "tool_choice");
     const char *mode = json_is_null(choice) || choice == NULL ? "auto" : json_string_value(choice);
@@ -427,15 +431,15 @@ static int parse_tools(const json_t *body, graft__completion_request *r, char **
         mode = "required";
     if (mode == NULL || (strcmp(mode, "auto") != 0 && strcmp(mode, "none") != 0 &&
                          strcmp(mode, "required") != 0))
-        return bad(param, message, "tool_choice",
-                   "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
-                   "\"function\", \"function\": {\"name\": ...}}");
+        return graft__refuse(param, message, "tool_choice",
+                             "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
+                             "\"function\", \"function\": {\"name\": ...}}");
     r->tools = json_array_size(tools) > 0 && strcmp(mode, "none") != 0;
     if (strcmp(mode, "required") != 0)
         return GRAFT_OK;
     if (json_array_size(tools) == 0)
-        return bad(param, message, "tool_choice", "'tool_choice' %s needs tools",
-                   only ? "naming a function" : "required");
+        return graft__refuse(param, message, "tool_choice", "'tool_choice' %s needs tools",
+                             only ? "naming a function" : "required");
     return forced_call_schema(tools, only, r, param, message);
 }
 
@@ -445,14 +449,14 @@ static int parse_json_schema(const json_t *schema, const char *path,
                              graft__completion_request *r, char **param, char **message)
 {
     if (!json_is_object(schema))
-        return bad(param, message, path, "'%s' must be a JSON schema object", path);
+        return graft__refuse(param, message, path, "'%s' must be a JSON schema object", path);
     r->json_schema = json_dumps(schema, JSON_COMPACT);
     if (r->json_schema == NULL)
         return GRAFT_ENOMEM;
     char *why = NULL;
     int rc = graft_json_schema_check(r->json_schema, strlen(r->json_schema), &why);
     if (rc == GRAFT_EINVAL)
-        bad(param, message, path, "%s", why ? why : "the schema is not supported");
+        graft__refuse(param, message, path, "%s", why ? why : "the schema is not supported");
     graft_free(why);
     r->output_format = GRAFT_OUTPUT_JSON_SCHEMA;
     return rc;
@@ -469,30 +473,30 @@ static int parse_response_format(const json_t *body, graft__completion_request *
     const json_t *llama_schema = json_object_get(body, "json_schema");
     if (r->forced_call && ((f != NULL && !json_is_null(f)) ||
                            (llama_schema != NULL && !json_is_null(llama_schema))))
-        return bad(param, message, "tool_choice",
-                   "a forced tool call's output is the call: it cannot also follow a response "
-                   "format");
+        return graft__refuse(param, message, "tool_choice",
+                             "a forced tool call's output is the call: it cannot also follow a "
+                             "response format");
     if (llama_schema != NULL && !json_is_null(llama_schema)) {
         if (f != NULL && !json_is_null(f))
-            return bad(param, message, "json_schema",
-                       "'json_schema' and 'response_format' cannot both be given");
+            return graft__refuse(param, message, "json_schema",
+                                 "'json_schema' and 'response_format' cannot both be given");
         return parse_json_schema(llama_schema, "json_schema", r, param, message);
     }
     if (f == NULL || json_is_null(f))
         return GRAFT_OK;
     const char *type = json_string_value(json_object_get(f, "type"));
     if (!json_is_object(f) || type == NULL)
-        return bad(param, message, "response_format",
-                   "'response_format' must be an object with a string 'type'");
+        return graft__refuse(param, message, "response_format",
+                             "'response_format' must be an object with a string 'type'");
     if (strcmp(type, "json_object") == 0)
         r->output_format = GRAFT_OUTPUT_JSON_OBJECT;
     else if (strcmp(type, "json_schema") == 0)
         return parse_json_schema(json_object_get(json_object_get(f, "json_schema"), "schema"),
                                  "response_format.json_schema.schema", r, param, message);
     else if (strcmp(type, "text") != 0)
-        return bad(param, message, "response_format.type",
-                   "'response_format.type' must be \"text\", \"json_object\" or "
-                   "\"json_schema\", not \"%.40s\"", type);
+        return graft__refuse(param, message, "response_format.type",
+                             "'response_format.type' must be \"text\", \"json_object\" or "
+                             "\"json_schema\", not \"%.40s\"", type);
     return GRAFT_OK;
 }
 
@@ -505,7 +509,7 @@ static int parse_lengths(const json_t *body, graft__completion_request *r, char 
     if (rc != GRAFT_OK)
         return rc;
     if (r->echo && r->chat)
-        return bad(param, message, "echo", "'echo' is a field of /v1/completions");
+        return graft__refuse(param, message, "echo", "'echo' is a field of /v1/completions");
     /* n_predict is llama-server's, max_output_tokens the Responses API's (responses.c) */
     static const char *const keys[4] = {"max_tokens", "max_completion_tokens", "n_predict",
                                         "max_output_tokens"};
@@ -519,10 +523,10 @@ static int parse_lengths(const json_t *body, graft__completion_request *r, char 
             r->max_tokens_key = keys[i];
             r->prompt_only = v == 0 && i != 2;
             if (r->prompt_only && !r->echo)
-                return bad(param, message, keys[i],
-                           r->chat ? "'%s' must be at least 1"
+                return graft__refuse(param, message, keys[i],
+                                     r->chat ? "'%s' must be at least 1"
                                    : "'%s' must be at least 1 (0 only with 'echo')",
-                           keys[i]);
+                                     keys[i]);
             break;
         }
     }
@@ -544,37 +548,38 @@ static int parse_flags(const json_t *body, graft__completion_request *r, char **
     const json_t *so = json_object_get(body, "stream_options");
     if (so != NULL && !json_is_null(so)) {
         if (!json_is_object(so))
-            return bad(param, message, "stream_options", "'stream_options' must be an object");
+            return graft__refuse(param, message, "stream_options",
+                                 "'stream_options' must be an object");
         const json_t *u = json_object_get(so, "include_usage");
         if (u != NULL && !json_is_boolean(u))
-            return bad(param, message, "stream_options.include_usage",
-                       "'stream_options.include_usage' must be true or false");
+            return graft__refuse(param, message, "stream_options.include_usage",
+                                 "'stream_options.include_usage' must be true or false");
         r->include_usage = json_is_true(u);
     }
     const json_t *sid = json_object_get(body, "session_id");
     if (sid != NULL && !json_is_null(sid)) {
         if (!json_is_string(sid) || json_string_length(sid) == 0 || json_string_length(sid) > 128)
-            return bad(param, message, "session_id",
-                       "'session_id' must be a string of 1 to 128 bytes");
+            return graft__refuse(param, message, "session_id",
+                                 "'session_id' must be a string of 1 to 128 bytes");
         r->session_id = strdup(json_string_value(sid));
     }
     const json_t *model = json_object_get(body, "model");
     if (model != NULL && !json_is_null(model) && !json_is_string(model))
-        return bad(param, message, "model", "'model' must be a string");
+        return graft__refuse(param, message, "model", "'model' must be a string");
     return GRAFT_OK;
 }
 
-/* A forced call's answer begins with the call's opening tag, written after the generation
- * prompt, so that the model writes the call's object next (completion.c gives the tag back
- * to the parse of tool calls). */
-static int open_forced_call(graft__completion_request *r)
+/* Appends tail to the prompt *text: what the answer begins with, written after the
+ * generation prompt (a forced call's opening tag, so that the model writes the call's
+ * object next, which completion.c gives back to the parse of tool calls; a prefill). */
+static int append_text(char **text, const char *tail)
 {
-    size_t n = strlen(r->prompt_text);
-    char *text = realloc(r->prompt_text, n + sizeof GRAFT__FORCED_CALL_OPEN);
-    if (text == NULL)
+    size_t n = strlen(*text), m = strlen(tail);
+    char *grown = realloc(*text, n + m + 1);
+    if (grown == NULL)
         return GRAFT_ENOMEM;
-    memcpy(text + n, GRAFT__FORCED_CALL_OPEN, sizeof GRAFT__FORCED_CALL_OPEN);
-    r->prompt_text = text;
+    memcpy(grown + n, tail, m + 1);
+    *text = grown;
     return GRAFT_OK;
 }
 
@@ -594,8 +599,8 @@ static int parse_reasoning_format(const json_t *body, const graft__chat *chat, b
     else if (v != NULL && strcmp(v, "none") == 0)
         *split = false;
     else
-        return bad(param, message, "reasoning_format",
-                   "'reasoning_format' must be \"auto\", \"deepseek\" or \"none\"");
+        return graft__refuse(param, message, "reasoning_format",
+                             "'reasoning_format' must be \"auto\", \"deepseek\" or \"none\"");
     return GRAFT_OK;
 }
 
@@ -626,6 +631,28 @@ static int shape_thought(const json_t *body, const graft__chat *chat,
     return GRAFT_OK;
 }
 
+/* A chat request's prompt: its messages rendered, its thought shaped, then the answer begun
+ * (continue_final_message's prefill, or a forced call's opening tag). */
+static int parse_chat(const json_t *body, const graft__chat *chat, graft__completion_request *r,
+                      char **param, char **message)
+{
+    char *prefill = NULL;
+    int rc = graft__chat_render(chat, body, &r->prompt_text, &prefill, param, message);
+    if (rc != GRAFT_OK && *param == NULL)
+        *param = strdup("messages");
+    if (rc == GRAFT_OK)
+        rc = shape_thought(body, chat, r, param, message);
+    if (rc == GRAFT_OK && prefill != NULL && r->forced_call)
+        rc = graft__refuse(param, message, "continue_final_message", "a forced tool call cannot "
+                           "continue the assistant's message");
+    else if (rc == GRAFT_OK && prefill != NULL)
+        rc = append_text(&r->prompt_text, prefill);
+    else if (rc == GRAFT_OK && r->forced_call)
+        rc = append_text(&r->prompt_text, GRAFT__FORCED_CALL_OPEN);
+    free(prefill);
+    return rc;
+}
+
 int graft__request_parse(const json_t *body, bool chat, const graft__chat *chat_template,
                          graft__completion_request *r, char **param, char **message)
 {
@@ -635,7 +662,7 @@ int graft__request_parse(const json_t *body, bool chat, const graft__chat *chat_
     r->sampling = graft_sampling_default();
     int rc;
     if (!json_is_object(body))
-        rc = bad(param, message, "", "the body must be a JSON object");
+        rc = graft__refuse(param, message, "", "the body must be a JSON object");
     else if ((rc = check_unsupported(body, param, message)) == GRAFT_OK &&
              (rc = parse_sampling(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_lengths(body, r, param, message)) == GRAFT_OK &&
@@ -649,13 +676,8 @@ int graft__request_parse(const json_t *body, bool chat, const graft__chat *chat_
             rc = parse_prompt(body, r, param, message);
         else if (chat_template == NULL)
             rc = GRAFT_EUNSUPPORTED;
-        else if ((rc = graft__chat_render(chat_template, body, &r->prompt_text, param,
-                                          message)) != GRAFT_OK && *param == NULL)
-            *param = strdup("messages");
-        else if (rc == GRAFT_OK &&
-                 (rc = shape_thought(body, chat_template, r, param, message)) == GRAFT_OK &&
-                 r->forced_call)
-            rc = open_forced_call(r);
+        else
+            rc = parse_chat(body, chat_template, r, param, message);
     }
     if (rc != GRAFT_OK)
         graft__request_free(r);

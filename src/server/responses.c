@@ -25,7 +25,7 @@
 
 #include "server/completion.h"
 
-struct graft__responses {
+typedef struct graft__responses {
     json_t *request;      /* the fields a response object gives back as they came */
     json_t *history;      /* previous_response_id's conversation items, or NULL */
     json_t *items;        /* this request's input items, then its output items */
@@ -45,10 +45,11 @@ struct graft__responses {
     int message_index;
     size_t text_sent, calls_sent;
     size_t tokens_sent;   /* tokens whose log-probabilities went out with a delta */
-};
+} graft__responses;
 
-void graft__responses_free(graft__responses *r)
+static void responses_free(void *shaped)
 {
+    graft__responses *r = shaped;
     if (r == NULL)
         return;
     json_decref(r->request);
@@ -62,17 +63,6 @@ void graft__responses_free(graft__responses *r)
 
 /* ---- the request as a chat completion --------------------------------------------------- */
 
-/* A refusal: *param (the JSON path) and *message set; -1. */
-static int refuse(char **param, char **message, const char *path, const char *fmt,
-                  const char *what)
-{
-    char text[512];
-    snprintf(text, sizeof text, fmt, what);
-    *param = strdup(path);
-    *message = strdup(text);
-    return -1;
-}
-
 /* The text of a message's content: a string, or text parts (input_text, output_text,
  * text; a reasoning item's reasoning_text and summary_text) joined; NULL with the
  * refusal set for anything else. */
@@ -82,8 +72,8 @@ static json_t *content_text(const json_t *content, const char *path, char **para
     if (json_is_string(content))
         return json_incref((json_t *)content);
     if (!json_is_array(content))
-        return refuse(param, message, path, "%s must be a string or an array of parts",
-                      "the content"), NULL;
+        return graft__refuse(param, message, path, "%s must be a string or an array of parts",
+                             "the content"), NULL;
     size_t n = 0;
     for (size_t i = 0; i < json_array_size(content); i++) {
         const json_t *part = json_array_get(content, i);
@@ -95,8 +85,8 @@ static json_t *content_text(const json_t *content, const char *path, char **para
             (strcmp(type, "input_text") != 0 && strcmp(type, "output_text") != 0 &&
              strcmp(type, "text") != 0 && strcmp(type, "reasoning_text") != 0 &&
              strcmp(type, "summary_text") != 0))
-            return refuse(param, message, at, "a content part of type '%.40s' is not "
-                          "supported (only text)", type ? type : "?"), NULL;
+            return graft__refuse(param, message, at, "a content part of type '%.40s' is not "
+                                 "supported (only text)", type ? type : "?"), NULL;
         n += json_string_length(text);
     }
     char *joined = malloc(n + 1), *at = joined;
@@ -133,15 +123,15 @@ static int add_item(json_t *messages, const json_t *item, const char *path, char
 {
     char at[256];
     if (!json_is_object(item))
-        return refuse(param, message, path, "%s must be an object", "an input item");
+        return graft__refuse(param, message, path, "%s must be an object", "an input item");
     const char *type = json_string_value(json_object_get(item, "type"));
     if (type == NULL || strcmp(type, "message") == 0) {
         const char *role = json_string_value(json_object_get(item, "role"));
         snprintf(at, sizeof at, "%s.role", path);
         if (role == NULL || (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0 &&
                              strcmp(role, "system") != 0 && strcmp(role, "developer") != 0))
-            return refuse(param, message, at, "%s must be user, assistant, system or developer",
-                          "the role");
+            return graft__refuse(param, message, at,
+                                 "%s must be user, assistant, system or developer", "the role");
         snprintf(at, sizeof at, "%s.content", path);
         json_t *text = content_text(json_object_get(item, "content"), at, param, message);
         if (text == NULL)
@@ -159,8 +149,9 @@ static int add_item(json_t *messages, const json_t *item, const char *path, char
         const char *name = json_string_value(json_object_get(item, "name"));
         const char *arguments = json_string_value(json_object_get(item, "arguments"));
         if (call_id == NULL || name == NULL || arguments == NULL)
-            return refuse(param, message, path, "%s needs call_id, name and arguments (strings)",
-                          "a function_call item");
+            return graft__refuse(param, message, path,
+                                 "%s needs call_id, name and arguments (strings)",
+                                 "a function_call item");
         json_t *call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", call_id, "type", "function",
                                  "function", "name", name, "arguments", arguments);
         /* Calls that follow the assistant's text (or other calls) are that turn's. */
@@ -183,8 +174,8 @@ static int add_item(json_t *messages, const json_t *item, const char *path, char
                                          : content_text(json_object_get(item, "output"), at,
                                                         param, message);
         if (call_id == NULL)
-            return refuse(param, message, path, "%s needs a call_id (a string)",
-                          "a function_call_output item");
+            return graft__refuse(param, message, path, "%s needs a call_id (a string)",
+                                 "a function_call_output item");
         if (output == NULL)
             return -1;
         return json_array_append_new(messages, json_pack("{s:s, s:s, s:o}", "role", "tool",
@@ -209,8 +200,8 @@ static int add_item(json_t *messages, const json_t *item, const char *path, char
                                                          text));
     }
     snprintf(at, sizeof at, "%s.type", path);
-    return refuse(param, message, at, "input items of type '%.40s' are not supported "
-                  "(message, function_call, function_call_output, reasoning)", type);
+    return graft__refuse(param, message, at, "input items of type '%.40s' are not supported "
+                         "(message, function_call, function_call_output, reasoning)", type);
 }
 
 /* The request's input as items (a new array, which the output items will join): a string
@@ -227,7 +218,7 @@ static json_t *input_items(const json_t *input)
 static int chat_tools(const json_t *tools, json_t *chat, char **param, char **message)
 {
     if (!json_is_array(tools))
-        return refuse(param, message, "tools", "%s must be an array", "'tools'");
+        return graft__refuse(param, message, "tools", "%s must be an array", "'tools'");
     if (json_array_size(tools) == 0)
         return 0;
     json_t *out = json_array();
@@ -238,8 +229,9 @@ static int chat_tools(const json_t *tools, json_t *chat, char **param, char **me
         char at[64];
         snprintf(at, sizeof at, "tools[%zu].type", i);
         if (type == NULL || strcmp(type, "function") != 0)
-            return refuse(param, message, at, "tools of type '%.40s' are not supported (only "
-                          "function)", type ? type : "?");
+            return graft__refuse(param, message, at,
+                                 "tools of type '%.40s' are not supported (only function)",
+                                 type ? type : "?");
         json_t *fn = json_object();
         static const char *const keys[] = {"name", "description", "parameters", "strict"};
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
@@ -260,8 +252,8 @@ static int chat_tool_choice(const json_t *choice, json_t *chat, char **param, ch
     const char *type = json_string_value(json_object_get(choice, "type"));
     const char *name = json_string_value(json_object_get(choice, "name"));
     if (type == NULL || strcmp(type, "function") != 0 || name == NULL)
-        return refuse(param, message, "tool_choice", "%s must be auto, none, required or "
-                      "{\"type\": \"function\", \"name\": ...}", "'tool_choice'");
+        return graft__refuse(param, message, "tool_choice", "%s must be auto, none, required or "
+                             "{\"type\": \"function\", \"name\": ...}", "'tool_choice'");
     json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:s}}", "type", "function",
                                                        "function", "name", name));
     return 0;
@@ -281,8 +273,8 @@ static int chat_format(const json_t *text, json_t *chat, char **param, char **me
         return 0;
     }
     if (type == NULL || strcmp(type, "json_schema") != 0)
-        return refuse(param, message, "text.format.type", "%s must be text, json_object or "
-                      "json_schema", "the format");
+        return graft__refuse(param, message, "text.format.type", "%s must be text, json_object or "
+                             "json_schema", "the format");
     json_t *spec = json_object();
     static const char *const keys[] = {"name", "schema", "strict", "description"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
@@ -313,13 +305,13 @@ static int to_chat(const json_t *body, const json_t *history, graft__responses *
             json_object_set(chat, same[i], v);
     }
     if (json_is_true(json_object_get(body, "background")))
-        return refuse(param, message, "background", "%s responses are not supported",
-                      "background");
+        return graft__refuse(param, message, "background", "%s responses are not supported",
+                             "background");
     const json_t *instructions = json_object_get(body, "instructions");
     if (instructions != NULL && !json_is_null(instructions)) {
         if (!json_is_string(instructions))
-            return refuse(param, message, "instructions", "%s must be a string",
-                          "'instructions'");
+            return graft__refuse(param, message, "instructions", "%s must be a string",
+                                 "'instructions'");
         json_array_append_new(messages, json_pack("{s:s, s:O}", "role", "system", "content",
                                                   instructions));
     }
@@ -331,8 +323,8 @@ static int to_chat(const json_t *body, const json_t *history, graft__responses *
     }
     const json_t *input = json_object_get(body, "input");
     if (!json_is_string(input) && !json_is_array(input))
-        return refuse(param, message, "input", "%s must be a string or an array of items",
-                      "'input'");
+        return graft__refuse(param, message, "input", "%s must be a string or an array of items",
+                             "'input'");
     r->items = input_items(input);
     if (r->items == NULL)
         return -1; /* out of memory: no message */
@@ -343,7 +335,7 @@ static int to_chat(const json_t *body, const json_t *history, graft__responses *
             return -1;
     }
     if (json_array_size(messages) == 0)
-        return refuse(param, message, "input", "%s is empty", "the conversation");
+        return graft__refuse(param, message, "input", "%s is empty", "the conversation");
     const json_t *tools = json_object_get(body, "tools");
     if (tools != NULL && !json_is_null(tools) && chat_tools(tools, chat, param, message) != 0)
         return -1;
@@ -352,8 +344,8 @@ static int to_chat(const json_t *body, const json_t *history, graft__responses *
         return -1;
     const json_t *include = json_object_get(body, "include");
     if (include != NULL && !json_is_null(include) && !json_is_array(include))
-        return refuse(param, message, "include", "%s must be an array of strings",
-                      "'include'");
+        return graft__refuse(param, message, "include", "%s must be an array of strings",
+                             "'include'");
     for (size_t i = 0; i < json_array_size(include); i++) {
         const char *what = json_string_value(json_array_get(include, i));
         if (what != NULL && strcmp(what, "message.output_text.logprobs") == 0) {
@@ -404,8 +396,9 @@ static const char *thought_status(const choice *ch)
 /* A reasoning item holding the thought (a reference taken). */
 static json_t *reasoning_item(const completion *c, json_t *thought, const char *status)
 {
+    const graft__responses *r = c->shaped;
     return json_pack("{s:s, s:s, s:s, s:[], s:[{s:s, s:O}]}", "type", "reasoning", "id",
-                     c->resp->reasoning_id, "status", status, "summary", "content", "type",
+                     r->reasoning_id, "status", status, "summary", "content", "type",
                      "reasoning_text", "text", thought);
 }
 
@@ -413,6 +406,7 @@ static json_t *reasoning_item(const completion *c, json_t *thought, const char *
  * a message (unless it is only calls, or only a thought), then its calls. */
 static json_t *output_items(const completion *c, choice *ch, const char *status)
 {
+    const graft__responses *r = c->shaped;
     json_t *items = json_array();
     size_t start = graft__reasoning_content_start(&ch->thought, ch->len);
     size_t end = c->req.tools && !ch->calls_bad ? ch->content_end : ch->len;
@@ -426,7 +420,7 @@ static json_t *output_items(const completion *c, choice *ch, const char *status)
         size_t first = tokens_before(ch, 0, start);
         json_array_append_new(
             items, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%, s:[], s:o}]}", "type",
-                             "message", "id", c->resp->message_id, "status", status, "role",
+                             "message", "id", r->message_id, "status", status, "role",
                              "assistant", "content", "type", "output_text", "text",
                              ch->text ? ch->text + start : "", end > start ? end - start : 0,
                              "annotations", "logprobs",
@@ -462,7 +456,7 @@ static json_t *usage_json(const completion *c)
 /* The response object: in progress (no output yet), or finished with the choice's output. */
 static json_t *response_json(completion *c, bool finished)
 {
-    graft__responses *r = c->resp;
+    graft__responses *r = c->shaped;
     choice *ch = &c->choices[0];
     const char *finish = finished ? graft__choice_finish_reason(ch) : NULL;
     bool cut = finish != NULL && strcmp(finish, "length") == 0;
@@ -484,9 +478,10 @@ static json_t *response_json(completion *c, bool finished)
     return j;
 }
 
-json_t *graft__responses_settle(completion *c)
+/* The finished response object (a reference), stored the first time when `store` says so. */
+static json_t *settle(completion *c)
 {
-    graft__responses *r = c->resp;
+    graft__responses *r = c->shaped;
     if (r->final == NULL) {
         r->final = response_json(c, true);
         json_array_extend(r->items, json_object_get(r->final, "output"));
@@ -510,22 +505,14 @@ json_t *graft__responses_settle(completion *c)
 static void event(completion *c, const char *type, json_t *j)
 {
     json_object_set_new(j, "type", json_string(type));
-    json_object_set_new(j, "sequence_number", json_integer(c->resp->sequence++));
-    char *s = json_dumps(j, GRAFT__JSON_OUT);
-    json_decref(j);
-    if (s == NULL)
-        return;
-    graft__append(&c->out, &c->out_len, &c->out_cap, "event: ", 7);
-    graft__append(&c->out, &c->out_len, &c->out_cap, type, strlen(type));
-    graft__append(&c->out, &c->out_len, &c->out_cap, "\ndata: ", 7);
-    graft__append(&c->out, &c->out_len, &c->out_cap, s, strlen(s));
-    graft__append(&c->out, &c->out_len, &c->out_cap, "\n\n", 2);
-    free(s);
+    json_object_set_new(j, "sequence_number",
+                        json_integer(((graft__responses *)c->shaped)->sequence++));
+    graft__append_event(&c->out, &c->out_len, &c->out_cap, type, j);
 }
 
 static void open_message(completion *c)
 {
-    graft__responses *r = c->resp;
+    graft__responses *r = c->shaped;
     const char *id = r->message_id;
     r->message_index = r->output_index++;
     event(c, "response.output_item.added",
@@ -543,7 +530,7 @@ static void open_message(completion *c)
  * `first` its own). */
 static void close_message(completion *c, size_t start, size_t n, const char *status)
 {
-    graft__responses *r = c->resp;
+    graft__responses *r = c->shaped;
     const choice *ch = &c->choices[0];
     const char *id = r->message_id, *text = ch->text ? ch->text + start : "";
     size_t first = tokens_before(ch, 0, start);
@@ -567,7 +554,7 @@ static void close_message(completion *c, size_t start, size_t n, const char *sta
 /* The reasoning item's events: added, with its text part, before the first piece. */
 static void open_thought(completion *c)
 {
-    graft__responses *r = c->resp;
+    graft__responses *r = c->shaped;
     r->thought_index = r->output_index++;
     event(c, "response.output_item.added",
           json_pack("{s:i, s:{s:s, s:s, s:s, s:[], s:[]}}", "output_index", r->thought_index,
@@ -583,7 +570,7 @@ static void open_thought(completion *c)
 /* Closes the reasoning item with the whole thought. */
 static void close_thought(completion *c, const char *status)
 {
-    graft__responses *r = c->resp;
+    graft__responses *r = c->shaped;
     json_t *thought = graft__choice_thought(&c->choices[0], 0, false);
     if (thought == NULL)
         thought = json_string("");
@@ -603,7 +590,7 @@ static void close_thought(completion *c, const char *status)
 /* The events of a function call (whole: calls are given out once they parse). */
 static void call_events(completion *c, const json_t *call)
 {
-    graft__responses *r = c->resp;
+    graft__responses *r = c->shaped;
     const json_t *fn = json_object_get(call, "function");
     const char *call_id = json_string_value(json_object_get(call, "id"));
     char id[80];
@@ -627,9 +614,11 @@ static void call_events(completion *c, const json_t *call)
                     json_object_get(fn, "arguments"), "status", "completed"));
 }
 
-void graft__responses_events(completion *c, bool going)
+/* The stream's events since the last step; the last step ends with response.completed (or
+ * response.incomplete). */
+static void events(completion *c, bool going)
 {
-    graft__responses *r = c->resp;
+    graft__responses *r = c->shaped;
     choice *ch = &c->choices[0];
     if (!r->created) {
         json_t *begun = response_json(c, false);
@@ -676,7 +665,7 @@ void graft__responses_events(completion *c, bool going)
         call_events(c, json_array_get(ch->calls, r->calls_sent));
     if (going || !ch->done)
         return;
-    json_t *final = graft__responses_settle(c);
+    json_t *final = settle(c);
     const char *status = json_string_value(json_object_get(final, "status"));
     size_t end = c->req.tools && !ch->calls_bad ? ch->content_end : ch->len;
     if (!r->message_open && !r->message_done && wants_message(ch, start, end, n_calls))
@@ -687,7 +676,8 @@ void graft__responses_events(completion *c, bool going)
           json_pack("{s:o}", "response", final));
 }
 
-void graft__responses_failed(completion *c, const char *message)
+/* A stream's end on a failed generation: response.failed with the message. */
+static void failed(completion *c, const char *message)
 {
     json_t *j = response_json(c, false);
     json_object_set_new(j, "status", json_string("failed"));
@@ -721,9 +711,12 @@ static json_t *echoed_fields(const json_t *body)
 int graft__responses_begin(completion *c, const json_t *body, const char *session_header,
                            const char *owner, graft__reply *reply)
 {
-    graft__responses *r = c->resp = calloc(1, sizeof *c->resp);
+    static const graft__shape shape = {settle, events, failed, responses_free};
+    graft__responses *r = calloc(1, sizeof *r);
     if (r == NULL)
         return graft__reply_error(reply, 503, "server_error", NULL, "out of memory"), -1;
+    c->shape = &shape;
+    c->shaped = r;
     snprintf(r->message_id, sizeof r->message_id, "msg_%s", c->id);
     snprintf(r->reasoning_id, sizeof r->reasoning_id, "rs_%s", c->id);
     const json_t *store = json_object_get(body, "store");

@@ -120,10 +120,11 @@ typedef struct graft__chat {
 } graft__chat;
 
 /* chat.c. The request body's messages (and chat_template_kwargs) rendered with chat's
- * template; GRAFT_EINVAL with *param (the JSON path) and *message for a malformed message
- * or a template that raised. */
+ * template into *text; with continue_final_message, the last message's content (which
+ * follows the text) into *prefill, else NULL. GRAFT_EINVAL with *param (the JSON path) and
+ * *message for a malformed message or a template that raised. */
 int graft__chat_render(const graft__chat *chat, const json_t *body, char **text,
-                       char **param, char **message);
+                       char **prefill, char **param, char **message);
 /* Whether rendered text starts with the BOS text (then tokenizing adds no BOS again). */
 bool graft__chat_starts_with_bos(const graft__chat *chat, const char *text);
 
@@ -278,6 +279,10 @@ typedef struct graft__completion_request {
  * says how a thought in the answer is split off. */
 int graft__request_parse(const json_t *body, bool chat, const graft__chat *chat_template,
                          graft__completion_request *r, char **param, char **message);
+/* A refusal of a request's field: *param its JSON path, *message the sentence (new strings,
+ * NULL when out of memory); GRAFT_EINVAL. */
+int graft__refuse(char **param, char **message, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void graft__request_free(graft__completion_request *r);
 /* Whether t is a token id as a request may give one (an integer in [0, INT32_MAX]), into *id;
  * the vocabulary is checked later. */
@@ -475,8 +480,9 @@ typedef struct graft__histogram {
 } graft__histogram;
 
 struct graft__server_metrics {
-    atomic_ullong requests[5][6]; /* endpoint (completions, chat, responses, other, unknown)
-                                     x status class (2xx .. 5xx as 0..3, 4: 429, 5: 401) */
+    atomic_ullong requests[6][6]; /* endpoint (completions, chat, responses, messages, other,
+                                     unknown) x status class (2xx .. 5xx as 0..3, 4: 429,
+                                     5: 401) */
     atomic_ullong prompt_tokens_reused, prompt_tokens_computed, generated_tokens;
     atomic_ullong reasoning_tokens; /* generated tokens of thoughts split off */
     atomic_ullong reused_from[GRAFT__SOURCES]; /* prompt_tokens_reused by source */
@@ -554,10 +560,24 @@ void graft__reply_json(graft__reply *reply, int status, json_t *j);
 /* ---- completion.c --------------------------------------------------------------------------- */
 
 /* The shape of a completion endpoint: OpenAI's text or chat completions, its Responses API,
- * or llama-server's POST /completion. */
+ * Anthropic's Messages API, or llama-server's POST /completion. */
 typedef enum graft__api {
-    GRAFT__API_TEXT, GRAFT__API_CHAT, GRAFT__API_RESPONSES, GRAFT__API_LLAMA
+    GRAFT__API_TEXT, GRAFT__API_CHAT, GRAFT__API_RESPONSES, GRAFT__API_MESSAGES,
+    GRAFT__API_LLAMA
 } graft__api;
+
+/* messages.c: the chat completion body (*out, to json_decref whatever the result) for a
+ * Messages API body, max_tokens required unless counting; nonzero with *param and *message
+ * set as graft__refuse sets them (both NULL: out of memory). */
+int graft__messages_to_chat(const json_t *body, bool counting, json_t **out, char **param,
+                           char **message);
+/* POST /v1/messages/count_tokens: {input_tokens}, the prompt tokens of a
+ * Messages body. */
+void graft__messages_count_tokens(const graft__server_ctx *ctx, const json_t *body,
+                                  graft__reply *reply);
+/* An error reply in Anthropic's shape ({type: "error", error: {type, message}}), for the
+ * Messages API's routes. */
+void graft__messages_error_shape(graft__reply *reply);
 
 /* Runs a completion request (its body parsed) and fills the reply: a whole JSON body, or a
  * stream (reply->stream and its stream_ops). `fd` is the client's socket, watched for a

@@ -6,8 +6,10 @@
  * through graft__request_parse as a completion and as a chat completion (with ChatML, and
  * with a thinking model's template whose generation prompt opens a thought). The
  * result must be a validated request, or GRAFT_EINVAL with a message and a JSON path that
- * names a field of the body's shape (never NULL), or GRAFT_ENOMEM. ASan and UBSan do the
- * rest. Seeds live in tests/fuzz/seeds/fuzz_request/.
+ * names a field of the body's shape (never NULL), or GRAFT_ENOMEM. The object is also
+ * taken as an Anthropic Messages body (messages.c): its translation is refused with a path
+ * and a message, or is a chat body that goes through the same checks. ASan and UBSan do
+ * the rest. Seeds live in tests/fuzz/seeds/fuzz_request/.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,25 @@ static void check(const json_t *body, bool is_chat, const graft__chat *with)
     free(message);
 }
 
+/* The body as a Messages body, whole and counted. */
+static void check_messages(const json_t *body)
+{
+    for (int counting = 0; counting < 2; counting++) {
+        json_t *translated = NULL;
+        char *param = NULL, *message = NULL;
+        if (graft__messages_to_chat(body, counting, &translated, &param, &message) == 0) {
+            require(param == NULL && message == NULL);
+            check(translated, true, &chat);
+            check(translated, true, &thinking);
+        } else {
+            require((param == NULL) == (message == NULL));
+        }
+        json_decref(translated);
+        free(param);
+        free(message);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (chat.tmpl == NULL) {
@@ -74,6 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(body, false, &chat);
         check(body, true, &chat);
         check(body, true, &thinking);
+        check_messages(body);
     }
     json_decref(body);
     return 0;

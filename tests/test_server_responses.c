@@ -501,31 +501,11 @@ static void test_whole_response_is_the_chat_answer(void **state)
  * T numbered by sequence_number from 0. */
 static json_t *sse_events(const response *r)
 {
-    if (r->status != 200)
-        fail_msg("status %ld: %s", r->status, r->body ? r->body : "");
-    char *type = graft_test_header(r, "Content-Type");
-    assert_non_null(type);
-    assert_non_null(strstr(type, "text/event-stream"));
-    free(type);
-    json_t *events = json_array();
-    for (const char *p = r->body; p != NULL && *p != '\0';) {
-        const char *end = strstr(p, "\n\n");
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        char *block = strndup(p, len);
-        char *nl = strchr(block, '\n');
-        if (strncmp(block, "event: ", 7) != 0 || nl == NULL || strncmp(nl + 1, "data: ", 6) != 0 ||
-            strchr(nl + 1, '\n') != NULL)
-            fail_msg("not an event and its data: '%s'", block);
-        *nl = '\0';
-        json_t *data = parse(nl + 7);
-        if (!is(json_object_get(data, "type"), block + 7))
-            fail_msg("event %s carries %s", block + 7, shown(data));
-        json_t *seq = json_object_get(data, "sequence_number");
-        if (!json_is_integer(seq) || json_integer_value(seq) != (json_int_t)json_array_size(events))
-            fail_msg("event %zu numbered %s", json_array_size(events), shown(seq));
-        json_array_append_new(events, data);
-        free(block);
-        p = end ? end + 2 : NULL;
+    json_t *events = graft_test_named_events(r);
+    for (size_t i = 0; i < json_array_size(events); i++) {
+        json_t *seq = json_object_get(json_array_get(events, i), "sequence_number");
+        if (!json_is_integer(seq) || json_integer_value(seq) != (json_int_t)i)
+            fail_msg("event %zu numbered %s", i, shown(seq));
     }
     return events;
 }

@@ -194,6 +194,36 @@ json_t *graft_test_json_of(const response *r)
     return j;
 }
 
+json_t *graft_test_named_events(const response *r)
+{
+    if (r->status != 200)
+        fail_msg("status %ld: %s", r->status, r->body ? r->body : "");
+    char *type = graft_test_header(r, "Content-Type");
+    assert_non_null(type);
+    assert_non_null(strstr(type, "text/event-stream"));
+    free(type);
+    json_t *events = json_array();
+    for (const char *p = r->body; p != NULL && *p != '\0';) {
+        const char *end = strstr(p, "\n\n");
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char *block = strndup(p, len);
+        char *nl = strchr(block, '\n');
+        if (strncmp(block, "event: ", 7) != 0 || nl == NULL || strncmp(nl + 1, "data: ", 6) != 0 ||
+            strchr(nl + 1, '\n') != NULL)
+            fail_msg("not an event and its data: '%s'", block);
+        *nl = '\0';
+        json_error_t e;
+        json_t *data = json_loads(nl + 7, 0, &e);
+        const char *data_type = json_string_value(json_object_get(data, "type"));
+        if (data_type == NULL || strcmp(data_type, block + 7) != 0)
+            fail_msg("event %s carries %s", block + 7, nl + 7);
+        json_array_append_new(events, data);
+        free(block);
+        p = end ? end + 2 : NULL;
+    }
+    return events;
+}
+
 /* The text of a whole completion response. */
 char *graft_test_completion_text(const response *r)
 {

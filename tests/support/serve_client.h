@@ -59,6 +59,11 @@ void graft_test_response_free(response *r);
 /* The body as JSON (to json_decref); not JSON fails the test. */
 json_t *graft_test_json_of(const response *r);
 
+/* The events of a 200 event stream whose events are named (Anthropic's and OpenAI's
+ * Responses API's): blocks "event: T\ndata: J" where J is an object of type T; their data
+ * (to json_decref). */
+json_t *graft_test_named_events(const response *r);
+
 /* The text of a whole completion response. */
 char *graft_test_completion_text(const response *r);
 

@@ -19,12 +19,13 @@ if [ -n "$missing" ]; then
         exit 1
     fi
 fi
-# The official openai npm client (and zod), for tests/openai, as package-lock.json pins them:
+# The official openai and Anthropic npm clients (and zod), for tests/clients, as
+# package-lock.json pins them:
 # installed again when the lockfile is newer than what npm last installed.
-client="$(dirname "$0")/../tests/openai"
+client="$(dirname "$0")/../tests/clients"
 installed="$client/node_modules/.package-lock.json"
 if [ ! -f "$installed" ] || [ "$client/package-lock.json" -nt "$installed" ]; then
-    command -v npm >/dev/null || { echo "graft: npm is needed for the openai client test" >&2; exit 1; }
-    echo "graft: installing the openai npm client for tests/openai" >&2
+    command -v npm >/dev/null || { echo "graft: npm is needed for the client tests" >&2; exit 1; }
+    echo "graft: installing the npm clients for tests/clients" >&2
     (cd "$client" && npm ci --no-audit --no-fund --silent)
 fi

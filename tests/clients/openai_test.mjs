@@ -1,4 +1,4 @@
-// client_test.mjs: the official openai npm client (the version pinned in package.json)
+// openai_test.mjs: the official openai npm client (the version pinned in package.json)
 // against a running `graft serve` on 127.0.0.1:PORT (started by run.sh).
 //
 // Chat and text completions, whole and streamed: the streamed deltas add up to the whole

@@ -756,6 +756,10 @@ static void test_errors(void **state)
                    "tools[0]");
     expect_refused("{\"max_tokens\": 4, " USER_HI ", \"tool_choice\": {\"type\": \"all\"}}",
                    "tool_choice");
+    expect_refused("{\"max_tokens\": 4, " USER_HI ", \"tools\": [{\"name\": \"f\", "
+                   "\"input_schema\": {\"type\": \"object\"}}], \"tool_choice\": {\"type\": "
+                   "\"tool\", \"name\": \"g\"}}",
+                   "'tool_choice.name' g");
     expect_refused("{\"max_tokens\": 4, " USER_HI ", \"stop_sequences\": [1]}",
                    "stop_sequences");
     expect_refused("{\"max_tokens\": 4, " USER_HI ", \"thinking\": {\"type\": \"on\"}}",

@@ -241,6 +241,18 @@ static int chat_tools(const json_t *tools, json_t *chat, char **param, char **me
     return 0;
 }
 
+/* Whether the chat's tools (none: there is nothing to check yet) have one of that name. */
+static bool among(const json_t *chat, const char *name)
+{
+    const json_t *tools = json_object_get(chat, "tools");
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        if (strcmp(json_string_value(json_object_get(fn, "name")), name) == 0)
+            return true;
+    }
+    return tools == NULL;
+}
+
 /* tool_choice in the chat's shape (and disable_parallel_tool_use as parallel_tool_calls). */
 static int chat_tool_choice(const json_t *choice, json_t *chat, char **param, char **message)
 {
@@ -252,6 +264,9 @@ static int chat_tool_choice(const json_t *choice, json_t *chat, char **param, ch
         json_object_set_new(chat, "tool_choice", json_string("required"));
     else if (type != NULL && strcmp(type, "none") == 0)
         json_object_set_new(chat, "tool_choice", json_string("none"));
+    else if (type != NULL && strcmp(type, "tool") == 0 && name != NULL && !among(chat, name))
+        return graft__refuse(param, message, "tool_choice.name",
+                             "'tool_choice.name' %.100s is not among the tools", name);
     else if (type != NULL && strcmp(type, "tool") == 0 && name != NULL)
         json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:s}}", "type",
                                                            "function", "function", "name",

@@ -79,6 +79,17 @@ static void test_health_and_models(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
     json_t *m = json_array_get(json_object_get(j, "data"), 0);
     assert_string_equal(json_string_value(json_object_get(m, "id")), "stories260K");
+    /* Anthropic's fields beside OpenAI's: the same model, one page */
+    assert_string_equal(json_string_value(json_object_get(m, "type")), "model");
+    assert_string_equal(json_string_value(json_object_get(m, "display_name")), "stories260K");
+    const char *created_at = json_string_value(json_object_get(m, "created_at"));
+    struct tm at = {0};
+    assert_non_null(created_at);
+    assert_non_null(strptime(created_at, "%Y-%m-%dT%H:%M:%SZ", &at));
+    assert_int_equal((json_int_t)timegm(&at), json_integer_value(json_object_get(m, "created")));
+    assert_true(json_is_false(json_object_get(j, "has_more")));
+    assert_string_equal(json_string_value(json_object_get(j, "first_id")), "stories260K");
+    assert_string_equal(json_string_value(json_object_get(j, "last_id")), "stories260K");
     json_decref(j);
     graft_test_response_free(&r);
     /* one model by its id, as the SDKs' models.retrieve asks */

@@ -46,6 +46,7 @@ struct graft__server {
     graft__deadlines *deadlines;
     bool reclaim_added; /* the named sessions' reclaim hook is registered */
     atomic_bool ready;
+    time_t loaded; /* when the model was ready: its "created" time in /v1/models */
     pthread_mutex_t mu; /* guards running, queued, replying and the waits on cv */
     pthread_cond_t cv;
     int32_t running, queued;
@@ -260,16 +261,26 @@ static enum MHD_Result send_stream(struct MHD_Connection *conn, request *rq, con
 
 /* ---- routes ----------------------------------------------------------------------------------- */
 
+/* The served model in OpenAI's shape and Anthropic's (type, display_name, created_at)
+ * at once: each API's clients read their own fields and ignore the others. */
 static json_t *model_object(const graft__server *s)
 {
-    return json_pack("{s:s, s:s, s:I, s:s}", "id", s->config.alias, "object", "model",
-                     "created", (json_int_t)time(NULL), "owned_by", "graft");
+    char created_at[32];
+    struct tm utc;
+    gmtime_r(&s->loaded, &utc);
+    strftime(created_at, sizeof created_at, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:s}", "id", s->config.alias, "object",
+                     "model", "created", (json_int_t)s->loaded, "owned_by", "graft", "type",
+                     "model", "display_name", s->config.alias, "created_at", created_at);
 }
 
+/* GET /v1/models: OpenAI's list, with Anthropic's page fields. */
 static void route_models(graft__server *s, graft__reply *reply)
 {
     graft__reply_json(reply, 200,
-                      json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s)));
+                      json_pack("{s:s, s:[o], s:b, s:s, s:s}", "object", "list", "data",
+                                model_object(s), "has_more", 0, "first_id", s->config.alias,
+                                "last_id", s->config.alias));
 }
 
 /* GET /v1/models/{id}: the served model by its id (--alias). */
@@ -862,6 +873,7 @@ void graft__server_set_ready(graft__server *s, graft_model *model, graft_engine 
     s->ctx.chat = chat;
     s->reclaim_added = graft_engine_reclaim_add(engine, graft__sessions_reclaim, &s->sessions) ==
                        GRAFT_OK;
+    s->loaded = time(NULL);
     atomic_store(&s->ready, true);
 }
 

@@ -15,7 +15,8 @@
 // input_json_delta; `auto` and `none`; tool results sent back); a thinking template's
 // thought as a thinking block against reasoning_content, streamed as thinking_delta;
 // count_tokens; refused requests as Anthropic's errors (400 invalid_request_error, the SDK's
-// BadRequestError). Every check runs; a failed one prints `not ok N` and the exit status is 1.
+// BadRequestError); models.list and models.retrieve. Every check runs; a failed one prints
+// `not ok N` and the exit status is 1.
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
 
@@ -679,6 +680,16 @@ await check('refused: a body that is not JSON, in Anthropic\'s error shape', asy
     assert.equal(reply.json.error.type, 'invalid_request_error');
     assert.equal(typeof reply.json.error.message, 'string');
     assert.ok(reply.json.error.message.length > 0);
+});
+
+await check('models.list and models.retrieve: the served model in Anthropic\'s shape', async () => {
+    const page = await client.models.list();
+    assert.deepEqual(page.data.map((m) => m.id), [model]);
+    const one = await client.models.retrieve(model);
+    assert.equal(one.type, 'model');
+    assert.equal(one.id, model);
+    assert.equal(one.display_name, model);
+    assert.ok(!Number.isNaN(Date.parse(one.created_at)), one.created_at);
 });
 
 console.log(`${passed} passed, ${count - passed} failed`);

@@ -73,24 +73,6 @@ static int teardown(void **state)
 
 /* ---- requests -------------------------------------------------------------------------------- */
 
-/* j as compact JSON for a failure's message, valid until the next call. */
-static const char *shown(const json_t *j)
-{
-    static char buf[4096];
-    size_t n = j ? json_dumpb(j, buf, sizeof buf - 1, JSON_COMPACT) : 0;
-    buf[n < sizeof buf ? n : sizeof buf - 1] = '\0';
-    return j ? buf : "(none)";
-}
-
-static json_t *parse(const char *text)
-{
-    json_error_t err;
-    json_t *j = json_loads(text, 0, &err);
-    if (j == NULL)
-        fail_msg("not JSON (%s): %s", err.text, text);
-    return j;
-}
-
 /* One POST of body (taken) with these headers (NULL-terminated, or NULL). */
 static response post(const server *s, const char *path, json_t *body,
                      const char *const *headers)
@@ -156,7 +138,7 @@ static json_int_t usage_of(const json_t *j, const char *field)
 {
     json_t *v = json_object_get(json_object_get(j, "usage"), field);
     if (!json_is_integer(v))
-        fail_msg("usage.%s: %s", field, shown(j));
+        fail_msg("usage.%s: %s", field, graft_test_shown(j));
     return json_integer_value(v);
 }
 
@@ -169,14 +151,14 @@ static void expect_message(const json_t *m, const char *blocks)
     if (id == NULL || strncmp(id, "msg_", 4) != 0 || !is(json_object_get(m, "type"), "message") ||
         !is(json_object_get(m, "role"), "assistant") || !is(json_object_get(m, "model"),
                                                             "stories260K"))
-        fail_msg("not a Message: %s", shown(m));
+        fail_msg("not a Message: %s", graft_test_shown(m));
     char types[256] = "";
     json_t *content = json_object_get(m, "content");
     for (size_t i = 0; i < json_array_size(content); i++)
         snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s", i ? "," : "",
                  json_string_value(json_object_get(json_array_get(content, i), "type")));
     if (strcmp(types, blocks) != 0)
-        fail_msg("blocks %s, expected %s: %s", types, blocks, shown(m));
+        fail_msg("blocks %s, expected %s: %s", types, blocks, graft_test_shown(m));
     assert_int_equal(usage_of(m, "cache_creation_input_tokens"), 0);
     assert_true(usage_of(m, "input_tokens") >= 1);
     assert_true(usage_of(m, "cache_read_input_tokens") >= 0);
@@ -191,7 +173,7 @@ static const char *block_field(const json_t *m, const char *type, const char *fi
         if (is(json_object_get(b, "type"), type))
             return json_string_value(json_object_get(b, field));
     }
-    fail_msg("no %s block: %s", type, shown(m));
+    fail_msg("no %s block: %s", type, graft_test_shown(m));
     return NULL;
 }
 
@@ -299,7 +281,7 @@ static json_t *assemble(const json_t *events)
 {
     json_t *start = json_array_get(events, 0);
     if (!is(json_object_get(start, "type"), "message_start"))
-        fail_msg("first event: %s", shown(start));
+        fail_msg("first event: %s", graft_test_shown(start));
     json_t *m = json_deep_copy(json_object_get(start, "message"));
     assert_int_equal(json_array_size(json_object_get(m, "content")), 0);
     assert_true(json_is_null(json_object_get(m, "stop_reason")));
@@ -329,7 +311,7 @@ static json_t *assemble(const json_t *events)
             json_t *delta = json_object_get(d, "delta");
             assert_int_equal(json_integer_value(json_object_get(d, "index")), index);
             if (signed_off)
-                fail_msg("a delta after the signature: %s", shown(d));
+                fail_msg("a delta after the signature: %s", graft_test_shown(d));
             if (strcmp(type, "thinking") == 0 && is(json_object_get(delta, "type"),
                                                     "signature_delta")) {
                 signed_off = true;
@@ -340,7 +322,7 @@ static json_t *assemble(const json_t *events)
                                : strcmp(type, "thinking") == 0 ? "thinking_delta"
                                                                : "input_json_delta";
             if (!is(json_object_get(delta, "type"), kind))
-                fail_msg("a %s block's delta: %s", type, shown(d));
+                fail_msg("a %s block's delta: %s", type, graft_test_shown(d));
             append(&text, json_string_value(json_object_get(delta, key)));
         }
         if (strcmp(type, "thinking") == 0 && !signed_off)
@@ -348,10 +330,11 @@ static json_t *assemble(const json_t *events)
         json_t *stop = json_array_get(events, i);
         if (!is(json_object_get(stop, "type"), "content_block_stop") ||
             json_integer_value(json_object_get(stop, "index")) != index)
-            fail_msg("event %zu: %s, expected block %d's stop", i, shown(stop), (int)index);
+            fail_msg("event %zu: %s, expected block %d's stop", i, graft_test_shown(stop),
+                     (int)index);
         if (strcmp(type, "tool_use") == 0) {
             assert_int_equal(json_object_size(json_object_get(block, "input")), 0);
-            json_object_set_new(block, "input", parse(text));
+            json_object_set_new(block, "input", graft_test_parse(text));
         } else {
             json_object_set_new(block, key, json_string(text));
         }
@@ -362,7 +345,7 @@ static json_t *assemble(const json_t *events)
     if (i + 2 != n || !is(json_object_get(delta, "type"), "message_delta") ||
         !is(json_object_get(json_array_get(events, i + 1), "type"), "message_stop"))
         fail_msg("event %zu of %zu: %s, expected message_delta then message_stop", i, n,
-                 shown(delta));
+                 graft_test_shown(delta));
     json_object_update(m, json_object_get(delta, "delta"));
     json_object_set(m, "usage", json_object_get(delta, "usage"));
     return m;
@@ -386,7 +369,7 @@ static void expect_streamed_as_whole(const server *s, json_t *body)
     }
     if (!json_equal(whole, streamed)) {
         char *w = json_dumps(whole, JSON_COMPACT);
-        fail_msg("streamed %s\nwhole %s", shown(streamed), w);
+        fail_msg("streamed %s\nwhole %s", graft_test_shown(streamed), w);
     }
     json_decref(streamed);
     json_decref(events);
@@ -484,7 +467,7 @@ static void test_prefill_continues(void **state)
 static json_t *weather_tool(void)
 {
     return json_pack("{s:s, s:s, s:o}", "name", "get_weather", "description",
-                     "The weather in a city", "input_schema", parse(WEATHER_PARAMETERS));
+                     "The weather in a city", "input_schema", graft_test_parse(WEATHER_PARAMETERS));
 }
 
 /* The greedy body forcing get_weather (tool_choice taken), '"' raised so the call closes. */
@@ -505,7 +488,7 @@ static json_t *forced_chat(void)
     json_object_set_new(b, "tools", json_pack("[{s:s, s:{s:s, s:s, s:o}}]", "type", "function",
                                               "function", "name", "get_weather", "description",
                                               "The weather in a city", "parameters",
-                                              parse(WEATHER_PARAMETERS)));
+                                              graft_test_parse(WEATHER_PARAMETERS)));
     json_object_set_new(b, "tool_choice", json_pack("{s:s, s:{s:s}}", "type", "function",
                                                     "function", "name", "get_weather"));
     json_object_set_new(b, "logit_bias", json_pack("{s:i, s:i}", "37", 6, "436", 6));
@@ -523,7 +506,7 @@ static void test_forced_tool_use(void **state)
     json_t *call = json_array_get(json_object_get(chat_message(answer), "tool_calls"), 0);
     const char *arguments = json_string_value(
         json_object_get(json_object_get(call, "function"), "arguments"));
-    json_t *args = parse(arguments);
+    json_t *args = graft_test_parse(arguments);
     json_t *m = ask(&plain, "/v1/messages",
                     forced_call(json_pack("{s:s, s:s}", "type", "tool", "name", "get_weather")));
     expect_message(m, "tool_use");
@@ -531,7 +514,8 @@ static void test_forced_tool_use(void **state)
     json_t *use = json_array_get(json_object_get(m, "content"), 0);
     assert_true(is(json_object_get(use, "name"), "get_weather"));
     if (!json_equal(json_object_get(use, "input"), args))
-        fail_msg("input %s, arguments %s", shown(json_object_get(use, "input")), arguments);
+        fail_msg("input %s, arguments %s", graft_test_shown(json_object_get(use, "input")),
+                 arguments);
     json_t *any = ask(&plain, "/v1/messages", forced_call(json_pack("{s:s}", "type", "any")));
     assert_true(json_equal(json_object_get(json_array_get(json_object_get(any, "content"), 0),
                                            "input"),
@@ -556,7 +540,7 @@ static void test_forced_tool_use(void **state)
                                                       "function", "function", "name",
                                                       "get_weather", "description",
                                                       "The weather in a city", "parameters",
-                                                      parse(WEATHER_PARAMETERS)));
+                                                      graft_test_parse(WEATHER_PARAMETERS)));
     json_t *chat_after = ask(&plain, "/v1/chat/completions", tool_chat);
     for (int blocks = 0; blocks < 2; blocks++) {
         json_t *result = blocks ? json_pack("[{s:s, s:s}, {s:s, s:s}]", "type", "text", "text",
@@ -661,7 +645,7 @@ static void test_thinking_in_the_input(void **state)
     json_object_set_new(b, "tools", json_pack("[{s:s, s:{s:s, s:s, s:o}}]", "type", "function",
                                               "function", "name", "get_weather", "description",
                                               "The weather in a city", "parameters",
-                                              parse(WEATHER_PARAMETERS)));
+                                              graft_test_parse(WEATHER_PARAMETERS)));
     json_t *answer = ask(&qwen3, "/v1/chat/completions", b);
     assert_int_equal(counts[1], usage_of(answer, "prompt_tokens"));
     assert_true(counts[1] > counts[0]);

@@ -77,24 +77,6 @@ static int teardown(void **state)
 
 /* ---- requests ------------------------------------------------------------------------------- */
 
-/* j as compact JSON for a failure's message, valid until the next call. */
-static const char *shown(const json_t *j)
-{
-    static char buf[4096];
-    size_t n = j ? json_dumpb(j, buf, sizeof buf - 1, JSON_COMPACT) : 0;
-    buf[n < sizeof buf ? n : sizeof buf - 1] = '\0';
-    return j ? buf : "(none)";
-}
-
-static json_t *parse(const char *text)
-{
-    json_error_t err;
-    json_t *j = json_loads(text, 0, &err);
-    if (j == NULL)
-        fail_msg("not JSON (%s): %s", err.text, text);
-    return j;
-}
-
 /* One request with body (taken; NULL: none) and a bearer key (NULL: none). */
 static response send_json(const server *s, const char *method, const char *path, json_t *body,
                           const char *auth)
@@ -180,7 +162,7 @@ static void expect_refused_on(const server *s, json_t *body, const char *auth,
 
 static void expect_refused(const char *body, const char *within)
 {
-    expect_refused_on(&main_server, parse(body), NULL, within);
+    expect_refused_on(&main_server, graft_test_parse(body), NULL, within);
 }
 
 /* ---- what a response holds ------------------------------------------------------------------ */
@@ -194,7 +176,7 @@ static json_int_t usage_of(const json_t *j, const char *field)
 {
     json_t *v = json_object_get(json_object_get(j, "usage"), field);
     if (!json_is_integer(v))
-        fail_msg("usage.%s: %s", field, shown(j));
+        fail_msg("usage.%s: %s", field, graft_test_shown(j));
     return json_integer_value(v);
 }
 
@@ -203,7 +185,7 @@ static json_int_t cached_of(const json_t *resp)
     json_t *details = json_object_get(json_object_get(resp, "usage"), "input_tokens_details");
     json_t *v = json_object_get(details, "cached_tokens");
     if (!json_is_integer(v))
-        fail_msg("usage.input_tokens_details.cached_tokens: %s", shown(resp));
+        fail_msg("usage.input_tokens_details.cached_tokens: %s", graft_test_shown(resp));
     return json_integer_value(v);
 }
 
@@ -211,7 +193,7 @@ static const char *id_of(const json_t *resp)
 {
     const char *id = json_string_value(json_object_get(resp, "id"));
     if (id == NULL || *id == '\0')
-        fail_msg("no id: %s", shown(resp));
+        fail_msg("no id: %s", graft_test_shown(resp));
     return id;
 }
 
@@ -221,7 +203,7 @@ static void expect_output_item(const json_t *item, const char *status)
 {
     const char *id = json_string_value(json_object_get(item, "id"));
     if (id == NULL || *id == '\0')
-        fail_msg("an output item without an id: %s", shown(item));
+        fail_msg("an output item without an id: %s", graft_test_shown(item));
     if (is(json_object_get(item, "type"), "message")) {
         json_t *content = json_object_get(item, "content");
         json_t *part = json_array_get(content, 0);
@@ -230,16 +212,16 @@ static void expect_output_item(const json_t *item, const char *status)
             !is(json_object_get(part, "type"), "output_text") ||
             !json_is_string(json_object_get(part, "text")) ||
             !json_is_array(json_object_get(part, "annotations")))
-            fail_msg("not an assistant message %s: %s", status, shown(item));
+            fail_msg("not an assistant message %s: %s", status, graft_test_shown(item));
     } else if (is(json_object_get(item, "type"), "function_call")) {
         const char *call_id = json_string_value(json_object_get(item, "call_id"));
         if (call_id == NULL || *call_id == '\0' ||
             !json_is_string(json_object_get(item, "name")) ||
             !json_is_string(json_object_get(item, "arguments")) ||
             !is(json_object_get(item, "status"), "completed"))
-            fail_msg("not a whole function call: %s", shown(item));
+            fail_msg("not a whole function call: %s", graft_test_shown(item));
     } else {
-        fail_msg("an output item of no known type: %s", shown(item));
+        fail_msg("an output item of no known type: %s", graft_test_shown(item));
     }
 }
 
@@ -254,14 +236,14 @@ static void expect_response_object(const json_t *r)
         !is(json_object_get(r, "model"), "stories260K") ||
         !json_is_integer(json_object_get(r, "created_at")) ||
         !json_is_null(json_object_get(r, "error")))
-        fail_msg("not a response object: %s", shown(r));
+        fail_msg("not a response object: %s", graft_test_shown(r));
     const char *status = json_string_value(json_object_get(r, "status"));
     json_t *details = json_object_get(r, "incomplete_details");
     if (status != NULL && strcmp(status, "incomplete") == 0) {
         if (!is(json_object_get(details, "reason"), "max_output_tokens"))
-            fail_msg("incomplete, but not for max_output_tokens: %s", shown(r));
+            fail_msg("incomplete, but not for max_output_tokens: %s", graft_test_shown(r));
     } else if (status == NULL || strcmp(status, "completed") != 0 || !json_is_null(details)) {
-        fail_msg("neither completed nor incomplete: %s", shown(r));
+        fail_msg("neither completed nor incomplete: %s", graft_test_shown(r));
     }
     json_int_t in = usage_of(r, "input_tokens"), out = usage_of(r, "output_tokens");
     assert_int_equal(usage_of(r, "total_tokens"), in + out);
@@ -272,7 +254,7 @@ static void expect_response_object(const json_t *r)
     assert_int_equal(json_integer_value(json_object_get(graft, "tokens_computed")), in - cached);
     json_t *output = json_object_get(r, "output");
     if (json_array_size(output) == 0)
-        fail_msg("no output: %s", shown(r));
+        fail_msg("no output: %s", graft_test_shown(r));
     for (size_t i = 0; i < json_array_size(output); i++)
         expect_output_item(json_array_get(output, i), status);
 }
@@ -283,11 +265,11 @@ static const char *message_text(const json_t *resp)
     json_t *output = json_object_get(resp, "output");
     json_t *item = json_array_get(output, 0);
     if (json_array_size(output) != 1 || !is(json_object_get(item, "type"), "message"))
-        fail_msg("not one message: %s", shown(resp));
+        fail_msg("not one message: %s", graft_test_shown(resp));
     const char *text = json_string_value(
         json_object_get(json_array_get(json_object_get(item, "content"), 0), "text"));
     if (text == NULL)
-        fail_msg("a message without text: %s", shown(resp));
+        fail_msg("a message without text: %s", graft_test_shown(resp));
     return text;
 }
 
@@ -297,7 +279,7 @@ static const char *chat_content(const json_t *answer)
     const char *t = json_string_value(json_object_get(json_object_get(choice, "message"),
                                                       "content"));
     if (t == NULL)
-        fail_msg("no content: %s", shown(answer));
+        fail_msg("no content: %s", graft_test_shown(answer));
     return t;
 }
 
@@ -334,7 +316,7 @@ static void expect_same_response(const json_t *a, const json_t *b)
     drop_run_fields(cb);
     if (!json_equal(ca, cb)) {
         char *sa = json_dumps(ca, JSON_COMPACT | JSON_SORT_KEYS);
-        fail_msg("responses differ:\n%s\n%s", sa, shown(cb));
+        fail_msg("responses differ:\n%s\n%s", sa, graft_test_shown(cb));
     }
     json_decref(ca);
     json_decref(cb);
@@ -347,7 +329,7 @@ static json_t *weather_tool(bool nested)
 {
     json_t *fn = json_pack("{s:s, s:s, s:s, s:o, s:b}", "type", "function", "name",
                            "get_weather", "description", "The weather in a city", "parameters",
-                           parse(WEATHER_PARAMETERS), "strict", 1);
+                           graft_test_parse(WEATHER_PARAMETERS), "strict", 1);
     if (!nested)
         return fn;
     json_object_del(fn, "type");
@@ -403,10 +385,10 @@ static void expect_story_fields(const json_t *resp, const char *instructions)
 {
     json_t *got = json_object_get(resp, "instructions");
     if (instructions != NULL ? !is(got, instructions) : !json_is_null(got))
-        fail_msg("instructions given back as %s", shown(got));
+        fail_msg("instructions given back as %s", graft_test_shown(got));
     json_t *metadata = json_pack("{s:s}", "topic", "dogs");
     if (!json_equal(json_object_get(resp, "metadata"), metadata))
-        fail_msg("metadata given back as %s", shown(json_object_get(resp, "metadata")));
+        fail_msg("metadata given back as %s", graft_test_shown(json_object_get(resp, "metadata")));
     json_decref(metadata);
     assert_int_equal(json_integer_value(json_object_get(resp, "max_output_tokens")),
                      STORY_TOKENS);
@@ -415,10 +397,10 @@ static void expect_story_fields(const json_t *resp, const char *instructions)
     const char *key;
     json_t *value;
     if (json_array_size(tools) != 1)
-        fail_msg("tools given back as %s", shown(tools));
+        fail_msg("tools given back as %s", graft_test_shown(tools));
     json_object_foreach (sent, key, value)
         if (!json_equal(value, json_object_get(tool, key)))
-            fail_msg("tools[0].%s given back as %s", key, shown(tool));
+            fail_msg("tools[0].%s given back as %s", key, graft_test_shown(tool));
     json_decref(sent);
 }
 
@@ -505,7 +487,7 @@ static json_t *sse_events(const response *r)
     for (size_t i = 0; i < json_array_size(events); i++) {
         json_t *seq = json_object_get(json_array_get(events, i), "sequence_number");
         if (!json_is_integer(seq) || json_integer_value(seq) != (json_int_t)i)
-            fail_msg("event %zu numbered %s", i, shown(seq));
+            fail_msg("event %zu numbered %s", i, graft_test_shown(seq));
     }
     return events;
 }
@@ -515,7 +497,7 @@ static json_t *event_of(const json_t *events, size_t i, const char *type)
 {
     json_t *e = json_array_get(events, i);
     if (!is(json_object_get(e, "type"), type))
-        fail_msg("event %zu: %s, expected %s", i, shown(e), type);
+        fail_msg("event %zu: %s, expected %s", i, graft_test_shown(e), type);
     return e;
 }
 
@@ -530,7 +512,7 @@ static void expect_place(const json_t *e, const char *item_id, size_t index, boo
     if (!is(json_object_get(e, "item_id"), item_id) ||
         json_integer_value(json_object_get(e, "output_index")) != (json_int_t)index ||
         (part && json_integer_value(json_object_get(e, "content_index")) != 0))
-        fail_msg("not item %s at %zu: %s", item_id, index, shown(e));
+        fail_msg("not item %s at %zu: %s", item_id, index, graft_test_shown(e));
 }
 
 /* Appends s to *text. */
@@ -553,7 +535,7 @@ static json_t *follow_item(const json_t *events, size_t *i, size_t index)
     const char *id = json_string_value(json_object_get(item, "id"));
     if (id == NULL || !is(json_object_get(item, "status"), "in_progress") ||
         json_integer_value(json_object_get(added, "output_index")) != (json_int_t)index)
-        fail_msg("not item %zu added in progress: %s", index, shown(added));
+        fail_msg("not item %zu added in progress: %s", index, graft_test_shown(added));
     char *text = calloc(1, 1);
     bool is_message = is(json_object_get(item, "type"), "message");
     if (is_message) {
@@ -562,7 +544,7 @@ static json_t *follow_item(const json_t *events, size_t *i, size_t index)
         json_t *part = json_object_get(e, "part");
         if (!is(json_object_get(part, "type"), "output_text") ||
             !is(json_object_get(part, "text"), ""))
-            fail_msg("not an empty output_text part: %s", shown(e));
+            fail_msg("not an empty output_text part: %s", graft_test_shown(e));
         for (; at(events, *i, "response.output_text.delta"); (*i)++) {
             e = json_array_get(events, *i);
             expect_place(e, id, index, true);
@@ -584,7 +566,7 @@ static json_t *follow_item(const json_t *events, size_t *i, size_t index)
         expect_place(e, id, index, false);
         assert_true(is(json_object_get(e, "arguments"), text));
     } else {
-        fail_msg("an item of no known type added: %s", shown(added));
+        fail_msg("an item of no known type added: %s", graft_test_shown(added));
     }
     json_t *done = event_of(events, (*i)++, "response.output_item.done");
     json_t *whole = json_object_get(done, "item");
@@ -595,7 +577,7 @@ static json_t *follow_item(const json_t *events, size_t *i, size_t index)
                        : json_object_get(whole, "arguments"),
             text))
         fail_msg("item %zu done is not what its deltas spelled ('%s'): %s", index, text,
-                 shown(done));
+                 graft_test_shown(done));
     free(text);
     return whole;
 }
@@ -615,7 +597,7 @@ static json_t *check_event_order(const json_t *events)
         json_array_size(json_object_get(created, "output")) != 0 ||
         !is(json_object_get(progress, "id"), id) ||
         !is(json_object_get(progress, "status"), "in_progress"))
-        fail_msg("not created in progress: %s", shown(created));
+        fail_msg("not created in progress: %s", graft_test_shown(created));
     json_t *items = json_array();
     while (i + 1 < n)
         json_array_append(items, follow_item(events, &i, json_array_size(items)));
@@ -627,7 +609,7 @@ static json_t *check_event_order(const json_t *events)
     event_of(events, n - 1, type);
     if (!is(json_object_get(final, "id"), id) ||
         !json_equal(json_object_get(final, "output"), items))
-        fail_msg("the final response is not the one streamed: %s", shown(final));
+        fail_msg("the final response is not the one streamed: %s", graft_test_shown(final));
     json_decref(items);
     return final;
 }
@@ -665,7 +647,7 @@ static void test_streamed_events(void **state)
         expect_same_response(final, wholes[k]);
         json_t *stored = ask_stored(&main_server, "GET", id_of(final), NULL);
         if (!json_equal(stored, final))
-            fail_msg("stored as %s", shown(stored));
+            fail_msg("stored as %s", graft_test_shown(stored));
         json_decref(stored);
         json_decref(streams[k]);
         json_decref(wholes[k]);
@@ -739,7 +721,7 @@ static void forget(const json_t *turn)
     const char *id = id_of(turn);
     json_t *got = ask_stored(&main_server, "GET", id, NULL);
     if (!json_equal(got, turn))
-        fail_msg("GET %s gave %s", id, shown(got));
+        fail_msg("GET %s gave %s", id, graft_test_shown(got));
     json_decref(got);
     char path[256];
     snprintf(path, sizeof path, "/v1/responses/%s", id);
@@ -750,7 +732,7 @@ static void forget(const json_t *turn)
     json_t *deleted = ask_stored(&main_server, "DELETE", id, NULL);
     if (!is(json_object_get(deleted, "id"), id) ||
         !json_is_true(json_object_get(deleted, "deleted")))
-        fail_msg("DELETE %s answered %s", id, shown(deleted));
+        fail_msg("DELETE %s answered %s", id, graft_test_shown(deleted));
     json_decref(deleted);
     expect_stored_error(&main_server, "GET", id, NULL, 404);
     expect_stored_error(&main_server, "DELETE", id, NULL, 404);
@@ -784,7 +766,8 @@ static void test_conversation_chain(void **state)
             if (!is(json_object_get(graft, "source"), "cache") ||
                 cached_of(turns[k]) < usage_of(turns[k - 1], "input_tokens"))
                 fail_msg("turn %zu did not reuse turn %zu's %lld prompt tokens: %s", k + 1, k,
-                         (long long)usage_of(turns[k - 1], "input_tokens"), shown(turns[k]));
+                         (long long)usage_of(turns[k - 1], "input_tokens"),
+                         graft_test_shown(turns[k]));
             /* the conversation sent whole: output_text items, or chat's own messages */
             json_t *inputs[2] = {json_deep_copy(items), json_deep_copy(messages)};
             for (size_t i = 0; i < 2; i++) {
@@ -998,7 +981,7 @@ static void test_responses_belong_to_their_key(void **state)
     graft_test_response_free(&r);
     json_t *got = ask_stored(&s, "GET", id, "k1");
     if (!json_equal(got, mine))
-        fail_msg("k1's response became %s", shown(got));
+        fail_msg("k1's response became %s", graft_test_shown(got));
     json_decref(got);
     json_decref(short_response(&s, "More", id, true, "k1"));
     json_decref(mine);
@@ -1015,7 +998,7 @@ static void test_responses_belong_to_their_key(void **state)
 static void expect_weather_arguments(const char *arguments)
 {
     static const char *const keys[] = {"city", "unit"};
-    json_t *args = parse(arguments);
+    json_t *args = graft_test_parse(arguments);
     size_t n = 0;
     const char *key;
     json_t *value;
@@ -1062,7 +1045,7 @@ static const char *chat_arguments(const json_t *answer)
     const char *arguments = json_string_value(
         json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments"));
     if (json_array_size(calls) != 1 || arguments == NULL)
-        fail_msg("not one tool call: %s", shown(answer));
+        fail_msg("not one tool call: %s", graft_test_shown(answer));
     return arguments;
 }
 
@@ -1073,7 +1056,7 @@ static json_t *the_call(const json_t *resp)
     json_t *item = json_array_get(output, 0);
     if (json_array_size(output) != 1 || !is(json_object_get(item, "type"), "function_call") ||
         !is(json_object_get(item, "name"), "get_weather"))
-        fail_msg("not one call of get_weather: %s", shown(resp));
+        fail_msg("not one call of get_weather: %s", graft_test_shown(resp));
     return item;
 }
 
@@ -1171,18 +1154,18 @@ static void test_text_formats(void **state)
     (void)state;
     json_t *formats[2] = {
         json_pack("{s:s, s:s, s:o, s:b}", "type", "json_schema", "name", "pet", "schema",
-                  parse(PET_SCHEMA), "strict", 1),
+                  graft_test_parse(PET_SCHEMA), "strict", 1),
         json_pack("{s:s}", "type", "json_object"),
     };
     json_t *response_formats[2] = {
         json_pack("{s:s, s:{s:s, s:o, s:b}}", "type", "json_schema", "json_schema", "name", "pet",
-                  "schema", parse(PET_SCHEMA), "strict", 1),
+                  "schema", graft_test_parse(PET_SCHEMA), "strict", 1),
         json_pack("{s:s}", "type", "json_object"),
     };
     for (size_t k = 0; k < 2; k++) {
         json_t *body = greedy(json_string("Describe your pet in JSON."), 96, NULL, NULL);
         json_object_set_new(body, "text", json_pack("{s:O}", "format", formats[k]));
-        json_object_set_new(body, "logit_bias", parse(CLOSING_BIAS));
+        json_object_set_new(body, "logit_bias", graft_test_parse(CLOSING_BIAS));
         json_t *r = respond(body);
         expect_response_object(r);
         assert_string_equal(json_string_value(json_object_get(r, "status")), "completed");
@@ -1190,15 +1173,16 @@ static void test_text_formats(void **state)
         if (!json_equal(json_object_get(format, "type"), json_object_get(formats[k], "type")) ||
             (k == 0 && !json_equal(json_object_get(format, "schema"),
                                    json_object_get(formats[k], "schema"))))
-            fail_msg("text.format given back as %s", shown(format));
+            fail_msg("text.format given back as %s", graft_test_shown(format));
         json_t *oracle = chat(json_pack("{s:[o], s:i, s:f, s:O, s:o}", "messages",
                                         message("user", "Describe your pet in JSON."),
                                         "max_tokens", 96, "temperature", 0.0, "response_format",
-                                        response_formats[k], "logit_bias", parse(CLOSING_BIAS)));
+                                        response_formats[k], "logit_bias",
+                                        graft_test_parse(CLOSING_BIAS)));
         assert_string_equal(chat_finish(oracle), "stop");
         const char *text = message_text(r);
         assert_string_equal(text, chat_content(oracle));
-        json_t *v = parse(text);
+        json_t *v = graft_test_parse(text);
         if (!json_is_object(v))
             fail_msg("not an object: %s", text);
         if (k == 0) {

@@ -295,3 +295,20 @@ int graft_test_serve_end(server *s)
     curl_global_cleanup();
     return rc == 0 ? 0 : -1;
 }
+
+const char *graft_test_shown(const json_t *j)
+{
+    static char buf[4096];
+    size_t n = j ? json_dumpb(j, buf, sizeof buf - 1, JSON_COMPACT) : 0;
+    buf[n < sizeof buf ? n : sizeof buf - 1] = '\0';
+    return j ? buf : "(none)";
+}
+
+json_t *graft_test_parse(const char *text)
+{
+    json_error_t err;
+    json_t *j = json_loads(text, 0, &err);
+    if (j == NULL)
+        fail_msg("not JSON (%s): %s", err.text, text);
+    return j;
+}

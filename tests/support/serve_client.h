@@ -64,6 +64,12 @@ json_t *graft_test_json_of(const response *r);
  * (to json_decref). */
 json_t *graft_test_named_events(const response *r);
 
+/* j as compact JSON for a failure's message ("(none)" for NULL), valid until the next
+ * call; not thread-safe. */
+const char *graft_test_shown(const json_t *j);
+/* text parsed as JSON (to json_decref); fails the test when it is not JSON. */
+json_t *graft_test_parse(const char *text);
+
 /* The text of a whole completion response. */
 char *graft_test_completion_text(const response *r);
 

@@ -138,6 +138,12 @@ size_t graft__choice_release(choice *ch)
     return keep_from < ch->sent ? ch->sent : keep_from;
 }
 
+size_t graft__choice_stream_upto(choice *ch)
+{
+    size_t upto = graft__choice_release(ch);
+    return ch->done && (!ch->c->req.tools || ch->calls_bad) ? ch->len : upto;
+}
+
 void graft__choice_settle_tools(choice *ch)
 {
     if (!ch->c->req.tools)
@@ -889,9 +895,7 @@ static void produce_choice(completion *c, choice *ch)
         emit(c, graft__envelope_with_choice(c, graft__echo_choice_json(c, ch)));
         ch->sent_echo = true;
     }
-    size_t upto = graft__choice_release(ch);
-    if (ch->done && (!c->req.tools || ch->calls_bad))
-        upto = ch->len;
+    size_t upto = graft__choice_stream_upto(ch);
     size_t calls = ch->calls ? json_array_size(ch->calls) : 0;
     size_t content = graft__reasoning_content_start(&ch->thought, ch->len), from, to;
     graft__reasoning_span(&ch->thought, ch->text, upto, &from, &to);

@@ -193,6 +193,9 @@ void graft__batch_run(const graft__server_ctx *ctx, const json_t *body, int fd,
  * tools) nothing from the tool calls on, which are parsed into ch->calls as they complete;
  * with a stop string's match, the text is cut before it and ch->stopped is set. */
 size_t graft__choice_release(choice *ch);
+/* What a stream gives out of ch now: graft__choice_release's bytes, and once ch is done
+ * all of its text, unless tool calls took its tail. */
+size_t graft__choice_stream_upto(choice *ch);
 /* At the end: tool-call text that did not parse as calls is content after all
  * (ch->calls_bad). */
 void graft__choice_settle_tools(choice *ch);

@@ -523,9 +523,7 @@ static void events(completion *c, bool going)
     }
     if (!ch->started)
         return;
-    size_t upto = graft__choice_release(ch);
-    if (ch->done && (!c->req.tools || ch->calls_bad))
-        upto = ch->len;
+    size_t upto = graft__choice_stream_upto(ch);
     json_t *piece = m->thought_done ? NULL : graft__choice_thought(ch, upto, true);
     if (piece != NULL && json_string_length(piece) > 0) {
         if (m->open < 0)

@@ -628,9 +628,7 @@ static void events(completion *c, bool going)
     }
     if (!ch->started)
         return;
-    size_t upto = graft__choice_release(ch);
-    if (ch->done && (!c->req.tools || ch->calls_bad))
-        upto = ch->len;
+    size_t upto = graft__choice_stream_upto(ch);
     json_t *piece = r->thought_done ? NULL : graft__choice_thought(ch, upto, true);
     if (piece != NULL) {
         if (!r->thought_open)

@@ -567,6 +567,19 @@ typedef struct graft_generate_config {
                                  optional, the output beginning (after white space a JSON
                                  text may begin with) with this text, or with the JSON text
                                  at once. NULL: the free text begins at the first token. */
+    int32_t thought_budget;    /* > 0: a thinking model's thought is closed once the output
+                                  has this many tokens (those of the thought's opening text
+                                  included) and the thought is still open: the next tokens are
+                                  a line break and thought_close, tokenized with special
+                                  tokens, given out (reported, with their log-probabilities)
+                                  in place of sampled ones, without a draw from the sampler;
+                                  sampling goes on after them. 0: no budget. */
+    const char *thought_close; /* with thought_budget: the closing tag (1 to
+                                  GRAFT_MAX_OUTPUT_AFTER bytes; copied), such as "</think>" */
+    const char *thought_opens; /* with thought_budget, NULL or the text (such as "<think>") the
+                                  output opens the thought with, after white space: an output
+                                  that begins otherwise has no thought and no budget. NULL:
+                                  the output begins inside the thought (the prompt opened it). */
 } graft_generate_config;
 
 #define GRAFT_MAX_OUTPUT_AFTER 32

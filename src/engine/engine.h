@@ -119,6 +119,33 @@ struct graft_session {
     graft__cmd close_cmd;  /* preallocated so that closing cannot fail */
 };
 
+/* thought_budget.c: a thought held to a number of tokens (graft_generate_config's
+ * thought_budget): the output followed byte by byte, and the tokens that close the thought
+ * once the budget is spent. */
+typedef struct graft__thought_budget {
+    int32_t budget;  /* tokens the output may have before the thought is closed; 0: none */
+    char close[GRAFT_MAX_OUTPUT_AFTER], open[GRAFT_MAX_OUTPUT_AFTER];
+    uint32_t close_len, open_len;
+    uint32_t opening; /* before the thought: the opening text's bytes out (after white space) */
+    uint32_t matched; /* in it: the closing tag's first bytes that the output ends with */
+    bool inside;      /* the output is in the thought */
+    bool over;        /* the thought closed, or the output has none: nothing more to do */
+    int32_t *closing; /* a line break and the closing tag, tokenized (special tokens parsed) */
+    int32_t n_closing, given; /* given: how many of them are out */
+} graft__thought_budget;
+
+/* budget 0: none (close and open are not read); else close is the closing tag (1 to
+ * GRAFT_MAX_OUTPUT_AFTER bytes), open the text the output opens the thought with after white
+ * space, or NULL when the output begins inside it. GRAFT_OK or GRAFT_ENOMEM. */
+int graft__thought_budget_init(graft__thought_budget *b, const graft__vocab *v, int32_t budget,
+                               const char *close, const char *open);
+void graft__thought_budget_free(graft__thought_budget *b);
+/* The token to give out instead of a sampled one when the output has n_out tokens, or -1. */
+int32_t graft__thought_budget_forced(const graft__thought_budget *b, int32_t n_out);
+/* Follows one more token of the output (forced: the one graft__thought_budget_forced gave). */
+void graft__thought_budget_feed(graft__thought_budget *b, const graft__vocab *v, int32_t token,
+                                bool forced);
+
 struct graft_generation {
     atomic_int refs;    /* the caller's reference and, until settled, the engine's */
     atomic_bool cancel; /* set by graft_generation_cancel from any thread */
@@ -141,6 +168,7 @@ struct graft_generation {
     graft__json_schema *schema;     /* GRAFT_OUTPUT_JSON_SCHEMA: the schema, compiled */
     graft__json_recognizer json_text; /* what it generated so far, when json */
     graft__json_preamble preamble;    /* the text the JSON text begins after, when json */
+    graft__thought_budget thought;    /* the thought's budget, when there is one */
     graft_update_cb on_update;
     graft_settled_cb on_settled;
     void *user;

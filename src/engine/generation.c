@@ -42,6 +42,7 @@ static void gen_destroy(graft_generation *gen)
     graft__free(gen->error);
     graft_sampler_free(gen->sampler);
     graft__json_schema_free(gen->schema);
+    graft__thought_budget_free(&gen->thought);
     pthread_cond_destroy(&gen->cv);
     pthread_mutex_destroy(&gen->mu);
     graft__free(gen);
@@ -86,6 +87,14 @@ static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
     if (c->output_opens != NULL &&
         (c->output_after == NULL || c->output_opens[0] == '\0' ||
          strnlen(c->output_opens, GRAFT_MAX_OUTPUT_AFTER + 1) > GRAFT_MAX_OUTPUT_AFTER))
+        return GRAFT_EINVAL;
+    if (c->thought_budget < 0 ||
+        (c->thought_budget > 0 &&
+         (c->thought_close == NULL || c->thought_close[0] == '\0' ||
+          strnlen(c->thought_close, GRAFT_MAX_OUTPUT_AFTER + 1) > GRAFT_MAX_OUTPUT_AFTER ||
+          (c->thought_opens != NULL &&
+           (c->thought_opens[0] == '\0' ||
+            strnlen(c->thought_opens, GRAFT_MAX_OUTPUT_AFTER + 1) > GRAFT_MAX_OUTPUT_AFTER)))))
         return GRAFT_EINVAL;
     return GRAFT_OK;
 }
@@ -139,6 +148,9 @@ static int gen_new(graft_session *s, const int32_t *tokens, size_t n,
                  ? GRAFT_OK
                  : graft__json_schema_compile(c->json_schema, c->json_schema_len, &gen->schema,
                                               NULL);
+    if (rc == GRAFT_OK)
+        rc = graft__thought_budget_init(&gen->thought, e->model->vocab, c->thought_budget,
+                                        c->thought_close, c->thought_opens);
     if (rc == GRAFT_OK)
         rc = graft_sampler_create(&c->sampling, n_vocab, &gen->sampler);
     if (rc == GRAFT_OK)
@@ -268,7 +280,9 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     if (gen->logprobs != NULL) /* the sampler changes the logits in place */
         memcpy(gen->raw_logits, logits, (size_t)n_vocab * sizeof *logits);
     bool before_json = gen->json && !gen->preamble.over;
-    if (gen->json &&
+    int32_t token = graft__thought_budget_forced(&gen->thought, gen->n_out);
+    bool forced = token >= 0;
+    if (!forced && gen->json &&
         (before_json ? graft__json_mask_apply_preamble(e->json_mask, &gen->preamble,
                                                        &gen->json_text, logits)
                      : graft__json_mask_apply(e->json_mask, &gen->json_text, logits)) == 0) {
@@ -276,7 +290,9 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
                           "no token of the vocabulary can continue the JSON object");
         return;
     }
-    int32_t token = graft_sampler_sample(gen->sampler, logits, s->tokens, (size_t)position);
+    if (!forced)
+        token = graft_sampler_sample(gen->sampler, logits, s->tokens, (size_t)position);
+    graft__thought_budget_feed(&gen->thought, e->model->vocab, token, forced);
     note_token(gen, graft__now_ns());
     e->counters.sampled_tokens++;
     if (is_stop(e, gen, token)) {

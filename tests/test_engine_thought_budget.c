@@ -1,0 +1,279 @@
+/*
+ * test_engine_thought_budget.c: a thought held to a number of tokens
+ * (graft_generate_config.thought_budget, thought_close, thought_opens) on stories260K.
+ *
+ * The oracle is the engine without a budget: a budgeted greedy generation is the plain
+ * greedy answer up to the budget, then the closing tokens (a line break and the tag,
+ * tokenized here with graft_tokenize), then exactly the greedy answer a fresh session gives
+ * to the prompt extended by all of those tokens. An output that closes the thought itself
+ * before the budget, or that does not begin with the opening text, is the plain answer. A
+ * sampled budgeted generation is the same bits alone and batched. Bad configurations are
+ * refused.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "graft.h"
+#include "models.h"
+
+enum { CONTEXT = 256, MAX_NEW = 40, BUDGET = 7 };
+
+static graft_model *stories;
+static const int32_t prompt[] = {1, 403, 407, 261, 378};
+#define N_PROMPT (sizeof prompt / sizeof prompt[0])
+
+static int setup(void **state)
+{
+    (void)state;
+    stories = graft_test_load_model("stories260K.gguf");
+    return stories != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    graft_model_free(stories);
+    return 0;
+}
+
+/* The tokens of generating from tokens[0, n) with c on a new session of e (to free). */
+static int32_t *generate(graft_engine *e, const int32_t *tokens, size_t n,
+                         const graft_generate_config *c, size_t *n_out)
+{
+    graft_session *s = graft_test_open_session(e);
+    graft_generation *gen = NULL;
+    assert_int_equal(graft_session_generate(s, tokens, n, c, NULL, NULL, NULL, &gen), GRAFT_OK);
+    assert_int_equal(graft_generation_wait(gen), GRAFT_OK);
+    const int32_t *out = graft_generation_tokens(gen, n_out);
+    int32_t *copy = malloc((*n_out ? *n_out : 1) * sizeof *copy);
+    assert_non_null(copy);
+    memcpy(copy, out, *n_out * sizeof *copy);
+    graft_generation_free(gen);
+    graft_session_close(s);
+    return copy;
+}
+
+/* The text of tokens (a detokenizer's), NUL-terminated, to free. */
+static char *text_of(const int32_t *tokens, size_t n)
+{
+    graft_detok *d = NULL;
+    assert_int_equal(graft_detok_create(stories, &d), GRAFT_OK);
+    char *text = calloc(1, 1);
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *piece;
+        size_t k;
+        assert_int_equal(graft_detok_push(d, tokens[i], &piece, &k), GRAFT_OK);
+        text = realloc(text, len + k + 1);
+        assert_non_null(text);
+        memcpy(text + len, piece, k);
+        len += k;
+        text[len] = '\0';
+    }
+    graft_detok_free(d);
+    return text;
+}
+
+static int32_t *closing_tokens(const char *tag, size_t *n)
+{
+    char text[64];
+    snprintf(text, sizeof text, "\n%s", tag);
+    int32_t *tokens = NULL;
+    assert_int_equal(graft_tokenize(stories, text, strlen(text), 0, 1, &tokens, n), GRAFT_OK);
+    assert_true(*n > 0);
+    return tokens;
+}
+
+/* The budgeted greedy generation against the oracle: the plain answer's first `budget`
+ * tokens, the closing tokens, then a fresh greedy answer to everything before. */
+static void check_closed_at_budget(graft_engine *e, const graft_generate_config *c,
+                                   const int32_t *plain, int32_t budget)
+{
+    size_t n = 0, n_closing = 0;
+    int32_t *out = generate(e, prompt, N_PROMPT, c, &n);
+    int32_t *closing = closing_tokens(c->thought_close, &n_closing);
+    assert_int_equal(n, MAX_NEW);
+    assert_memory_equal(out, plain, (size_t)budget * sizeof *out);
+    assert_memory_equal(out + budget, closing, n_closing * sizeof *out);
+    size_t before = N_PROMPT + (size_t)budget + n_closing;
+    int32_t *extended = malloc(before * sizeof *extended);
+    assert_non_null(extended);
+    memcpy(extended, prompt, sizeof prompt);
+    memcpy(extended + N_PROMPT, out, ((size_t)budget + n_closing) * sizeof *out);
+    graft_generate_config rest = graft_test_greedy(MAX_NEW - budget - (int32_t)n_closing);
+    size_t n_rest = 0;
+    int32_t *after = generate(e, extended, before, &rest, &n_rest);
+    assert_int_equal(n_rest, n - (size_t)budget - n_closing);
+    assert_memory_equal(out + budget + n_closing, after, n_rest * sizeof *out);
+    free(after);
+    free(extended);
+    free(closing);
+    free(out);
+}
+
+/* The prompt opened the thought (no opening text): closed at the budget, then the model's
+ * own answer; a tag of special-token text and a budget of 1 alike. */
+static void test_closed_at_the_budget(void **state)
+{
+    (void)state;
+    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_generate_config c = graft_test_greedy(MAX_NEW);
+    size_t n_plain = 0;
+    int32_t *plain = generate(e, prompt, N_PROMPT, &c, &n_plain);
+    c.thought_close = "</think>";
+    c.thought_budget = BUDGET;
+    check_closed_at_budget(e, &c, plain, BUDGET);
+    c.thought_budget = 1;
+    c.thought_close = "</s>"; /* parsed as the special token */
+    check_closed_at_budget(e, &c, plain, 1);
+    free(plain);
+    graft_test_engine_end(e);
+}
+
+/* A thought the model closes itself within the budget is left alone; past it, closed. The
+ * tag is a word of the plain answer after the budget's reach... and before it. */
+static void test_closed_by_the_model(void **state)
+{
+    (void)state;
+    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_generate_config c = graft_test_greedy(MAX_NEW);
+    size_t n_plain = 0;
+    int32_t *plain = generate(e, prompt, N_PROMPT, &c, &n_plain);
+    /* the tag: the text of plain tokens 2 and 3, which the answer holds by token 4 */
+    char *tag = text_of(plain + 2, 2);
+    assert_true(strlen(tag) > 0 && strlen(tag) <= GRAFT_MAX_OUTPUT_AFTER);
+    char *head = text_of(plain, 2);
+    assert_null(strstr(head, tag)); /* not closed before token 2 */
+    c.thought_close = tag;
+    c.thought_budget = 4; /* the tag is out at 4 tokens: nothing forced */
+    size_t n = 0;
+    int32_t *out = generate(e, prompt, N_PROMPT, &c, &n);
+    assert_int_equal(n, n_plain);
+    assert_memory_equal(out, plain, n * sizeof *out);
+    free(out);
+    c.thought_budget = 2; /* the tag would come after the budget: closed at 2 */
+    check_closed_at_budget(e, &c, plain, 2);
+    free(head);
+    free(tag);
+    free(plain);
+    graft_test_engine_end(e);
+}
+
+/* thought_opens: an output that does not open with it has no thought (the plain answer);
+ * one that does (the opening's tokens made likely) is closed at the budget. */
+static void test_opening_text(void **state)
+{
+    (void)state;
+    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_generate_config c = graft_test_greedy(MAX_NEW);
+    size_t n_plain = 0;
+    int32_t *plain = generate(e, prompt, N_PROMPT, &c, &n_plain);
+    c.thought_close = "</think>";
+    c.thought_opens = "<think>";
+    c.thought_budget = BUDGET;
+    size_t n = 0;
+    int32_t *out = generate(e, prompt, N_PROMPT, &c, &n);
+    assert_int_equal(n, n_plain);
+    assert_memory_equal(out, plain, n * sizeof *out);
+    free(out);
+    /* the output opens with the plain answer's first word: a thought */
+    char *word = text_of(plain, 1);
+    char *start = word + strspn(word, " \n");
+    assert_true(strlen(start) > 0);
+    c.thought_opens = start;
+    check_closed_at_budget(e, &c, plain, BUDGET);
+    free(word);
+    free(plain);
+    graft_test_engine_end(e);
+}
+
+/* Sampled with a budget: the same bits alone and beside other generations. */
+static void test_sampled_batch_invariant(void **state)
+{
+    (void)state;
+    enum { SEEDS = 4 };
+    graft_engine_options o = graft_test_engine_options(2 * SEEDS + 1, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_generate_config c[SEEDS];
+    int32_t *alone[SEEDS];
+    size_t n_alone[SEEDS];
+    for (int k = 0; k < SEEDS; k++) {
+        c[k] = graft_test_greedy(MAX_NEW);
+        c[k].sampling.temperature = 1.0f;
+        c[k].sampling.seed = (uint64_t)k + 1;
+        c[k].thought_close = "</think>";
+        c[k].thought_budget = BUDGET + k;
+        alone[k] = generate(e, prompt, N_PROMPT, &c[k], &n_alone[k]);
+    }
+    graft_session *s[SEEDS];
+    graft_generation *g[SEEDS];
+    for (int k = 0; k < SEEDS; k++) {
+        s[k] = graft_test_open_session(e);
+        assert_int_equal(graft_session_generate(s[k], prompt, N_PROMPT, &c[k], NULL, NULL, NULL,
+                                                &g[k]),
+                         GRAFT_OK);
+    }
+    size_t n_closing = 0;
+    int32_t *closing = closing_tokens("</think>", &n_closing);
+    for (int k = 0; k < SEEDS; k++) {
+        assert_int_equal(graft_generation_wait(g[k]), GRAFT_OK);
+        size_t n = 0;
+        const int32_t *out = graft_generation_tokens(g[k], &n);
+        assert_int_equal(n, n_alone[k]);
+        assert_memory_equal(out, alone[k], n * sizeof *out);
+        assert_memory_equal(out + BUDGET + k, closing, n_closing * sizeof *out);
+        graft_generation_free(g[k]);
+        graft_session_close(s[k]);
+        free(alone[k]);
+    }
+    free(closing);
+    graft_test_engine_end(e);
+}
+
+static void test_bad_configs(void **state)
+{
+    (void)state;
+    graft_engine_options o = graft_test_engine_options(1, CONTEXT);
+    graft_engine *e = graft_test_engine(stories, &o);
+    graft_session *s = graft_test_open_session(e);
+    graft_generation *gen = NULL;
+    static const char *const closes[] = {NULL, "", "123456789012345678901234567890123"};
+    graft_generate_config c = graft_test_greedy(4);
+    for (size_t i = 0; i < sizeof closes / sizeof *closes; i++) {
+        c.thought_budget = 3;
+        c.thought_close = closes[i];
+        assert_int_equal(graft_session_generate(s, prompt, N_PROMPT, &c, NULL, NULL, NULL, &gen),
+                         GRAFT_EINVAL);
+    }
+    c.thought_close = "</think>";
+    c.thought_opens = "";
+    assert_int_equal(graft_session_generate(s, prompt, N_PROMPT, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    c.thought_opens = NULL;
+    c.thought_budget = -1;
+    assert_int_equal(graft_session_generate(s, prompt, N_PROMPT, &c, NULL, NULL, NULL, &gen),
+                     GRAFT_EINVAL);
+    graft_session_close(s);
+    graft_test_engine_end(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_closed_at_the_budget),
+        cmocka_unit_test(test_closed_by_the_model),
+        cmocka_unit_test(test_opening_text),
+        cmocka_unit_test(test_sampled_batch_invariant),
+        cmocka_unit_test(test_bad_configs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -604,6 +604,83 @@ static void test_thinking_block(void **state)
     json_decref(answer);
 }
 
+/* A greedy chat answer of the thinking server, thought on, its token ids given back, with
+ * a thinking_token_budget when budget > 0. */
+static json_t *thinking_answer(int budget)
+{
+    json_t *b = chat_body(NULL, json_pack("[o]", message("user", "Hi")), 30);
+    json_object_set_new(b, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", 1));
+    json_object_set_new(b, "return_tokens", json_true());
+    if (budget > 0)
+        json_object_set_new(b, "thinking_token_budget", json_integer(budget));
+    return ask(&thinking, "/v1/chat/completions", b);
+}
+
+/* The text of tokens[from, to) by POST /detokenize, to free. */
+static char *detokenized(const json_t *tokens, size_t from, size_t to)
+{
+    json_t *ids = json_array();
+    for (size_t i = from; i < to; i++)
+        json_array_append(ids, json_array_get(tokens, i));
+    json_t *d = ask(&thinking, "/detokenize", json_pack("{s:o}", "tokens", ids));
+    char *text = strdup(json_string_value(json_object_get(d, "content")));
+    json_decref(d);
+    return text;
+}
+
+/* thinking_token_budget, and budget_tokens: the thought is closed after that many tokens
+ * (stories260K never closes it itself): the answer's tokens are the unbudgeted answer's
+ * first ones, a line break and "</think>", then the content; the thought is the first
+ * ones' text and the content what follows the tag, each stripped as thoughts are. The
+ * Message with budget_tokens is that chat answer, whole and streamed. */
+static void test_thinking_budget(void **state)
+{
+    (void)state;
+    enum { BUDGET = 4 };
+    json_t *unbudgeted = thinking_answer(0);
+    json_t *budgeted = thinking_answer(BUDGET);
+    const json_t *plain_ids = json_object_get(
+        json_array_get(json_object_get(unbudgeted, "choices"), 0), "tokens");
+    const json_t *ids = json_object_get(
+        json_array_get(json_object_get(budgeted, "choices"), 0), "tokens");
+    assert_true(json_array_size(ids) == 30 && json_array_size(plain_ids) == 30);
+    for (size_t i = 0; i < BUDGET; i++)
+        assert_true(json_equal(json_array_get(ids, i), json_array_get(plain_ids, i)));
+    char *thought = detokenized(ids, 0, BUDGET);
+    char *rest = detokenized(ids, BUDGET, json_array_size(ids));
+    const char *tag = "\n</think>";
+    if (strncmp(rest, tag, strlen(tag)) != 0)
+        fail_msg("after the budget: %s", rest);
+    const json_t *msg = chat_message(budgeted);
+    const char *t = thought + strspn(thought, " \n");
+    size_t n = strlen(t);
+    while (n > 0 && strchr(" \n", t[n - 1]) != NULL)
+        n--;
+    const char *reasoning = json_string_value(json_object_get(msg, "reasoning_content"));
+    assert_non_null(reasoning);
+    assert_int_equal(strlen(reasoning), n);
+    assert_memory_equal(reasoning, t, n);
+    const char *after = rest + strlen(tag);
+    assert_string_equal(json_string_value(json_object_get(msg, "content")),
+                        after + strspn(after, " \n"));
+    json_t *b = greedy(json_pack("[o]", message("user", "Hi")), 30);
+    json_object_set_new(b, "thinking", json_pack("{s:s, s:i}", "type", "enabled",
+                                                 "budget_tokens", BUDGET));
+    json_t *m = ask(&thinking, "/v1/messages", json_deep_copy(b));
+    expect_chat_answer(m, budgeted);
+    expect_streamed_as_whole(&thinking, b);
+    response r = graft_test_request(&thinking, "POST", "/v1/chat/completions",
+                                    "{\"messages\": [{\"role\": \"user\", \"content\": "
+                                    "\"Hi\"}], \"thinking_token_budget\": 0}");
+    free(graft_test_expect_error(&r, 400, "thinking_token_budget"));
+    graft_test_response_free(&r);
+    json_decref(m);
+    free(rest);
+    free(thought);
+    json_decref(budgeted);
+    json_decref(unbudgeted);
+}
+
 /* An assistant turn's thinking block reaches the template as its reasoning_content: Qwen3's
  * renders it for the turns of a tool loop (after the last user query), so the prompt of
  * [user, assistant thinking and tool_use, user tool_result] counts as many tokens as the
@@ -748,6 +825,9 @@ static void test_errors(void **state)
                    "stop_sequences");
     expect_refused("{\"max_tokens\": 4, " USER_HI ", \"thinking\": {\"type\": \"on\"}}",
                    "thinking.type");
+    expect_refused("{\"max_tokens\": 4, " USER_HI ", \"thinking\": {\"type\": \"enabled\", "
+                   "\"budget_tokens\": 0}}",
+                   "thinking.budget_tokens");
     expect_refused("{\"max_tokens\": 4, " USER_HI ", \"temperature\": -1}", "temperature");
     expect_refused("{\"max_tokens\": 4, " USER_HI ", \"mcp_servers\": [{\"url\": \"x\"}]}",
                    "mcp_servers");
@@ -823,6 +903,7 @@ int main(void)
         cmocka_unit_test(test_prefill_continues),
         cmocka_unit_test(test_forced_tool_use),
         cmocka_unit_test(test_thinking_block),
+        cmocka_unit_test(test_thinking_budget),
         cmocka_unit_test(test_thinking_in_the_input),
         cmocka_unit_test(test_count_tokens),
         cmocka_unit_test(test_count_tokens_beyond_the_context),

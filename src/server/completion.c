@@ -465,6 +465,9 @@ static int start_choice(completion *c, choice *ch)
     cfg.json_schema_len = r->json_schema ? strlen(r->json_schema) : 0;
     cfg.output_after = r->output_after;
     cfg.output_opens = r->output_opens;
+    cfg.thought_budget = r->thought_budget;
+    cfg.thought_close = r->thought_close;
+    cfg.thought_opens = r->thought_opens;
     return graft_session_generate(ch->session, c->prompt + ch->reused,
                                   c->n_prompt - (size_t)ch->reused, &cfg, up, st, user, &ch->gen);
 }

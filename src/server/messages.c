@@ -2,26 +2,24 @@
  * messages.c: Anthropic's Messages API (POST /v1/messages, POST /v1/messages/count_tokens),
  * what Claude Code and Anthropic's SDKs speak, on the chat completion path.
  *
- * A request is translated into a chat completion request: `system` (a string or text
- * blocks) becomes the system message; each message's blocks become chat messages (a user's
- * text blocks its content parts, its tool_result blocks tool messages before them; an
- * assistant's text its content, its thinking blocks its reasoning_content, its tool_use
- * blocks its tool_calls); a last message of the assistant's is a prefill, which the answer
- * continues (continue_final_message); `tools` (custom tools: name, description,
- * input_schema) and `tool_choice` (auto, any, tool, none; disable_parallel_tool_use) their
- * chat counterparts; `stop_sequences` the stop strings; `thinking` the template's
- * enable_thinking (its budget_tokens is not enforced); `output_format` (json_schema) the
- * response_format; max_tokens (required), temperature, top_p, top_k, stream and graft's
- * own fields (seed, min_p, penalties, logit_bias, session_id, chat_template_kwargs,
- * reasoning_format) as they are. The completion runs as any chat completion (prompt reuse, tool calls,
- * thoughts, JSON output), and its one choice is answered as a Message: the thought as a
- * thinking block, the text as a text block (also when there is nothing else), each call
- * as a tool_use block; usage counts the prompt tokens graft reused as
- * cache_read_input_tokens and the rest as input_tokens. Streams give the API's events.
- * What the API has and graft does not (images, documents, server tools, MCP servers) is
- * refused with a 400 naming the field; metadata, service_tier and cache_control are
- * ignored (every prompt is cached). Errors come in the API's shape
- * (graft__messages_error_shape).
+ * A request is translated into a chat completion request: `system` (a string or text blocks)
+ * becomes the system message; each message's blocks become chat messages (a user's text blocks its
+ * content parts, its tool_result blocks tool messages before them; an assistant's text its content,
+ * its thinking blocks its reasoning_content, its tool_use blocks its tool_calls); a last message of
+ * the assistant's is a prefill, which the answer continues (continue_final_message); `tools`
+ * (custom tools: name, description, input_schema) and `tool_choice` (auto, any, tool, none;
+ * disable_parallel_tool_use) their chat counterparts; `stop_sequences` the stop strings; `thinking`
+ * the template's enable_thinking (its budget_tokens the chat's thinking_token_budget);
+ * `output_format` (json_schema) the response_format; max_tokens (required), temperature, top_p,
+ * top_k, stream and graft's own fields (seed, min_p, penalties, logit_bias, session_id,
+ * chat_template_kwargs, reasoning_format) as they are. The completion runs as any chat completion
+ * (prompt reuse, tool calls, thoughts, JSON output), and its one choice is answered as a Message:
+ * the thought as a thinking block, the text as a text block (also when there is nothing else), each
+ * call as a tool_use block; usage counts the prompt tokens graft reused as cache_read_input_tokens
+ * and the rest as input_tokens. Streams give the API's events. What the API has and graft does not
+ * (images, documents, server tools, MCP servers) is refused with a 400 naming the field; metadata,
+ * service_tier and cache_control are ignored (every prompt is cached). Errors come in the API's
+ * shape (graft__messages_error_shape).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,7 +278,8 @@ static int chat_tool_choice(const json_t *choice, json_t *chat, char **param, ch
     return 0;
 }
 
-/* thinking as the template's enable_thinking (unless chat_template_kwargs sets it). */
+/* thinking as the template's enable_thinking (unless chat_template_kwargs sets it), and
+ * enabled's budget_tokens as thinking_token_budget. */
 static int chat_thinking(const json_t *thinking, json_t *chat, char **param, char **message)
 {
     const char *type = json_string_value(json_object_get(thinking, "type"));
@@ -288,6 +287,15 @@ static int chat_thinking(const json_t *thinking, json_t *chat, char **param, cha
                          strcmp(type, "adaptive") != 0))
         return graft__refuse(param, message, "thinking.type", "'thinking.type' must be "
                              "\"enabled\", \"adaptive\" or \"disabled\"");
+    const json_t *budget = json_object_get(thinking, "budget_tokens");
+    if (strcmp(type, "enabled") == 0 && budget != NULL && !json_is_null(budget)) {
+        if (!json_is_integer(budget) || json_integer_value(budget) < 1 ||
+            json_integer_value(budget) > INT32_MAX)
+            return graft__refuse(param, message, "thinking.budget_tokens",
+                                 "'thinking.budget_tokens' must be an integer in [1, %d]",
+                                 INT32_MAX);
+        json_object_set(chat, "thinking_token_budget", (json_t *)budget);
+    }
     json_t *kwargs = json_object_get(chat, "chat_template_kwargs");
     if (!json_is_object(kwargs))
         json_object_set_new(chat, "chat_template_kwargs", kwargs = json_object());

@@ -2,23 +2,22 @@
  * request.c: the JSON body of a completion or chat completion request, validated into a
  * graft__completion_request (server.h).
  *
- * What OpenAI clients send and what llama-server users add is accepted: prompt (a string,
- * an array of one string, or token ids; batch.c splits several prompts into one body each
- * before they come here), messages (through the chat template), max_tokens /
- * max_completion_tokens / n_predict, n, temperature, top_p, top_k, min_p, seed,
- * repetition_penalty / repeat_penalty, presence_penalty, frequency_penalty, logit_bias,
- * logprobs / top_logprobs (chat: a flag and a count; completions: the legacy count), tools
- * and tool_choice (auto, none, required or a named function), parallel_tool_calls,
- * response_format (text, json_object, json_schema) or llama-server's json_schema, stop,
- * stream, stream_options.include_usage, ignore_eos, return_tokens, session_id, echo
- * (completions: the prompt comes back before the answer; max_tokens 0 then asks for the
- * prompt alone), reasoning_format (chat: whether a thinking model's thought is split off,
- * reasoning.c), continue_final_message (chat: the last message, the assistant's, is a
- * prefill the answer continues, chat.c). A field of
- * the wrong type or out of range is refused naming its JSON path.
- * Known fields graft cannot honour are refused by name rather than ignored (an answer that
- * silently differs from what was asked is worse than a clear 400); unknown fields are
- * ignored, since SDKs send extras.
+ * What OpenAI clients send and what llama-server users add is accepted: prompt (a string, an array
+ * of one string, or token ids; batch.c splits several prompts into one body each before they come
+ * here), messages (through the chat template), max_tokens / max_completion_tokens / n_predict, n,
+ * temperature, top_p, top_k, min_p, seed, repetition_penalty / repeat_penalty, presence_penalty,
+ * frequency_penalty, logit_bias, logprobs / top_logprobs (chat: a flag and a count; completions:
+ * the legacy count), tools and tool_choice (auto, none, required or a named function),
+ * parallel_tool_calls, response_format (text, json_object, json_schema) or llama-server's
+ * json_schema, stop, stream, stream_options.include_usage, ignore_eos, return_tokens, session_id,
+ * echo (completions: the prompt comes back before the answer; max_tokens 0 then asks for the prompt
+ * alone), reasoning_format (chat: whether a thinking model's thought is split off, reasoning.c),
+ * thinking_token_budget (chat: the tokens a thinking model's thought may take before it is closed),
+ * continue_final_message (chat: the last message, the assistant's, is a prefill the answer
+ * continues, chat.c). A field of the wrong type or out of range is refused naming its JSON path.
+ * Known fields graft cannot honour are refused by name rather than ignored (an answer that silently
+ * differs from what was asked is worse than a clear 400); unknown fields are ignored, since SDKs
+ * send extras.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -607,14 +606,19 @@ static int parse_reasoning_format(const json_t *body, const graft__chat *chat, b
 /* A chat prompt rendered by a thinking model's template: whether the answer begins inside a
  * thought, and the tags to split it off by. JSON output in such an answer begins after the
  * thought's closing tag: the prompt opened the thought, or the model may open one, unless
- * the prompt ends with a closed one (thinking off). A forced call, whose opening tag ends
- * the prompt, would be written inside a thought the prompt opened: the thought is closed
- * empty first, as the template closes it when thinking is off. */
+ * the prompt ends with a closed one (thinking off); so does thinking_token_budget (vLLM's
+ * name) hold that thought, and a budget for a model that writes no thought has nothing to
+ * hold. A forced call, whose opening tag ends the prompt, would be written inside a thought
+ * the prompt opened: the thought is closed empty first, as the template closes it when
+ * thinking is off. */
 static int shape_thought(const json_t *body, const graft__chat *chat,
                          graft__completion_request *r, char **param, char **message)
 {
     bool split;
+    long long budget = 0;
     int rc = parse_reasoning_format(body, chat, &split, param, message);
+    if (rc == GRAFT_OK)
+        rc = get_int(body, "thinking_token_budget", 1, INT32_MAX, &budget, param, message);
     if (rc != GRAFT_OK || chat->thought_tags == NULL)
         return rc;
     r->thought_tags = split ? chat->thought_tags : NULL;
@@ -623,8 +627,12 @@ static int shape_thought(const json_t *body, const graft__chat *chat,
         r->thought_opened = false;
         return graft__reasoning_close(chat->thought_tags, &r->prompt_text);
     }
-    if (r->output_format == GRAFT_OUTPUT_TEXT || r->forced_call ||
-        graft__reasoning_closed(chat->thought_tags, r->prompt_text))
+    if (r->forced_call || graft__reasoning_closed(chat->thought_tags, r->prompt_text))
+        return GRAFT_OK;
+    r->thought_budget = (int32_t)budget;
+    r->thought_close = chat->thought_tags->close;
+    r->thought_opens = r->thought_opened ? NULL : chat->thought_tags->open;
+    if (r->output_format == GRAFT_OUTPUT_TEXT)
         return GRAFT_OK;
     r->output_after = chat->thought_tags->close;
     r->output_opens = r->thought_opened ? NULL : chat->thought_tags->open;

@@ -270,6 +270,10 @@ typedef struct graft__completion_request {
                                  tag), or NULL: at the first token */
     const char *output_opens; /* the text that opens that thought when the answer has one
                                  (the model opens it), or NULL: the prompt opened it */
+    int32_t thought_budget;   /* thinking_token_budget: tokens the answer's thought may take
+                                 before it is closed (0: no budget) ... */
+    const char *thought_close, *thought_opens; /* ... its closing tag, and its opening text
+                                 when the model opens it (NULL: the prompt opened it) */
 } graft__completion_request;
 
 /* Fills r from the body of a completion (chat false) or chat completion request. On a bad

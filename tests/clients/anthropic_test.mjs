@@ -557,9 +557,11 @@ await check('count_tokens: the Message\'s input_tokens + cache_read_input_tokens
 
 // QwQ's template opens a thought (<think>) when thinking is enabled; stories260K never closes
 // it within max_tokens, so then the whole answer is one thinking block; either case is checked.
+// budget_tokens beyond max_tokens: the thought is the model's own (test_server_messages.c
+// checks a budget that closes it)
 const thinkingParams = {
     model, max_tokens: 40, temperature: 0, system, messages: [ask],
-    thinking: { type: 'enabled', budget_tokens: 32 },
+    thinking: { type: 'enabled', budget_tokens: 1024 },
 };
 let thought;
 await check('thinking: a thinking block (then text), chat\'s reasoning_content', async () => {

@@ -46,6 +46,8 @@ static void check(const json_t *body, bool is_chat, const graft__chat *with)
         require(r.output_after == NULL || (r.output_format != GRAFT_OUTPUT_TEXT &&
                                            !r.forced_call && with->thought_tags != NULL));
         require(!(r.thought_opened && r.forced_call));
+        require(r.thought_budget >= 0 && (r.thought_budget == 0 || (r.thought_close != NULL &&
+                                                                    with->thought_tags != NULL)));
         require(param == NULL && message == NULL);
         graft__request_free(&r);
     } else {

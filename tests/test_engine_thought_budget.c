@@ -117,83 +117,94 @@ static void check_closed_at_budget(graft_engine *e, const graft_generate_config 
     free(out);
 }
 
+/* An engine, the greedy config without a budget, and its answer to the prompt. */
+typedef struct plain_run {
+    graft_engine *e;
+    graft_generate_config c;
+    int32_t *plain;
+    size_t n_plain;
+} plain_run;
+
+static plain_run plain_begin(void)
+{
+    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
+    plain_run p = {.e = graft_test_engine(stories, &o), .c = graft_test_greedy(MAX_NEW)};
+    p.plain = generate(p.e, prompt, N_PROMPT, &p.c, &p.n_plain);
+    return p;
+}
+
+static void plain_end(plain_run *p)
+{
+    free(p->plain);
+    graft_test_engine_end(p->e);
+}
+
+/* The budgeted config's answer is the plain one, token for token. */
+static void expect_plain(const plain_run *p, const graft_generate_config *c)
+{
+    size_t n = 0;
+    int32_t *out = generate(p->e, prompt, N_PROMPT, c, &n);
+    assert_int_equal(n, p->n_plain);
+    assert_memory_equal(out, p->plain, n * sizeof *out);
+    free(out);
+}
+
 /* The prompt opened the thought (no opening text): closed at the budget, then the model's
  * own answer; a tag of special-token text and a budget of 1 alike. */
 static void test_closed_at_the_budget(void **state)
 {
     (void)state;
-    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
-    graft_engine *e = graft_test_engine(stories, &o);
-    graft_generate_config c = graft_test_greedy(MAX_NEW);
-    size_t n_plain = 0;
-    int32_t *plain = generate(e, prompt, N_PROMPT, &c, &n_plain);
+    plain_run p = plain_begin();
+    graft_generate_config c = p.c;
     c.thought_close = "</think>";
     c.thought_budget = BUDGET;
-    check_closed_at_budget(e, &c, plain, BUDGET);
+    check_closed_at_budget(p.e, &c, p.plain, BUDGET);
     c.thought_budget = 1;
     c.thought_close = "</s>"; /* parsed as the special token */
-    check_closed_at_budget(e, &c, plain, 1);
-    free(plain);
-    graft_test_engine_end(e);
+    check_closed_at_budget(p.e, &c, p.plain, 1);
+    plain_end(&p);
 }
 
-/* A thought the model closes itself within the budget is left alone; past it, closed. The
- * tag is a word of the plain answer after the budget's reach... and before it. */
+/* A thought the model closes itself within the budget is left alone; one it would close
+ * after the budget is closed at the budget. The tag is the text of the plain answer's
+ * tokens 2 and 3. */
 static void test_closed_by_the_model(void **state)
 {
     (void)state;
-    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
-    graft_engine *e = graft_test_engine(stories, &o);
-    graft_generate_config c = graft_test_greedy(MAX_NEW);
-    size_t n_plain = 0;
-    int32_t *plain = generate(e, prompt, N_PROMPT, &c, &n_plain);
-    /* the tag: the text of plain tokens 2 and 3, which the answer holds by token 4 */
-    char *tag = text_of(plain + 2, 2);
+    plain_run p = plain_begin();
+    graft_generate_config c = p.c;
+    char *tag = text_of(p.plain + 2, 2);
     assert_true(strlen(tag) > 0 && strlen(tag) <= GRAFT_MAX_OUTPUT_AFTER);
-    char *head = text_of(plain, 2);
+    char *head = text_of(p.plain, 2);
     assert_null(strstr(head, tag)); /* not closed before token 2 */
     c.thought_close = tag;
     c.thought_budget = 4; /* the tag is out at 4 tokens: nothing forced */
-    size_t n = 0;
-    int32_t *out = generate(e, prompt, N_PROMPT, &c, &n);
-    assert_int_equal(n, n_plain);
-    assert_memory_equal(out, plain, n * sizeof *out);
-    free(out);
+    expect_plain(&p, &c);
     c.thought_budget = 2; /* the tag would come after the budget: closed at 2 */
-    check_closed_at_budget(e, &c, plain, 2);
+    check_closed_at_budget(p.e, &c, p.plain, 2);
     free(head);
     free(tag);
-    free(plain);
-    graft_test_engine_end(e);
+    plain_end(&p);
 }
 
 /* thought_opens: an output that does not open with it has no thought (the plain answer);
- * one that does (the opening's tokens made likely) is closed at the budget. */
+ * one that does (the opening is the plain answer's first word) is closed at the budget. */
 static void test_opening_text(void **state)
 {
     (void)state;
-    graft_engine_options o = graft_test_engine_options(2, CONTEXT);
-    graft_engine *e = graft_test_engine(stories, &o);
-    graft_generate_config c = graft_test_greedy(MAX_NEW);
-    size_t n_plain = 0;
-    int32_t *plain = generate(e, prompt, N_PROMPT, &c, &n_plain);
+    plain_run p = plain_begin();
+    graft_generate_config c = p.c;
     c.thought_close = "</think>";
     c.thought_opens = "<think>";
     c.thought_budget = BUDGET;
-    size_t n = 0;
-    int32_t *out = generate(e, prompt, N_PROMPT, &c, &n);
-    assert_int_equal(n, n_plain);
-    assert_memory_equal(out, plain, n * sizeof *out);
-    free(out);
-    /* the output opens with the plain answer's first word: a thought */
-    char *word = text_of(plain, 1);
+    expect_plain(&p, &c);
+    char *word = text_of(p.plain, 1);
     char *start = word + strspn(word, " \n");
     assert_true(strlen(start) > 0);
     c.thought_opens = start;
-    check_closed_at_budget(e, &c, plain, BUDGET);
+    check_closed_at_budget(p.e, &c, p.plain, BUDGET);
     free(word);
-    free(plain);
-    graft_test_engine_end(e);
+    plain_end(&p);
 }
 
 /* Sampled with a budget: the same bits alone and beside other generations. */

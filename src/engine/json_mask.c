@@ -146,17 +146,6 @@ void graft__json_preamble_init(graft__json_preamble *p, const char *tag, const c
     memcpy(p->open, open ? open : "", k);
 }
 
-/* The tag's bytes matched at the output's end after one more byte, when `matched` were
- * before it: the longest k with tag[0, k) a tail of tag[0, matched) and the byte. */
-static uint32_t tag_step(const graft__json_preamble *p, uint32_t matched, uint8_t byte)
-{
-    for (uint32_t k = matched + 1; k > 0; k--)
-        if ((uint8_t)p->tag[k - 1] == byte &&
-            memcmp(p->tag, p->tag + matched + 1 - k, k - 1) == 0)
-            return k;
-    return 0;
-}
-
 /* Walks token t's bytes through *p: false when they break its opening text off. When the
  * JSON text begins in them, *json_from is the first of its bytes among them and *lead says
  * whether p->lead's white space comes before (the JSON text at once); else *json_from is
@@ -171,7 +160,7 @@ static bool preamble_walk(const graft__json_mask *m, graft__json_preamble *p, in
     for (size_t i = 0; i < n && !p->over; i++) {
         uint8_t c = (uint8_t)bytes[i];
         if (p->in_free) {
-            p->matched = tag_step(p, p->matched, c);
+            p->matched = graft__tag_step(p->tag, p->matched, c);
             if (p->matched == p->len) {
                 p->over = true;
                 *json_from = i + 1;

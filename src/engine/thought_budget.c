@@ -50,17 +50,6 @@ int32_t graft__thought_budget_forced(const graft__thought_budget *b, int32_t n_o
     return b->closing[b->given];
 }
 
-/* The closing tag's bytes matched at the output's end after one more byte, when `matched`
- * were before it: the longest k with close[0, k) a tail of close[0, matched) and the byte. */
-static uint32_t close_step(const graft__thought_budget *b, uint32_t matched, uint8_t byte)
-{
-    for (uint32_t k = matched + 1; k > 0; k--)
-        if ((uint8_t)b->close[k - 1] == byte &&
-            memcmp(b->close, b->close + matched + 1 - k, k - 1) == 0)
-            return k;
-    return 0;
-}
-
 void graft__thought_budget_feed(graft__thought_budget *b, const graft__vocab *v, int32_t token,
                                 bool forced)
 {
@@ -72,7 +61,7 @@ void graft__thought_budget_feed(graft__thought_budget *b, const graft__vocab *v,
     for (size_t i = 0; i < n && !b->over; i++) {
         uint8_t c = (uint8_t)bytes[i];
         if (b->inside) {
-            b->matched = close_step(b, b->matched, c);
+            b->matched = graft__tag_step(b->close, b->matched, c);
             b->over = b->matched == b->close_len;
         } else if (b->opening == 0 && (c == ' ' || c == '\n' || c == '\r' || c == '\t')) {
             continue;

@@ -11,7 +11,8 @@
  * - Two tiers of assert: GRAFT_ASSERT is always on (shapes, bounds); GRAFT_DEBUG_ASSERT
  *   (O(n) consistency checks) is compiled without NDEBUG or with GRAFT_DEBUG_ASSERTS
  *   defined (the ASan flavour defines it).
- * - Monotonic time in nanoseconds, and the pseudo-random generator (rng.c).
+ * - Monotonic time in nanoseconds, the pseudo-random generator (rng.c), and a tag followed
+ *   through a text byte by byte (tag_match.c).
  */
 #ifndef GRAFT_UTIL_H
 #define GRAFT_UTIL_H
@@ -129,5 +130,10 @@ uint64_t graft__splitmix64(uint64_t *state);
 void graft__rng_seed(graft__rng *r, uint64_t seed);
 uint64_t graft__rng_next(graft__rng *r);
 double graft__rng_unit(graft__rng *r);
+
+/* tag_match.c: the bytes of tag that a text ends with after one more byte, when it ended with
+ * `matched` of them before (matched below the tag's length): the longest k such that
+ * tag[0, k) is a tail of tag[0, matched) followed by the byte. */
+uint32_t graft__tag_step(const char *tag, uint32_t matched, uint8_t byte);
 
 #endif /* GRAFT_UTIL_H */

@@ -772,6 +772,54 @@ static void expect_refused(const char *body, const char *names)
     graft_test_response_free(&r);
 }
 
+/* A user message of about `tokens` prompt tokens (the count_tokens of plain), to free. */
+static char *text_of_tokens(int tokens, json_int_t *counted)
+{
+    size_t n = (size_t)tokens;
+    for (int tries = 0; tries < 8; tries++) {
+        char *text = malloc(n + 1);
+        assert_non_null(text);
+        for (size_t i = 0; i < n; i++)
+            text[i] = i % 4 == 3 ? ' ' : 'a' + (char)(i % 4);
+        text[n] = '\0';
+        json_t *c = ask(&plain, "/v1/messages/count_tokens",
+                        json_pack("{s:[o]}", "messages", message("user", text)));
+        *counted = json_integer_value(json_object_get(c, "input_tokens"));
+        json_decref(c);
+        if (*counted >= tokens - 12 && *counted <= tokens)
+            return text;
+        free(text);
+        n = n * (size_t)tokens / (size_t)*counted - (*counted > tokens ? 4 : 0);
+    }
+    fail_msg("no text of about %d tokens", tokens);
+    return NULL;
+}
+
+/* max_tokens beyond the context's room (Claude's clients send 32000) is that room: the
+ * Message ends at the context; chat completions refuse it, as OpenAI's servers do. */
+static void test_max_tokens_fit(void **state)
+{
+    (void)state;
+    json_int_t counted = 0;
+    char *text = text_of_tokens(500, &counted);
+    json_t *b = greedy(json_pack("[o]", message("user", text)), 32000);
+    free(text);
+    json_t *m = ask(&plain, "/v1/messages", json_deep_copy(b));
+    json_int_t out = usage_of(m, "output_tokens"), room = 512 - counted;
+    assert_int_equal(usage_of(m, "input_tokens") + usage_of(m, "cache_read_input_tokens"),
+                     counted);
+    assert_true(out >= 1 && out <= room);
+    if (is(json_object_get(m, "stop_reason"), "max_tokens"))
+        assert_int_equal(out, room);
+    char *body = json_dumps(b, 0);
+    response r = graft_test_request(&plain, "POST", "/v1/chat/completions", body);
+    free(graft_test_expect_error(&r, 400, "max_tokens"));
+    graft_test_response_free(&r);
+    free(body);
+    json_decref(b);
+    json_decref(m);
+}
+
 /* A prompt longer than the context is counted all the same; running it is refused. */
 static void test_count_tokens_beyond_the_context(void **state)
 {
@@ -907,6 +955,7 @@ int main(void)
         cmocka_unit_test(test_thinking_in_the_input),
         cmocka_unit_test(test_count_tokens),
         cmocka_unit_test(test_count_tokens_beyond_the_context),
+        cmocka_unit_test(test_max_tokens_fit),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_metrics_count_messages),

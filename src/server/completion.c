@@ -272,12 +272,16 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
     return 0;
 }
 
-/* The prompt and max_tokens within the context; -1 with the reply set. Only a request that
- * runs needs it: counting a prompt's tokens works for any length. */
+/* The prompt and max_tokens within the context (max_tokens cut to the room left where
+ * c->max_tokens_fit says so); -1 with the reply set. Only a request that runs needs it:
+ * counting a prompt's tokens works for any length. */
 static int fits_context(completion *c, graft__reply *reply)
 {
     const graft__completion_request *r = &c->req;
     int32_t max_context = c->ctx->max_context;
+    if (c->max_tokens_fit && (int64_t)c->n_prompt < max_context &&
+        (int64_t)c->n_prompt + (int64_t)r->max_tokens > max_context)
+        c->req.max_tokens = max_context - (int32_t)c->n_prompt;
     if ((int64_t)c->n_prompt + (int64_t)r->max_tokens > max_context) {
         const char *param = r->max_tokens > 0 ? r->max_tokens_key
                             : r->chat         ? "messages"

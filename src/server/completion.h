@@ -83,6 +83,8 @@ struct completion {
     bool llama;            /* llama-server's /completion shape */
     const graft__shape *shape; /* another API's shape (responses.c, messages.c), or NULL */
     void *shaped;          /* its state */
+    bool max_tokens_fit;   /* max_tokens beyond the context's room is taken as that room
+                              (Messages: Anthropic's clients send their models' limits) */
     char id[48];
     long long created;
     int32_t *prompt;

@@ -614,6 +614,7 @@ int graft__messages_begin(completion *c, const json_t *body, const char *session
         return graft__reply_error(reply, 503, "server_error", NULL, "out of memory"), -1;
     m->open = -1;
     c->shape = &shape;
+    c->max_tokens_fit = true;
     c->shaped = m;
     json_t *chat = NULL;
     int rc = translate(body, false, &chat, reply);

@@ -660,9 +660,18 @@ await check('refused: no max_tokens, an image, an unknown role, a server tool (4
         .finalMessage(), /image/);
 });
 
-await check('refused: max_tokens past the context or 0, no messages, an unknown tool', async () => {
-    await assertRefused(client.messages.create({ model, max_tokens: 1000, messages: [ask] }),
-                        /max_tokens/);
+await check('max_tokens past the context: the Message ends at the context', async () => {
+    const message = await client.messages.create({ model, max_tokens: 4000, temperature: 0,
+                                                   messages: [ask] });
+    assertMessage(message);
+    const used = message.usage.input_tokens + message.usage.cache_read_input_tokens +
+                 message.usage.output_tokens;
+    assert.ok(used <= 256, `${used} tokens in a context of 256`);
+    if (message.stop_reason === 'max_tokens')
+        assert.equal(used, 256);
+});
+
+await check('refused: max_tokens 0, no messages, an unknown tool', async () => {
     await assertRefused(client.messages.create({ model, max_tokens: 0, messages: [ask] }),
                         /max_tokens/);
     await assertRefused(client.messages.create({ model, max_tokens: 8, messages: [] }),

@@ -573,7 +573,10 @@ typedef struct graft_generate_config {
                                   a line break and thought_close, tokenized with special
                                   tokens, given out (reported, with their log-probabilities)
                                   in place of sampled ones, without a draw from the sampler;
-                                  sampling goes on after them. 0: no budget. */
+                                  sampling goes on after them. Where they would not all fit
+                                  before max_new_tokens, they begin sooner and end at it, so
+                                  a thought under a budget below max_new_tokens always
+                                  closes. 0: no budget. */
     const char *thought_close; /* with thought_budget: the closing tag (1 to
                                   GRAFT_MAX_OUTPUT_AFTER bytes; copied), such as "</think>" */
     const char *thought_opens; /* with thought_budget, NULL or the text (such as "<think>") the

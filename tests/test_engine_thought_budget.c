@@ -6,7 +6,8 @@
  * greedy answer up to the budget, then the closing tokens (a line break and the tag,
  * tokenized here with graft_tokenize), then exactly the greedy answer a fresh session gives
  * to the prompt extended by all of those tokens. An output that closes the thought itself
- * before the budget, or that does not begin with the opening text, is the plain answer. A
+ * before the budget, or that does not begin with the opening text, is the plain answer;
+ * closing tokens that would pass max_new_tokens begin sooner and end at it. A
  * sampled budgeted generation is the same bits alone and batched. Bad configurations are
  * refused.
  */
@@ -207,6 +208,36 @@ static void test_opening_text(void **state)
     plain_end(&p);
 }
 
+/* A budget whose closing tokens would pass max_new_tokens: they begin sooner and end at
+ * it, the plain answer before them; a budget of max_new_tokens or more forces nothing. */
+static void test_closing_fits_max_new(void **state)
+{
+    (void)state;
+    plain_run p = plain_begin();
+    size_t n_closing = 0;
+    int32_t *closing = closing_tokens("</think>", &n_closing);
+    assert_true(n_closing >= 2);
+    int32_t max_new = BUDGET + (int32_t)n_closing - 1;
+    graft_generate_config c = p.c;
+    c.max_new_tokens = max_new;
+    c.thought_close = "</think>";
+    c.thought_budget = BUDGET;
+    size_t n = 0;
+    int32_t *out = generate(p.e, prompt, N_PROMPT, &c, &n);
+    assert_int_equal(n, max_new);
+    size_t from = (size_t)max_new - n_closing;
+    assert_memory_equal(out, p.plain, from * sizeof *out);
+    assert_memory_equal(out + from, closing, n_closing * sizeof *out);
+    free(out);
+    c.thought_budget = max_new;
+    out = generate(p.e, prompt, N_PROMPT, &c, &n);
+    assert_int_equal(n, max_new);
+    assert_memory_equal(out, p.plain, n * sizeof *out);
+    free(out);
+    free(closing);
+    plain_end(&p);
+}
+
 /* Sampled with a budget: the same bits alone and beside other generations. */
 static void test_sampled_batch_invariant(void **state)
 {
@@ -283,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_closed_at_the_budget),
         cmocka_unit_test(test_closed_by_the_model),
         cmocka_unit_test(test_opening_text),
+        cmocka_unit_test(test_closing_fits_max_new),
         cmocka_unit_test(test_sampled_batch_invariant),
         cmocka_unit_test(test_bad_configs),
     };

@@ -140,8 +140,10 @@ typedef struct graft__thought_budget {
 int graft__thought_budget_init(graft__thought_budget *b, const graft__vocab *v, int32_t budget,
                                const char *close, const char *open);
 void graft__thought_budget_free(graft__thought_budget *b);
-/* The token to give out instead of a sampled one when the output has n_out tokens, or -1. */
-int32_t graft__thought_budget_forced(const graft__thought_budget *b, int32_t n_out);
+/* The token to give out instead of a sampled one when the output has n_out tokens of at
+ * most max_new (0: no limit), or -1. */
+int32_t graft__thought_budget_forced(const graft__thought_budget *b, int32_t n_out,
+                                     int32_t max_new);
 /* Follows one more token of the output (forced: the one graft__thought_budget_forced gave). */
 void graft__thought_budget_feed(graft__thought_budget *b, const graft__vocab *v, int32_t token,
                                 bool forced);

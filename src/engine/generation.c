@@ -280,7 +280,7 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     if (gen->logprobs != NULL) /* the sampler changes the logits in place */
         memcpy(gen->raw_logits, logits, (size_t)n_vocab * sizeof *logits);
     bool before_json = gen->json && !gen->preamble.over;
-    int32_t token = graft__thought_budget_forced(&gen->thought, gen->n_out);
+    int32_t token = graft__thought_budget_forced(&gen->thought, gen->n_out, gen->max_new);
     bool forced = token >= 0;
     if (!forced && gen->json &&
         (before_json ? graft__json_mask_apply_preamble(e->json_mask, &gen->preamble,

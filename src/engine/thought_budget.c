@@ -6,7 +6,9 @@
  * white space and then the opening text; then the thought, until its closing tag. Once the
  * output has thought_budget tokens and the thought is still open, the tokens of a line
  * break and the closing tag are given out in turn instead of sampled ones, and sampling
- * goes on after them: the answer that follows is the model's own. An output that begins
+ * goes on after them: the answer that follows is the model's own. Where those tokens would
+ * not all fit before max_new_tokens, they begin sooner and end at it, so that a budgeted
+ * thought is never cut inside its tag. An output that begins
  * with anything but the opening text has no thought, and the budget does not apply. A
  * forced token draws nothing from the sampler, so the tokens before and after it are what
  * they would be at that point, whatever else is batched.
@@ -42,10 +44,13 @@ void graft__thought_budget_free(graft__thought_budget *b)
     b->closing = NULL;
 }
 
-int32_t graft__thought_budget_forced(const graft__thought_budget *b, int32_t n_out)
+int32_t graft__thought_budget_forced(const graft__thought_budget *b, int32_t n_out,
+                                     int32_t max_new)
 {
-    if (b->budget == 0 || b->over || !b->inside || n_out < b->budget ||
-        b->given >= b->n_closing)
+    int32_t from = b->budget;
+    if (max_new > 0 && b->budget < max_new && max_new - b->budget < b->n_closing)
+        from = max_new > b->n_closing ? max_new - b->n_closing : 0;
+    if (b->budget == 0 || b->over || !b->inside || n_out < from || b->given >= b->n_closing)
         return -1;
     return b->closing[b->given];
 }

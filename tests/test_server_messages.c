@@ -772,16 +772,23 @@ static void expect_refused(const char *body, const char *names)
     graft_test_response_free(&r);
 }
 
+/* n bytes of "abc abc ..." (to free): a prompt whose length in tokens grows with n. */
+static char *filler(size_t n)
+{
+    char *text = malloc(n + 1);
+    assert_non_null(text);
+    for (size_t i = 0; i < n; i++)
+        text[i] = i % 4 == 3 ? ' ' : 'a' + (char)(i % 4);
+    text[n] = '\0';
+    return text;
+}
+
 /* A user message of about `tokens` prompt tokens (the count_tokens of plain), to free. */
 static char *text_of_tokens(int tokens, json_int_t *counted)
 {
     size_t n = (size_t)tokens;
     for (int tries = 0; tries < 8; tries++) {
-        char *text = malloc(n + 1);
-        assert_non_null(text);
-        for (size_t i = 0; i < n; i++)
-            text[i] = i % 4 == 3 ? ' ' : 'a' + (char)(i % 4);
-        text[n] = '\0';
+        char *text = filler(n);
         json_t *c = ask(&plain, "/v1/messages/count_tokens",
                         json_pack("{s:[o]}", "messages", message("user", text)));
         *counted = json_integer_value(json_object_get(c, "input_tokens"));
@@ -824,12 +831,7 @@ static void test_max_tokens_fit(void **state)
 static void test_count_tokens_beyond_the_context(void **state)
 {
     (void)state;
-    size_t n = 4000;
-    char *text = malloc(n + 1);
-    assert_non_null(text);
-    for (size_t i = 0; i < n; i++)
-        text[i] = i % 4 == 3 ? ' ' : 'a' + (char)(i % 4);
-    text[n] = '\0';
+    char *text = filler(4000);
     json_t *b = json_pack("{s:[o]}", "messages", message("user", text));
     free(text);
     json_t *counted = ask(&plain, "/v1/messages/count_tokens", json_deep_copy(b));

@@ -115,6 +115,10 @@ typedef struct graft_model_info {
     int32_t bos;                 /* -1 when absent */
     int32_t eos;                 /* -1 when absent */
     int32_t add_bos;             /* 1 when tokenizing a prompt adds BOS */
+    int32_t fim_pre, fim_suf, fim_mid; /* fill-in-the-middle: the tokens before the prefix,
+                                          the suffix and the middle; -1 when absent */
+    int32_t fim_pad, fim_rep, fim_sep; /* its pad, and the repository and file separators of
+                                          repository-level prompts; -1 when absent */
     int64_t kv_bytes_per_position; /* K and V of one position over every layer in float16
                                       (twice that in float32): n_layer * n_head_kv *
                                       (head_dim + head_dim_v) * 2 */

@@ -776,6 +776,18 @@ static void test_synth_vocab(void **state)
     expect_status(&r, 0);
     char buf[256];
     expect_contains(info_field(r.out, "vocabulary", buf, sizeof buf), "50257 tokens, bpe");
+    assert_null(strstr(r.out, "fill in middle")); /* GPT-2 has no FIM tokens */
+    result_free(&r);
+    /* StarCoder's FIM tokens, found by their texts */
+    snprintf(vocab, sizeof vocab, "%s/vocab/ggml-vocab-starcoder.gguf", graft_test_models_dir());
+    r = GRAFT("synth", "--arch", "qwen2", "--preset", "tiny", "--vocab", vocab, "-o", path);
+    expect_status(&r, 0);
+    result_free(&r);
+    r = GRAFT("info", path);
+    expect_status(&r, 0);
+    expect_contains(info_field(r.out, "fill in middle", buf, sizeof buf),
+                    "prefix 1 '<fim_prefix>', suffix 3 '<fim_suffix>', middle 2 '<fim_middle>', "
+                    "repository none, file none");
     result_free(&r);
     unlink(path);
 }

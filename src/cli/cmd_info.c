@@ -90,6 +90,15 @@ static void print_tokenizer(const graft_model *model, const graft_model_info *in
     print_token(model, "BOS", in->bos);
     print_token(model, ", EOS", in->eos);
     printf(", BOS added: %s\n", in->add_bos ? "yes" : "no");
+    if (in->fim_pre < 0 || in->fim_suf < 0 || in->fim_mid < 0)
+        return;
+    printf("%-16s", "fill in middle");
+    print_token(model, "prefix", in->fim_pre);
+    print_token(model, ", suffix", in->fim_suf);
+    print_token(model, ", middle", in->fim_mid);
+    print_token(model, ", repository", in->fim_rep);
+    print_token(model, ", file", in->fim_sep);
+    printf("\n");
 }
 
 static void print_weights(const graft_model_info *in)

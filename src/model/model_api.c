@@ -96,6 +96,12 @@ void graft_model_get_info(const graft_model *m, graft_model_info *info)
     info->bos = graft__vocab_bos(m->vocab);
     info->eos = graft__vocab_eos(m->vocab);
     info->add_bos = graft__vocab_add_bos(m->vocab);
+    info->fim_pre = graft__vocab_fim(m->vocab, GRAFT__FIM_PRE);
+    info->fim_suf = graft__vocab_fim(m->vocab, GRAFT__FIM_SUF);
+    info->fim_mid = graft__vocab_fim(m->vocab, GRAFT__FIM_MID);
+    info->fim_pad = graft__vocab_fim(m->vocab, GRAFT__FIM_PAD);
+    info->fim_rep = graft__vocab_fim(m->vocab, GRAFT__FIM_REP);
+    info->fim_sep = graft__vocab_fim(m->vocab, GRAFT__FIM_SEP);
     info->file_bytes = graft__gguf_file_size(m->file);
     info->gguf_version = graft__gguf_version(m->file);
     count_tensors(m->file, info);

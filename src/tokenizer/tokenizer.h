@@ -52,6 +52,13 @@ int32_t graft__vocab_eos(const graft__vocab *v); /* -1 when none */
 bool graft__vocab_add_bos(const graft__vocab *v);
 bool graft__vocab_add_eos(const graft__vocab *v);
 bool graft__vocab_is_eog(const graft__vocab *v, int32_t id);
+/* Fill-in-the-middle tokens: the prefix, suffix and middle markers, the pad, and the repository
+ * and file separators of repository-level prompts. */
+typedef enum graft__fim {
+    GRAFT__FIM_PRE, GRAFT__FIM_SUF, GRAFT__FIM_MID, GRAFT__FIM_PAD, GRAFT__FIM_REP,
+    GRAFT__FIM_SEP, GRAFT__FIM_COUNT
+} graft__fim;
+int32_t graft__vocab_fim(const graft__vocab *v, graft__fim which); /* -1 when none */
 /* The stored text of a token (NUL-terminated), or NULL when out of range. */
 const char *graft__vocab_text(const graft__vocab *v, int32_t id);
 

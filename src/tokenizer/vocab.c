@@ -60,6 +60,7 @@ struct graft__vocab {
     uint64_t merge_mask;
     int32_t byte_tokens[256];
     int32_t bos, eos, unk, sep;
+    int32_t fim[GRAFT__FIM_COUNT]; /* fill-in-the-middle tokens, -1 when absent */
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     size_t max_token_len;
     graft__special_set specials[2]; /* [0]: user-defined only, [1]: all special tokens */
@@ -364,27 +365,34 @@ static int read_specials(const graft__gguf *g, graft__vocab *v, char **errmsg)
 
 /* ---- end of generation and control overrides ------------------------------------- */
 
-/* A role llama.cpp finds by key or, when the key is absent, by the first text present. */
+/* A role llama.cpp finds by key (or its older key) or, when both are absent, by the first
+ * text present; fim: where the vocabulary keeps its id (GRAFT__FIM_COUNT: not kept). */
 typedef struct role {
-    const char *key;
+    const char *key, *old_key;
     bool eog;
+    graft__fim fim;
     const char *texts[8];
 } role;
 
 static const role ROLES[] = {
-    {KEY("eot_token_id"), true,
+    {KEY("eot_token_id"), NULL, true, GRAFT__FIM_COUNT,
      {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
       "<｜end▁of▁sentence｜>"}},
-    {KEY("eom_token_id"), true, {"<|eom_id|>"}},
-    {KEY("fim_pre_token_id"), false,
-     {"<|fim_prefix|>", "<fim-prefix>", "<｜fim▁begin｜>", "<PRE>"}},
-    {KEY("fim_suf_token_id"), false,
-     {"<|fim_suffix|>", "<fim-suffix>", "<｜fim▁hole｜>", "<SUF>"}},
-    {KEY("fim_mid_token_id"), false,
-     {"<|fim_middle|>", "<fim-middle>", "<｜fim▁end｜>", "<MID>"}},
-    {KEY("fim_pad_token_id"), true, {"<|fim_pad|>", "<fim-pad>", "<PAD>"}},
-    {KEY("fim_rep_token_id"), true, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}},
-    {KEY("fim_sep_token_id"), true, {"<|file_sep|>"}},
+    {KEY("eom_token_id"), NULL, true, GRAFT__FIM_COUNT, {"<|eom_id|>"}},
+    {KEY("fim_pre_token_id"), KEY("prefix_token_id"), false, GRAFT__FIM_PRE,
+     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+      "<|code_prefix|>"}},
+    {KEY("fim_suf_token_id"), KEY("suffix_token_id"), false, GRAFT__FIM_SUF,
+     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+      "<|code_suffix|>"}},
+    {KEY("fim_mid_token_id"), KEY("middle_token_id"), false, GRAFT__FIM_MID,
+     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+      "<|code_middle|>"}},
+    {KEY("fim_pad_token_id"), NULL, true, GRAFT__FIM_PAD,
+     {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}},
+    {KEY("fim_rep_token_id"), NULL, true, GRAFT__FIM_REP,
+     {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+    {KEY("fim_sep_token_id"), NULL, true, GRAFT__FIM_SEP, {"<|file_sep|>"}},
 };
 
 /* Texts that always end a generation (and are control tokens). */
@@ -407,18 +415,19 @@ static int apply_role(const graft__gguf *g, graft__vocab *v, const role *r, char
 {
     int32_t id = -1;
     int rc = read_id(g, v, r->key, &id, errmsg);
+    if (rc == GRAFT_OK && id < 0 && r->old_key != NULL)
+        rc = read_id(g, v, r->old_key, &id, errmsg);
     if (rc != GRAFT_OK)
         return rc;
     if (id >= 0) {
         v->tokens[id].attrs |= r->eog ? ATTR_EOG : 0;
-        return GRAFT_OK;
+    } else {
+        for (size_t i = 0; i < 8 && r->texts[i] && id < 0; i++)
+            if ((id = find_cstr(v, r->texts[i])) >= 0)
+                mark_control(v, id, r->eog);
     }
-    for (size_t i = 0; i < 8 && r->texts[i]; i++) {
-        if ((id = find_cstr(v, r->texts[i])) >= 0) {
-            mark_control(v, id, r->eog);
-            break;
-        }
-    }
+    if (r->fim != GRAFT__FIM_COUNT)
+        v->fim[r->fim] = id;
     return GRAFT_OK;
 }
 
@@ -678,6 +687,11 @@ const char *graft__vocab_pre_name(const graft__vocab *v)
 int32_t graft__vocab_size(const graft__vocab *v)
 {
     return v->n_tokens;
+}
+
+int32_t graft__vocab_fim(const graft__vocab *v, graft__fim which)
+{
+    return v->fim[which];
 }
 
 int32_t graft__vocab_bos(const graft__vocab *v)

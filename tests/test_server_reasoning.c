@@ -899,7 +899,7 @@ static graft__completion_request parsed(const graft__chat *chat, json_t *body)
 {
     graft__completion_request r;
     char *param = NULL, *message = NULL;
-    int rc = graft__request_parse(body, true, chat, &r, &param, &message);
+    int rc = graft__request_parse(body, GRAFT__PROMPT_CHAT, chat, &r, &param, &message);
     if (rc != GRAFT_OK)
         fail_msg("refused (%d): %s: %s", rc, param ? param : "", message ? message : "");
     json_decref(body);
@@ -955,7 +955,7 @@ static void test_request_side(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *param = NULL, *message = NULL;
         json_t *body = body_of(bad[i], NULL);
-        int rc = graft__request_parse(body, true, &chat, &r, &param, &message);
+        int rc = graft__request_parse(body, GRAFT__PROMPT_CHAT, &chat, &r, &param, &message);
         if (rc != GRAFT_EINVAL || param == NULL || strcmp(param, "reasoning_format") != 0 ||
             message == NULL) {
             print_error("reasoning_format %s: rc %d, param %s (expected GRAFT_EINVAL naming "

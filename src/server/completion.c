@@ -82,6 +82,39 @@ static void end_at_first_call(choice *ch)
     ch->stopped = true;
 }
 
+/* n_indent: ends the answer before the first character other than a space or a tab of a
+ * line after its first indented by fewer of them than n_indent (a blank line too), as
+ * llama-server does for code completion. A line whose indentation may still grow is not
+ * judged yet; its spaces stay whatever comes. */
+static void stop_at_dedent(choice *ch, int32_t n_indent)
+{
+    const char *text = ch->text ? ch->text : "";
+    for (;;) {
+        const char *nl = memchr(text + ch->line_start, '\n', ch->len - ch->line_start);
+        if (ch->line_start == 0) {
+            if (nl == NULL)
+                return;
+            ch->line_start = (size_t)(nl - text) + 1;
+            continue;
+        }
+        size_t at = ch->line_start;
+        while (at < ch->len && (text[at] == ' ' || text[at] == '\t'))
+            at++;
+        if (at == ch->len)
+            return;
+        if ((int64_t)(at - ch->line_start) < n_indent) {
+            ch->len = at;
+            ch->text[at] = '\0';
+            ch->stopped = ch->dedented = true;
+            return;
+        }
+        nl = memchr(text + at, '\n', ch->len - at);
+        if (nl == NULL)
+            return;
+        ch->line_start = (size_t)(nl - text) + 1;
+    }
+}
+
 size_t graft__choice_release(choice *ch)
 {
     const graft__completion_request *r = &ch->c->req;
@@ -107,6 +140,11 @@ size_t graft__choice_release(choice *ch)
         ch->stopped = true;
         ch->stop_word = r->stop[first_stop];
         keep_from = ch->len;
+    }
+    if (r->n_indent > 0 && !ch->stopped) {
+        stop_at_dedent(ch, r->n_indent);
+        if (ch->len < keep_from)
+            keep_from = ch->len;
     }
     size_t held = graft__reasoning_scan(&ch->thought, ch->text ? ch->text : "", ch->len,
                                         ch->done || ch->stopped);
@@ -223,12 +261,37 @@ static void fork_on_settled(graft_generation *gen, void *user)
 
 /* ---- setup and teardown -------------------------------------------------------------------- */
 
+/* A prompt filled in the middle: within the context, less the answer's room (max_tokens, or
+ * a quarter of the context without it), where /infill may cut it to fit. */
+static int infill_prompt(completion *c, graft__reply *reply)
+{
+    const graft__completion_request *r = &c->req;
+    int32_t room = r->max_tokens > 0 ? r->max_tokens : c->ctx->max_context / 4;
+    int rc = graft__infill_tokens(c->ctx->model, r->infill, (int64_t)c->ctx->max_context - room,
+                                  &c->prompt, &c->n_prompt, &c->prompt_cut);
+    if (rc == GRAFT_EUNSUPPORTED) {
+        graft__reply_error(reply, 400, "invalid_request_error",
+                           r->infill->repo_level ? "input_prefix" : "suffix",
+                           "this model has no fill-in-the-middle tokens (its vocabulary names "
+                           "no prefix, suffix and middle tokens)");
+        return -1;
+    }
+    if (rc != GRAFT_OK) {
+        graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 static int tokenize_prompt(completion *c, graft__reply *reply)
 {
     const graft__completion_request *r = &c->req;
     graft_model_info info;
     graft_model_get_info(c->ctx->model, &info);
-    if (r->prompt_text != NULL) {
+    if (r->infill != NULL) {
+        if (infill_prompt(c, reply) != 0)
+            return -1;
+    } else if (r->prompt_text != NULL) {
         /* a rendered chat prompt that starts with BOS does not get another one */
         int add_bos = !r->chat || !graft__chat_starts_with_bos(c->ctx->chat, r->prompt_text);
         if (graft_tokenize(c->ctx->model, r->prompt_text, strlen(r->prompt_text), add_bos, 1,
@@ -685,7 +748,7 @@ static void whole_reply(completion *c, graft__reply *reply)
     }
     if (c->llama) {
         graft__reply_json(reply, 200,
-                          graft__llama_json(c, first->text ? first->text : "", first->len, true));
+                          graft__llama_json(c, 0, first->len, true));
         return;
     }
     json_t *j = graft__envelope_json(c, c->req.chat ? "chat.completion" : "text_completion");
@@ -755,9 +818,11 @@ void graft__completion_record_ttft(completion *c)
 int graft__completion_prepare(completion *c, const json_t *body, graft__api api,
                               graft__reply *reply)
 {
-    bool chat = api == GRAFT__API_CHAT;
+    graft__prompt_kind kind = api == GRAFT__API_CHAT     ? GRAFT__PROMPT_CHAT
+                              : api == GRAFT__API_INFILL ? GRAFT__PROMPT_INFILL
+                                                         : GRAFT__PROMPT_TEXT;
     char *param = NULL, *message = NULL;
-    int rc = graft__request_parse(body, chat, c->ctx->chat, &c->req, &param, &message);
+    int rc = graft__request_parse(body, kind, c->ctx->chat, &c->req, &param, &message);
     if (rc != GRAFT_OK) {
         if (rc == GRAFT_EUNSUPPORTED)
             graft__reply_error(reply, 501, "server_error", NULL,
@@ -772,10 +837,13 @@ int graft__completion_prepare(completion *c, const json_t *body, graft__api api,
     if (c->llama && (c->req.n_choices > 1 || c->req.echo)) {
         const char *field = c->req.echo ? "echo" : "n";
         graft__reply_error(reply, 400, "invalid_request_error", field,
-                           "POST /completion gives one completion without its prompt: use "
-                           "/v1/completions for '%s'", field);
+                           "POST %s gives one completion without its prompt: use "
+                           "/v1/completions for '%s'",
+                           api == GRAFT__API_INFILL ? "/infill" : "/completion", field);
         return -1;
     }
+    if (api == GRAFT__API_INFILL)
+        strcpy(c->prompt_path, "input_prefix");
     c->n_choices = c->req.n_choices;
     for (int32_t i = 0; i < c->n_choices; i++)
         c->choices[i] = (choice){.c = c, .index = i};
@@ -836,7 +904,7 @@ completion *graft__completion_new(const graft__server_ctx *ctx, graft__api api,
         return NULL;
     }
     c->ctx = ctx;
-    c->llama = api == GRAFT__API_LLAMA;
+    c->llama = api == GRAFT__API_LLAMA || api == GRAFT__API_INFILL;
     c->created = (long long)time(NULL);
     const char *prefix = api == GRAFT__API_CHAT        ? "chatcmpl-"
                          : api == GRAFT__API_RESPONSES ? "resp_"
@@ -886,7 +954,7 @@ static void emit(completion *c, json_t *j)
 static json_t *chunk(completion *c, choice *ch, size_t from, size_t upto, bool final)
 {
     if (c->llama)
-        return graft__llama_json(c, ch->text ? ch->text + from : "", upto - from, final);
+        return graft__llama_json(c, from, upto, final);
     return graft__envelope_with_choice(c, graft__choice_json(c, ch, from, upto, true, final));
 }
 

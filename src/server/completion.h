@@ -40,8 +40,11 @@ typedef struct choice {
                                          out */
     graft__reasoning thought; /* a thinking model's thought in text (chat) */
     size_t thought_sent;     /* streaming: the thought's bytes before it went out */
-    bool stopped;            /* a stop string matched: text ends at len */
+    bool stopped;            /* a stop string matched, or n_indent's line: text ends at len */
     const char *stop_word;
+    bool dedented;           /* stopped by a line indented less than n_indent */
+    size_t line_start;       /* n_indent: where the first line not yet judged begins (0: the
+                                answer's first line, which is never judged, has not ended) */
     bool done;
     bool sent_final_chunk;   /* streaming: its final chunk went out */
     bool sent_role;          /* streaming (chat): the role went out */
@@ -89,6 +92,7 @@ struct completion {
     long long created;
     int32_t *prompt;
     size_t n_prompt;
+    bool prompt_cut;       /* /infill: parts of the prompt were cut to fit the context */
     char *echo_text;       /* echo: the prompt's tokens decoded (NULL: none, or no text) */
     size_t echo_len;
     size_t *echo_starts;   /* (n_prompt) echo: where each prompt token's text begins */
@@ -235,7 +239,8 @@ json_t *graft__choice_token_logprobs(const completion *c, const choice *ch, size
 bool graft__echo_ready(const completion *c);
 /* A streamed choice's first chunk with echo: the prompt's text and log-probabilities. */
 json_t *graft__echo_choice_json(completion *c, choice *ch);
-/* llama-server's /completion fields (choice 0; the text given). */
-json_t *graft__llama_json(const completion *c, const char *text, size_t n, bool stop);
+/* llama-server's /completion fields: choice 0's text [from, upto) (and with return_tokens
+ * the ids of its tokens not given yet), and with stop its last fields. */
+json_t *graft__llama_json(completion *c, size_t from, size_t upto, bool stop);
 
 #endif /* GRAFT_SERVER_COMPLETION_H */

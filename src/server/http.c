@@ -6,8 +6,9 @@
  * Routes: GET /health (503 until the model is loaded and the engine runs), GET /v1/models,
  * GET /metrics, POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
  * POST /detokenize, GET /v1/sessions, DELETE /v1/sessions/{id}, POST /v1/responses, GET and
- * DELETE /v1/responses/{id}, and llama-server's POST /completion, POST /apply-template and
- * GET /props; any other path is a JSON 404, a known path with another method a 405.
+ * DELETE /v1/responses/{id}, POST /v1/messages and /v1/messages/count_tokens, and
+ * llama-server's POST /completion, POST /infill, POST /apply-template and GET /props; any
+ * other path is a JSON 404, a known path with another method a 405.
  *
  * Admission: at most `slots` completions generate at once; up to max_queue more wait for a
  * slot; beyond that a request is answered 429 with Retry-After at once (the connection is
@@ -367,7 +368,7 @@ static void route_detokenize(graft__server *s, const json_t *body, graft__reply 
 typedef enum route {
     R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_SESSIONS,
     R_SESSION, R_APPLY_TEMPLATE, R_PROPS, R_LLAMA_COMPLETION, R_MODEL, R_RESPONSES,
-    R_RESPONSE, R_RESPONSE_DELETE, R_MESSAGES, R_COUNT_TOKENS, R_NONE
+    R_RESPONSE, R_RESPONSE_DELETE, R_MESSAGES, R_COUNT_TOKENS, R_INFILL, R_NONE
 } route;
 
 static const struct {
@@ -381,7 +382,8 @@ static const struct {
                     {"/props", "GET"},            {"/completion", "POST"},
                     {"/v1/models/", "GET"},       {"/v1/responses", "POST"},
                     {"/v1/responses/", "GET"},    {"/v1/responses/", "DELETE"},
-                    {"/v1/messages", "POST"},     {"/v1/messages/count_tokens", "POST"}};
+                    {"/v1/messages", "POST"},     {"/v1/messages/count_tokens", "POST"},
+                    {"/infill", "POST"}};
 
 /* The route of url that takes method, else the first route of url (for a 405), or R_NONE. */
 static route find_route(const char *url, const char *method)
@@ -557,7 +559,8 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
 {
     graft__reply reply = {0};
     route r = find_route(url, method);
-    rq->endpoint = r == R_COMPLETIONS || r == R_LLAMA_COMPLETION ? EP_COMPLETIONS
+    rq->endpoint = r == R_COMPLETIONS || r == R_LLAMA_COMPLETION || r == R_INFILL
+                       ? EP_COMPLETIONS
                    : r == R_CHAT                                  ? EP_CHAT
                    : r == R_RESPONSES                             ? EP_RESPONSES
                    : r == R_MESSAGES || r == R_COUNT_TOKENS       ? EP_MESSAGES
@@ -642,6 +645,7 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
                                  : r == R_RESPONSES        ? GRAFT__API_RESPONSES
                                  : r == R_MESSAGES         ? GRAFT__API_MESSAGES
                                  : r == R_LLAMA_COMPLETION ? GRAFT__API_LLAMA
+                                 : r == R_INFILL           ? GRAFT__API_INFILL
                                                            : GRAFT__API_TEXT;
                 graft__completion_run(&s->ctx, body, api, client_fd(conn), sid,
                                       client_key(s, conn), &reply, &log);

@@ -1,5 +1,5 @@
 /*
- * request.c: the JSON body of a completion or chat completion request, validated into a
+ * request.c: the JSON body of a completion, chat completion or infill request, validated into a
  * graft__completion_request (server.h).
  *
  * What OpenAI clients send and what llama-server users add is accepted: prompt (a string, an array
@@ -14,7 +14,9 @@
  * alone), reasoning_format (chat: whether a thinking model's thought is split off, reasoning.c),
  * thinking_token_budget (chat: the tokens a thinking model's thought may take before it is closed),
  * continue_final_message (chat: the last message, the assistant's, is a prefill the answer
- * continues, chat.c). A field of the wrong type or out of range is refused naming its JSON path.
+ * continues, chat.c), suffix and llama-server's n_indent (completions: fill in the middle,
+ * infill.c, and code completion's end at a line indented less than n_indent); /infill's own
+ * fields (infill.c). A field of the wrong type or out of range is refused naming its JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that silently
  * differs from what was asked is worse than a clear 400); unknown fields are ignored, since SDKs
  * send extras.
@@ -30,8 +32,7 @@
 
 /* Fields a client may send that graft cannot honour yet, refused when set to anything but
  * their neutral value. */
-static const char *const unsupported[] = {"functions", "function_call", "suffix",
-                                          "best_of", "grammar"};
+static const char *const unsupported[] = {"functions", "function_call", "best_of", "grammar"};
 
 int graft__refuse(char **param, char **message, const char *path, const char *fmt, ...)
 {
@@ -182,8 +183,6 @@ static bool neutral(const char *name, const json_t *v)
         return true;
     if (strcmp(name, "best_of") == 0)
         return json_is_integer(v) && json_integer_value(v) == 1;
-    if (strcmp(name, "suffix") == 0)
-        return json_is_string(v) && json_string_length(v) == 0;
     return false;
 }
 
@@ -540,6 +539,14 @@ static int parse_flags(const json_t *body, graft__completion_request *r, char **
     if ((rc = get_bool(body, "parallel_tool_calls", &parallel, param, message)) != GRAFT_OK)
         return rc;
     r->one_call = !parallel;
+    long long n_indent = 0;
+    if ((rc = get_int(body, "n_indent", 0, INT32_MAX, &n_indent, param, message)) != GRAFT_OK)
+        return rc;
+    if (n_indent > 0 && r->chat)
+        return graft__refuse(param, message, "n_indent",
+                             "'n_indent' is for code completion: /v1/completions, /completion "
+                             "and /infill");
+    r->n_indent = (int32_t)n_indent;
     if ((rc = get_bool(body, "stream", &r->stream, param, message)) != GRAFT_OK ||
         (rc = get_bool(body, "ignore_eos", &r->ignore_eos, param, message)) != GRAFT_OK ||
         (rc = get_bool(body, "return_tokens", &r->return_tokens, param, message)) != GRAFT_OK)
@@ -661,12 +668,13 @@ static int parse_chat(const json_t *body, const graft__chat *chat, graft__comple
     return rc;
 }
 
-int graft__request_parse(const json_t *body, bool chat, const graft__chat *chat_template,
-                         graft__completion_request *r, char **param, char **message)
+int graft__request_parse(const json_t *body, graft__prompt_kind kind,
+                         const graft__chat *chat_template, graft__completion_request *r,
+                         char **param, char **message)
 {
     memset(r, 0, sizeof *r);
     *param = *message = NULL;
-    r->chat = chat;
+    r->chat = kind == GRAFT__PROMPT_CHAT;
     r->sampling = graft_sampling_default();
     int rc;
     if (!json_is_object(body))
@@ -680,12 +688,12 @@ int graft__request_parse(const json_t *body, bool chat, const graft__chat *chat_
              (rc = parse_tools(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_response_format(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_flags(body, r, param, message)) == GRAFT_OK) {
-        if (!chat)
-            rc = parse_prompt(body, r, param, message);
-        else if (chat_template == NULL)
-            rc = GRAFT_EUNSUPPORTED;
-        else
-            rc = parse_chat(body, chat_template, r, param, message);
+        if (kind == GRAFT__PROMPT_CHAT)
+            rc = chat_template == NULL ? GRAFT_EUNSUPPORTED
+                                       : parse_chat(body, chat_template, r, param, message);
+        else if (kind == GRAFT__PROMPT_INFILL || (rc = parse_prompt(body, r, param, message)) ==
+                                                     GRAFT_OK)
+            rc = graft__infill_parse(body, kind, r, param, message);
     }
     if (rc != GRAFT_OK)
         graft__request_free(r);
@@ -696,6 +704,7 @@ void graft__request_free(graft__completion_request *r)
 {
     free(r->prompt_text);
     free(r->prompt_tokens);
+    graft__infill_free(r->infill);
     for (size_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->session_id);

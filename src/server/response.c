@@ -378,21 +378,31 @@ json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, 
     return j;
 }
 
-json_t *graft__llama_json(const completion *c, const char *text, size_t n, bool stop)
+json_t *graft__llama_json(completion *c, size_t from, size_t upto, bool stop)
 {
-    const choice *ch = &c->choices[0];
+    choice *ch = &c->choices[0];
     graft_generation_metrics m;
     graft_generation_metrics_get(ch->gen, &m);
     const char *reason = graft__choice_finish_reason(ch);
-    json_t *j = json_pack("{s:s%, s:b, s:i}", "content", text, n, "stop", stop, "id_slot", 0);
+    json_t *j = json_pack("{s:s%, s:b, s:i}", "content", ch->text ? ch->text + from : "",
+                          upto - from, "stop", stop, "id_slot", 0);
+    if (c->req.return_tokens) {
+        size_t to = tokens_upto(ch, upto, stop);
+        json_t *ids = json_array();
+        for (size_t t = ch->n_tokens_sent; t < to; t++)
+            json_array_append_new(ids, json_integer(ch->token_ids[t]));
+        json_object_set_new(j, "tokens", ids);
+        ch->n_tokens_sent = to;
+    }
     if (!stop)
         return j;
     json_object_set_new(j, "model", json_string(c->ctx->config->alias));
     json_object_set_new(j, "tokens_predicted", json_integer((json_int_t)ch->n_tokens));
     json_object_set_new(j, "tokens_evaluated", json_integer((json_int_t)c->n_prompt));
     json_object_set_new(j, "tokens_cached", json_integer(ch->reused));
-    json_object_set_new(j, "truncated", json_false());
-    json_object_set_new(j, "stop_type", json_string(ch->stopped ? "word"
+    json_object_set_new(j, "truncated", json_boolean(c->prompt_cut));
+    json_object_set_new(j, "stop_type", json_string(ch->dedented  ? "limit"
+                                                    : ch->stopped ? "word"
                                                     : reason && strcmp(reason, "length") == 0
                                                         ? "limit"
                                                         : "eos"));

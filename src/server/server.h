@@ -234,6 +234,20 @@ size_t graft__channel_take(graft__channel *ch, graft__channel_entry *out,
 
 enum { GRAFT__MAX_STOP = 8 };
 
+/* A fill-in-the-middle prompt: the text before the gap and after it, and for llama-server's
+ * /infill the text typed at the gap (after the prefix) and other files of the project. */
+typedef struct graft__infill_file {
+    char *filename, *text;
+} graft__infill_file;
+
+typedef struct graft__infill {
+    char *prefix, *suffix;
+    char *prompt;              /* /infill: special tokens' texts in it are those tokens */
+    graft__infill_file *extra; /* (n_extra) /infill's input_extra */
+    size_t n_extra;
+    bool repo_level;           /* /infill: llama-server's repository-level prompt, cut to fit */
+} graft__infill;
+
 typedef struct graft__completion_request {
     bool chat;              /* /v1/chat/completions */
     bool stream;
@@ -242,6 +256,7 @@ typedef struct graft__completion_request {
     char *prompt_text;      /* the prompt as text (NULL when given as token ids) */
     int32_t *prompt_tokens; /* or as token ids */
     size_t n_prompt_tokens;
+    graft__infill *infill;  /* or filled in the middle (suffix, /infill); then neither */
     int32_t max_tokens;     /* 0: until the context is full, or nothing with prompt_only */
     const char *max_tokens_key; /* the field it was given in (static), or NULL */
     bool echo;              /* completions: the prompt's text (and log-probabilities) first */
@@ -258,6 +273,9 @@ typedef struct graft__completion_request {
     int32_t top_logprobs;   /* ... and the most likely tokens' */
     bool tools;             /* chat with tools (tool_choice not "none"): tool calls parsed */
     bool return_tokens;     /* each choice also gives its token ids (llama-server's field) */
+    int32_t n_indent;       /* completions (llama-server's field): after the answer's first
+                               line, a line indented by fewer spaces and tabs ends it, before
+                               the line's first other character; 0: off */
     bool one_call;          /* parallel_tool_calls false: a choice ends after its first call */
     bool forced_call;       /* tool_choice required or a named function: the answer is one
                                call (output_format and json_schema hold it to the call) */
@@ -276,13 +294,22 @@ typedef struct graft__completion_request {
                                  when the model opens it (NULL: the prompt opened it) */
 } graft__completion_request;
 
-/* Fills r from the body of a completion (chat false) or chat completion request. On a bad
+/* What a request's prompt is made of. */
+typedef enum graft__prompt_kind {
+    GRAFT__PROMPT_TEXT,  /* prompt: text or token ids (with suffix: filled in the middle) */
+    GRAFT__PROMPT_CHAT,  /* messages, through the chat template */
+    GRAFT__PROMPT_INFILL /* llama-server's /infill: input_prefix, input_suffix, input_extra and
+                            prompt */
+} graft__prompt_kind;
+
+/* Fills r from the body of a completion, chat completion or infill request. On a bad
  * field returns GRAFT_EINVAL with *param the field's JSON path ("temperature",
  * "messages[2].content") and *message a sentence (both to free); r is then freed. Chat
  * requests render their messages with chat_template (NULL: GRAFT_EUNSUPPORTED), which also
  * says how a thought in the answer is split off. */
-int graft__request_parse(const json_t *body, bool chat, const graft__chat *chat_template,
-                         graft__completion_request *r, char **param, char **message);
+int graft__request_parse(const json_t *body, graft__prompt_kind kind,
+                         const graft__chat *chat_template, graft__completion_request *r,
+                         char **param, char **message);
 /* A refusal of a request's field: *param its JSON path, *message the sentence (new strings,
  * NULL when out of memory); GRAFT_EINVAL. */
 int graft__refuse(char **param, char **message, const char *path, const char *fmt, ...)
@@ -295,6 +322,24 @@ bool graft__json_token_id(const json_t *t, int32_t *id);
 /* What a forced tool call's prompt ends with, and its answer with when the call is whole. */
 #define GRAFT__FORCED_CALL_OPEN "<tool_call>\n"
 #define GRAFT__FORCED_CALL_CLOSE "\n</tool_call>"
+
+/* ---- infill.c ------------------------------------------------------------------------------- */
+
+/* The fill-in-the-middle fields of a body into r->infill: `suffix` beside a text prompt
+ * (kind TEXT; none: r unchanged), or /infill's fields (kind INFILL). Refusals as
+ * graft__request_parse. */
+int graft__infill_parse(const json_t *body, graft__prompt_kind kind,
+                        graft__completion_request *r, char **param, char **message);
+void graft__infill_free(graft__infill *in);
+
+/* The prompt's tokens (*tokens, to free()): [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>
+ * for a suffix; for /infill as llama-server lays it out, the other files first, and within
+ * `budget` tokens where it can be met: the other files' start goes first, then the prefix's
+ * start and the suffix's end (the suffix keeps at least a quarter of what is left when both
+ * are long); the prompt is never cut. *cut: whether anything was. GRAFT_EUNSUPPORTED: the
+ * model has no fill-in-the-middle tokens; GRAFT_ENOMEM. */
+int graft__infill_tokens(const graft_model *model, const graft__infill *in, int64_t budget,
+                         int32_t **tokens, size_t *n_tokens, bool *cut);
 
 /* ---- reasoning.c ---------------------------------------------------------------------------- */
 
@@ -564,10 +609,10 @@ void graft__reply_json(graft__reply *reply, int status, json_t *j);
 /* ---- completion.c --------------------------------------------------------------------------- */
 
 /* The shape of a completion endpoint: OpenAI's text or chat completions, its Responses API,
- * Anthropic's Messages API, or llama-server's POST /completion. */
+ * Anthropic's Messages API, or llama-server's POST /completion and POST /infill. */
 typedef enum graft__api {
     GRAFT__API_TEXT, GRAFT__API_CHAT, GRAFT__API_RESPONSES, GRAFT__API_MESSAGES,
-    GRAFT__API_LLAMA
+    GRAFT__API_LLAMA, GRAFT__API_INFILL
 } graft__api;
 
 /* messages.c: the chat completion body (*out, to json_decref whatever the result) for a

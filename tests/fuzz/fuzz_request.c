@@ -3,8 +3,9 @@
  * request.c and chat.c).
  *
  * An input is a request body, parsed with jansson as the server does; a JSON object goes
- * through graft__request_parse as a completion and as a chat completion (with ChatML, and
- * with a thinking model's template whose generation prompt opens a thought). The
+ * through graft__request_parse as a completion, as an /infill body and as a chat completion
+ * (with ChatML, and with a thinking model's template whose generation prompt opens a
+ * thought). The
  * result must be a validated request, or GRAFT_EINVAL with a message and a JSON path that
  * names a field of the body's shape (never NULL), or GRAFT_ENOMEM. The object is also
  * taken as an Anthropic Messages body (messages.c): its translation is refused with a path
@@ -29,13 +30,17 @@ static void require(int ok)
         abort();
 }
 
-static void check(const json_t *body, bool is_chat, const graft__chat *with)
+static void check(const json_t *body, graft__prompt_kind kind, const graft__chat *with)
 {
     graft__completion_request r;
     char *param = NULL, *message = NULL;
-    int rc = graft__request_parse(body, is_chat, with, &r, &param, &message);
+    bool is_chat = kind == GRAFT__PROMPT_CHAT;
+    int rc = graft__request_parse(body, kind, with, &r, &param, &message);
     if (rc == GRAFT_OK) {
-        require(r.prompt_text != NULL || r.n_prompt_tokens > 0);
+        require((r.prompt_text != NULL || r.n_prompt_tokens > 0) == (r.infill == NULL));
+        require(r.infill == NULL || (r.infill->prefix != NULL && r.infill->suffix != NULL &&
+                                     r.infill->repo_level == (kind == GRAFT__PROMPT_INFILL)));
+        require((r.infill != NULL && r.infill->repo_level) == (kind == GRAFT__PROMPT_INFILL));
         require(r.n_stop <= GRAFT__MAX_STOP);
         require(r.n_choices >= 1 && r.n_choices <= GRAFT__MAX_CHOICES);
         require(r.top_logprobs >= 0 && r.top_logprobs <= GRAFT_MAX_TOP_LOGPROBS);
@@ -66,8 +71,8 @@ static void check_messages(const json_t *body)
         char *param = NULL, *message = NULL;
         if (graft__messages_to_chat(body, counting, &translated, &param, &message) == 0) {
             require(param == NULL && message == NULL);
-            check(translated, true, &chat);
-            check(translated, true, &thinking);
+            check(translated, GRAFT__PROMPT_CHAT, &chat);
+            check(translated, GRAFT__PROMPT_CHAT, &thinking);
         } else {
             require((param == NULL) == (message == NULL));
         }
@@ -94,9 +99,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (body == NULL)
         return 0;
     if (json_is_object(body)) {
-        check(body, false, &chat);
-        check(body, true, &chat);
-        check(body, true, &thinking);
+        check(body, GRAFT__PROMPT_TEXT, &chat);
+        check(body, GRAFT__PROMPT_INFILL, &chat);
+        check(body, GRAFT__PROMPT_CHAT, &chat);
+        check(body, GRAFT__PROMPT_CHAT, &thinking);
         check_messages(body);
     }
     json_decref(body);

@@ -224,6 +224,25 @@ json_t *graft_test_named_events(const response *r)
     return events;
 }
 
+json_t *graft_test_data_events(const response *r)
+{
+    if (r->status != 200)
+        fail_msg("status %ld: %s", r->status, r->body ? r->body : "");
+    json_t *events = json_array();
+    for (const char *p = r->body; p != NULL && *p != '\0';) {
+        const char *end = strstr(p, "\n\n");
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char *block = strndup(p, len);
+        if (strncmp(block, "data: ", 6) != 0 || strchr(block, '\n') != NULL)
+            fail_msg("not a data event: '%s'", block);
+        if (strcmp(block + 6, "[DONE]") != 0)
+            json_array_append_new(events, graft_test_parse(block + 6));
+        free(block);
+        p = end ? end + 2 : NULL;
+    }
+    return events;
+}
+
 /* The text of a whole completion response. */
 char *graft_test_completion_text(const response *r)
 {

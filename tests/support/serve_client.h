@@ -64,6 +64,11 @@ json_t *graft_test_json_of(const response *r);
  * (to json_decref). */
 json_t *graft_test_named_events(const response *r);
 
+/* The data of a 200 event stream's unnamed events (OpenAI's completions, llama-server's),
+ * each parsed (to json_decref), [DONE] left out; a block that is not one data line fails the
+ * test. */
+json_t *graft_test_data_events(const response *r);
+
 /* j as compact JSON for a failure's message ("(none)" for NULL), valid until the next
  * call; not thread-safe. */
 const char *graft_test_shown(const json_t *j);

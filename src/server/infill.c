@@ -1,0 +1,276 @@
+/*
+ * infill.c: fill in the middle (FIM), for code completion: the text before a gap and after
+ * it become one prompt in the model's own FIM tokens, and the answer is what goes in the gap.
+ *
+ * Two ways in. OpenAI's legacy `suffix` beside a text `prompt` (/v1/completions) gives the
+ * plain file-level prompt, [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>; it is never
+ * cut, and one over the context is refused as any prompt is. llama-server's POST /infill
+ * (what llama.vscode and llama.vim send) gives the prompt as llama-server lays it out, so a
+ * client tuned against it gets the same tokens: the repository-level form of Qwen2.5-Coder's
+ * paper (<fim_rep>myproject, then <fim_sep>filename and text for each of input_extra's files,
+ * or a "--- snippet ---" line where the model has no file separator, then <fim_sep>filename),
+ * then [BOS] <fim_pre> input_prefix prompt <fim_suf> input_suffix <fim_mid>. Editors send
+ * whole files there, so /infill cuts what does not fit: the other files from their start
+ * first, then the prefix from its start and the suffix from its end. The prompt, the text
+ * typed at the gap, is never cut.
+ *
+ * Prefix and suffix are code: texts of special tokens in them stay text. The part that
+ * changes as the user types sits late in the prompt, so the files and the prefix before it
+ * come from the prefix cache on the next keystroke.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+/* ---- the request ----------------------------------------------------------------------------- */
+
+void graft__infill_free(graft__infill *in)
+{
+    if (in == NULL)
+        return;
+    free(in->prefix);
+    free(in->suffix);
+    free(in->prompt);
+    for (size_t i = 0; i < in->n_extra; i++) {
+        free(in->extra[i].filename);
+        free(in->extra[i].text);
+    }
+    free(in->extra);
+    free(in);
+}
+
+/* The string at key into *out (absent or null: a copy of fallback). */
+static int get_text(const json_t *body, const char *key, const char *fallback, char **out,
+                    char **param, char **message)
+{
+    const json_t *v = json_object_get(body, key);
+    if (v != NULL && !json_is_null(v) && !json_is_string(v))
+        return graft__refuse(param, message, key, "'%s' must be a string", key);
+    *out = v != NULL && json_is_string(v) ? strndup(json_string_value(v), json_string_length(v))
+                                          : strdup(fallback);
+    return *out == NULL ? GRAFT_ENOMEM : GRAFT_OK;
+}
+
+static int parse_extra(const json_t *body, graft__infill *in, char **param, char **message)
+{
+    const json_t *extra = json_object_get(body, "input_extra");
+    if (extra == NULL || json_is_null(extra))
+        return GRAFT_OK;
+    if (!json_is_array(extra))
+        return graft__refuse(param, message, "input_extra",
+                             "'input_extra' must be an array of {\"filename\", \"text\"}");
+    in->extra = calloc(json_array_size(extra) + 1, sizeof *in->extra);
+    if (in->extra == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t i = 0; i < json_array_size(extra); i++) {
+        const json_t *file = json_array_get(extra, i);
+        char path[48];
+        snprintf(path, sizeof path, "input_extra[%zu]", i);
+        const json_t *text = json_object_get(file, "text");
+        if (!json_is_object(file) || !json_is_string(text))
+            return graft__refuse(param, message, path, "'%s' must be an object with a string "
+                                 "'text' (and optionally a string 'filename')", path);
+        int rc = get_text(file, "filename", "tmp", &in->extra[i].filename, param, message);
+        if (rc == GRAFT_EINVAL) {
+            free(*param);
+            *param = NULL;
+            free(*message);
+            *message = NULL;
+            strncat(path, ".filename", sizeof path - strlen(path) - 1);
+            return graft__refuse(param, message, path, "'%s' must be a string", path);
+        }
+        in->n_extra = i + 1;
+        if (rc != GRAFT_OK ||
+            (in->extra[i].text = strndup(json_string_value(text), json_string_length(text))) ==
+                NULL)
+            return GRAFT_ENOMEM;
+    }
+    return GRAFT_OK;
+}
+
+static int parse_suffix(const json_t *body, graft__completion_request *r, char **param,
+                        char **message)
+{
+    const json_t *suffix = json_object_get(body, "suffix");
+    if (suffix == NULL || json_is_null(suffix))
+        return GRAFT_OK;
+    if (!json_is_string(suffix))
+        return graft__refuse(param, message, "suffix", "'suffix' must be a string");
+    if (json_string_length(suffix) == 0) /* OpenAI's neutral value: no gap */
+        return GRAFT_OK;
+    if (r->prompt_text == NULL)
+        return graft__refuse(param, message, "suffix",
+                             "'suffix' fills in the middle of a text 'prompt', not of token ids");
+    if (r->echo)
+        return graft__refuse(param, message, "echo", "'echo' cannot give back a prompt filled "
+                             "in the middle ('suffix')");
+    graft__infill *in = calloc(1, sizeof *in);
+    if (in == NULL)
+        return GRAFT_ENOMEM;
+    r->infill = in;
+    in->prefix = r->prompt_text;
+    r->prompt_text = NULL;
+    in->suffix = strndup(json_string_value(suffix), json_string_length(suffix));
+    return in->suffix == NULL ? GRAFT_ENOMEM : GRAFT_OK;
+}
+
+int graft__infill_parse(const json_t *body, graft__prompt_kind kind,
+                        graft__completion_request *r, char **param, char **message)
+{
+    if (kind == GRAFT__PROMPT_TEXT)
+        return parse_suffix(body, r, param, message);
+    graft__infill *in = calloc(1, sizeof *in);
+    if (in == NULL)
+        return GRAFT_ENOMEM;
+    r->infill = in;
+    in->repo_level = true;
+    int rc = get_text(body, "input_prefix", "", &in->prefix, param, message);
+    if (rc == GRAFT_OK)
+        rc = get_text(body, "input_suffix", "", &in->suffix, param, message);
+    if (rc == GRAFT_OK)
+        rc = get_text(body, "prompt", "", &in->prompt, param, message);
+    if (rc == GRAFT_OK)
+        rc = parse_extra(body, in, param, message);
+    return rc;
+}
+
+/* ---- the prompt ------------------------------------------------------------------------------ */
+
+typedef struct token_list {
+    int32_t *ids;
+    size_t n, cap;
+    bool failed;
+} token_list;
+
+static void push(token_list *l, const int32_t *ids, size_t n)
+{
+    if (l->failed || n == 0)
+        return;
+    if (l->n + n > l->cap) {
+        size_t cap = (l->n + n) * 2 + 16;
+        int32_t *grown = realloc(l->ids, cap * sizeof *grown);
+        if (grown == NULL) {
+            l->failed = true;
+            return;
+        }
+        l->ids = grown;
+        l->cap = cap;
+    }
+    memcpy(l->ids + l->n, ids, n * sizeof *ids);
+    l->n += n;
+}
+
+static void push_one(token_list *l, int32_t id)
+{
+    push(l, &id, 1);
+}
+
+/* Appends the tokens of text, without BOS; special tokens' texts are those tokens only
+ * where `special`. */
+static void push_text(token_list *l, const graft_model *model, const char *text, bool special)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (l->failed || text[0] == '\0')
+        return;
+    if (graft_tokenize(model, text, strlen(text), 0, special, &ids, &n) != GRAFT_OK)
+        l->failed = true;
+    else
+        push(l, ids, n);
+    graft_free(ids);
+}
+
+/* llama-server's repository-level preamble: the project, then each file, then the file the
+ * gap is in. */
+static void push_files(token_list *l, const graft_model *model, const graft_model_info *info,
+                       const graft__infill *in)
+{
+    if (info->fim_rep >= 0) {
+        push_one(l, info->fim_rep);
+        push_text(l, model, "myproject\n", false);
+    }
+    for (size_t i = 0; i < in->n_extra; i++) {
+        if (info->fim_sep >= 0) {
+            size_t len = strlen(in->extra[i].filename);
+            char *line = malloc(len + 2);
+            if (line == NULL) {
+                l->failed = true;
+                return;
+            }
+            memcpy(line, in->extra[i].filename, len);
+            memcpy(line + len, "\n", 2);
+            push_one(l, info->fim_sep);
+            push_text(l, model, line, false);
+            free(line);
+        } else {
+            push_text(l, model, "\n\n--- snippet ---\n\n", false);
+        }
+        push_text(l, model, in->extra[i].text, false);
+    }
+    if (info->fim_sep >= 0) {
+        push_one(l, info->fim_sep);
+        push_text(l, model, "filename\n", false);
+    }
+}
+
+/* The last `take` tokens of from. */
+static void push_tail(token_list *l, const token_list *from, size_t take)
+{
+    if (take > 0)
+        push(l, from->ids + (from->n - take), take);
+}
+
+static size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+int graft__infill_tokens(const graft_model *model, const graft__infill *in, int64_t budget,
+                         int32_t **tokens, size_t *n_tokens, bool *cut)
+{
+    graft_model_info info;
+    graft_model_get_info(model, &info);
+    *tokens = NULL;
+    *n_tokens = 0;
+    *cut = false;
+    if (info.fim_pre < 0 || info.fim_suf < 0 || info.fim_mid < 0)
+        return GRAFT_EUNSUPPORTED;
+    token_list prefix = {0}, suffix = {0}, prompt = {0}, files = {0}, out = {0};
+    push_text(&prefix, model, in->prefix, false);
+    push_text(&suffix, model, in->suffix, false);
+    if (in->prompt != NULL)
+        push_text(&prompt, model, in->prompt, true);
+    if (in->repo_level)
+        push_files(&files, model, &info, in);
+    size_t take_prefix = prefix.n, take_suffix = suffix.n, take_files = files.n;
+    size_t fixed = prompt.n + 3 + (info.add_bos ? 1 : 0);
+    if (in->repo_level && (int64_t)(fixed + prefix.n + suffix.n + files.n) > budget) {
+        size_t room = budget > (int64_t)fixed ? (size_t)(budget - (int64_t)fixed) : 0;
+        take_prefix = min_size(prefix.n, room - min_size(suffix.n, room / 4));
+        take_suffix = min_size(suffix.n, room - take_prefix);
+        take_files = min_size(files.n, room - take_prefix - take_suffix);
+        *cut = true;
+    }
+    push_tail(&out, &files, take_files);
+    if (info.add_bos)
+        push_one(&out, info.bos);
+    push_one(&out, info.fim_pre);
+    push_tail(&out, &prefix, take_prefix);
+    push(&out, prompt.ids, prompt.n);
+    push_one(&out, info.fim_suf);
+    push(&out, suffix.ids, take_suffix);
+    push_one(&out, info.fim_mid);
+    bool failed = prefix.failed || suffix.failed || prompt.failed || files.failed || out.failed;
+    free(prefix.ids);
+    free(suffix.ids);
+    free(prompt.ids);
+    free(files.ids);
+    if (failed) {
+        free(out.ids);
+        return GRAFT_ENOMEM;
+    }
+    *tokens = out.ids;
+    *n_tokens = out.n;
+    return GRAFT_OK;
+}

@@ -271,7 +271,7 @@ static int infill_prompt(completion *c, graft__reply *reply)
                                   &c->prompt, &c->n_prompt, &c->prompt_cut);
     if (rc == GRAFT_EUNSUPPORTED) {
         graft__reply_error(reply, 400, "invalid_request_error",
-                           r->infill->repo_level ? "input_prefix" : "suffix",
+                           json_object_get(r->infill, "files") ? "input_prefix" : "suffix",
                            "this model has no fill-in-the-middle tokens (its vocabulary names "
                            "no prefix, suffix and middle tokens)");
         return -1;

@@ -18,6 +18,7 @@
  * changes as the user types sits late in the prompt, so the files and the prefix before it
  * come from the prefix cache on the next keystroke.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,74 +26,56 @@
 
 /* ---- the request ----------------------------------------------------------------------------- */
 
-void graft__infill_free(graft__infill *in)
+/* The string at key (absent or null: ""), set in `into` under `as`. */
+static int take_text(const json_t *body, const char *key, json_t *into, const char *as,
+                     char **param, char **message)
 {
-    if (in == NULL)
-        return;
-    free(in->prefix);
-    free(in->suffix);
-    free(in->prompt);
-    for (size_t i = 0; i < in->n_extra; i++) {
-        free(in->extra[i].filename);
-        free(in->extra[i].text);
-    }
-    free(in->extra);
-    free(in);
-}
-
-/* The string at key into *out (absent or null: a copy of fallback). */
-static int get_text(const json_t *body, const char *key, const char *fallback, char **out,
-                    char **param, char **message)
-{
-    const json_t *v = json_object_get(body, key);
+    json_t *v = json_object_get(body, key);
     if (v != NULL && !json_is_null(v) && !json_is_string(v))
         return graft__refuse(param, message, key, "'%s' must be a string", key);
-    *out = v != NULL && json_is_string(v) ? strndup(json_string_value(v), json_string_length(v))
-                                          : strdup(fallback);
-    return *out == NULL ? GRAFT_ENOMEM : GRAFT_OK;
+    return json_object_set_new(into, as, json_is_string(v) ? json_incref(v) : json_string(""))
+               ? GRAFT_ENOMEM
+               : GRAFT_OK;
 }
 
-static int parse_extra(const json_t *body, graft__infill *in, char **param, char **message)
+/* input_extra's files, checked, as [{filename, text}] (a missing filename: "tmp", as
+ * llama-server names it). */
+static int take_files(const json_t *body, json_t *into, char **param, char **message)
 {
     const json_t *extra = json_object_get(body, "input_extra");
+    json_t *files = json_array();
+    if (files == NULL || json_object_set_new(into, "files", files) != 0)
+        return GRAFT_ENOMEM;
     if (extra == NULL || json_is_null(extra))
         return GRAFT_OK;
     if (!json_is_array(extra))
         return graft__refuse(param, message, "input_extra",
                              "'input_extra' must be an array of {\"filename\", \"text\"}");
-    in->extra = calloc(json_array_size(extra) + 1, sizeof *in->extra);
-    if (in->extra == NULL)
-        return GRAFT_ENOMEM;
     for (size_t i = 0; i < json_array_size(extra); i++) {
-        const json_t *file = json_array_get(extra, i);
+        json_t *file = json_array_get(extra, i), *text = json_object_get(file, "text");
+        json_t *name = json_object_get(file, "filename");
         char path[48];
         snprintf(path, sizeof path, "input_extra[%zu]", i);
-        const json_t *text = json_object_get(file, "text");
         if (!json_is_object(file) || !json_is_string(text))
             return graft__refuse(param, message, path, "'%s' must be an object with a string "
                                  "'text' (and optionally a string 'filename')", path);
-        int rc = get_text(file, "filename", "tmp", &in->extra[i].filename, param, message);
-        if (rc == GRAFT_EINVAL) {
-            free(*param);
-            *param = NULL;
-            free(*message);
-            *message = NULL;
+        if (name != NULL && !json_is_null(name) && !json_is_string(name)) {
             strncat(path, ".filename", sizeof path - strlen(path) - 1);
             return graft__refuse(param, message, path, "'%s' must be a string", path);
         }
-        in->n_extra = i + 1;
-        if (rc != GRAFT_OK ||
-            (in->extra[i].text = strndup(json_string_value(text), json_string_length(text))) ==
-                NULL)
+        json_t *named = json_is_string(name) ? json_incref(name) : json_string("tmp");
+        if (json_array_append_new(files, json_pack("{s:O, s:o}", "text", text, "filename",
+                                                   named)) != 0)
             return GRAFT_ENOMEM;
     }
     return GRAFT_OK;
 }
 
-static int parse_suffix(const json_t *body, graft__completion_request *r, char **param,
-                        char **message)
+/* suffix beside a text prompt: the prompt is the prefix. */
+static int take_suffix(const json_t *body, graft__completion_request *r, char **param,
+                       char **message)
 {
-    const json_t *suffix = json_object_get(body, "suffix");
+    json_t *suffix = json_object_get(body, "suffix");
     if (suffix == NULL || json_is_null(suffix))
         return GRAFT_OK;
     if (!json_is_string(suffix))
@@ -105,36 +88,30 @@ static int parse_suffix(const json_t *body, graft__completion_request *r, char *
     if (r->echo)
         return graft__refuse(param, message, "echo", "'echo' cannot give back a prompt filled "
                              "in the middle ('suffix')");
-    graft__infill *in = calloc(1, sizeof *in);
-    if (in == NULL)
+    r->infill = json_pack("{s:s, s:O}", "prefix", r->prompt_text, "suffix", suffix);
+    if (r->infill == NULL)
         return GRAFT_ENOMEM;
-    r->infill = in;
-    in->prefix = r->prompt_text;
+    free(r->prompt_text);
     r->prompt_text = NULL;
-    in->suffix = strndup(json_string_value(suffix), json_string_length(suffix));
-    return in->suffix == NULL ? GRAFT_ENOMEM : GRAFT_OK;
+    return GRAFT_OK;
 }
 
 int graft__infill_parse(const json_t *body, graft__prompt_kind kind,
                         graft__completion_request *r, char **param, char **message)
 {
     if (kind == GRAFT__PROMPT_TEXT)
-        return parse_suffix(body, r, param, message);
-    graft__infill *in = calloc(1, sizeof *in);
-    if (in == NULL)
+        return take_suffix(body, r, param, message);
+    if ((r->infill = json_object()) == NULL)
         return GRAFT_ENOMEM;
-    r->infill = in;
-    in->repo_level = true;
-    int rc = get_text(body, "input_prefix", "", &in->prefix, param, message);
+    int rc = take_text(body, "input_prefix", r->infill, "prefix", param, message);
     if (rc == GRAFT_OK)
-        rc = get_text(body, "input_suffix", "", &in->suffix, param, message);
+        rc = take_text(body, "input_suffix", r->infill, "suffix", param, message);
     if (rc == GRAFT_OK)
-        rc = get_text(body, "prompt", "", &in->prompt, param, message);
+        rc = take_text(body, "prompt", r->infill, "prompt", param, message);
     if (rc == GRAFT_OK)
-        rc = parse_extra(body, in, param, message);
+        rc = take_files(body, r->infill, param, message);
     return rc;
 }
-
 /* ---- the prompt ------------------------------------------------------------------------------ */
 
 typedef struct token_list {
@@ -166,51 +143,73 @@ static void push_one(token_list *l, int32_t id)
     push(l, &id, 1);
 }
 
-/* Appends the tokens of text, without BOS; special tokens' texts are those tokens only
- * where `special`. */
-static void push_text(token_list *l, const graft_model *model, const char *text, bool special)
+/* Appends the tokens of len bytes of text, without BOS; special tokens' texts are those
+ * tokens only where `special`. */
+static void push_text(token_list *l, const graft_model *model, const char *text, size_t len,
+                      bool special)
 {
     int32_t *ids = NULL;
     size_t n = 0;
-    if (l->failed || text[0] == '\0')
+    if (l->failed || len == 0)
         return;
-    if (graft_tokenize(model, text, strlen(text), 0, special, &ids, &n) != GRAFT_OK)
+    if (graft_tokenize(model, text, len, 0, special, &ids, &n) != GRAFT_OK)
         l->failed = true;
     else
         push(l, ids, n);
     graft_free(ids);
 }
 
+static void push_literal(token_list *l, const graft_model *model, const char *text)
+{
+    push_text(l, model, text, strlen(text), false);
+}
+
+/* The tokens of the string at infill's key (none: nothing). */
+static void push_field(token_list *l, const graft_model *model, const json_t *object,
+                       const char *key, bool special)
+{
+    const json_t *v = json_object_get(object, key);
+    push_text(l, model, json_string_value(v), json_string_length(v), special);
+}
+
+/* <fim_sep> and a file's name line. */
+static void push_file_name(token_list *l, const graft_model *model, int32_t sep,
+                           const json_t *name)
+{
+    size_t len = json_string_length(name);
+    char *line = malloc(len + 1);
+    if (line == NULL) {
+        l->failed = true;
+        return;
+    }
+    memcpy(line, json_string_value(name), len);
+    line[len] = '\n';
+    push_one(l, sep);
+    push_text(l, model, line, len + 1, false);
+    free(line);
+}
+
 /* llama-server's repository-level preamble: the project, then each file, then the file the
  * gap is in. */
 static void push_files(token_list *l, const graft_model *model, const graft_model_info *info,
-                       const graft__infill *in)
+                       const json_t *files)
 {
     if (info->fim_rep >= 0) {
         push_one(l, info->fim_rep);
-        push_text(l, model, "myproject\n", false);
+        push_literal(l, model, "myproject\n");
     }
-    for (size_t i = 0; i < in->n_extra; i++) {
-        if (info->fim_sep >= 0) {
-            size_t len = strlen(in->extra[i].filename);
-            char *line = malloc(len + 2);
-            if (line == NULL) {
-                l->failed = true;
-                return;
-            }
-            memcpy(line, in->extra[i].filename, len);
-            memcpy(line + len, "\n", 2);
-            push_one(l, info->fim_sep);
-            push_text(l, model, line, false);
-            free(line);
-        } else {
-            push_text(l, model, "\n\n--- snippet ---\n\n", false);
-        }
-        push_text(l, model, in->extra[i].text, false);
+    size_t i;
+    const json_t *file;
+    json_array_foreach(files, i, file) {
+        if (info->fim_sep >= 0)
+            push_file_name(l, model, info->fim_sep, json_object_get(file, "filename"));
+        else
+            push_literal(l, model, "\n\n--- snippet ---\n\n");
+        push_field(l, model, file, "text", false);
     }
     if (info->fim_sep >= 0) {
         push_one(l, info->fim_sep);
-        push_text(l, model, "filename\n", false);
+        push_literal(l, model, "filename\n");
     }
 }
 
@@ -226,7 +225,7 @@ static size_t min_size(size_t a, size_t b)
     return a < b ? a : b;
 }
 
-int graft__infill_tokens(const graft_model *model, const graft__infill *in, int64_t budget,
+int graft__infill_tokens(const graft_model *model, const json_t *infill, int64_t budget,
                          int32_t **tokens, size_t *n_tokens, bool *cut)
 {
     graft_model_info info;
@@ -236,16 +235,16 @@ int graft__infill_tokens(const graft_model *model, const graft__infill *in, int6
     *cut = false;
     if (info.fim_pre < 0 || info.fim_suf < 0 || info.fim_mid < 0)
         return GRAFT_EUNSUPPORTED;
+    const json_t *file_list = json_object_get(infill, "files"); /* /infill's alone */
     token_list prefix = {0}, suffix = {0}, prompt = {0}, files = {0}, out = {0};
-    push_text(&prefix, model, in->prefix, false);
-    push_text(&suffix, model, in->suffix, false);
-    if (in->prompt != NULL)
-        push_text(&prompt, model, in->prompt, true);
-    if (in->repo_level)
-        push_files(&files, model, &info, in);
+    push_field(&prefix, model, infill, "prefix", false);
+    push_field(&suffix, model, infill, "suffix", false);
+    push_field(&prompt, model, infill, "prompt", true);
+    if (file_list != NULL)
+        push_files(&files, model, &info, file_list);
     size_t take_prefix = prefix.n, take_suffix = suffix.n, take_files = files.n;
     size_t fixed = prompt.n + 3 + (info.add_bos ? 1 : 0);
-    if (in->repo_level && (int64_t)(fixed + prefix.n + suffix.n + files.n) > budget) {
+    if (file_list != NULL && (int64_t)(fixed + prefix.n + suffix.n + files.n) > budget) {
         size_t room = budget > (int64_t)fixed ? (size_t)(budget - (int64_t)fixed) : 0;
         take_prefix = min_size(prefix.n, room - min_size(suffix.n, room / 4));
         take_suffix = min_size(suffix.n, room - take_prefix);

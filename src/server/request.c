@@ -704,7 +704,7 @@ void graft__request_free(graft__completion_request *r)
 {
     free(r->prompt_text);
     free(r->prompt_tokens);
-    graft__infill_free(r->infill);
+    json_decref(r->infill);
     for (size_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->session_id);

@@ -234,20 +234,6 @@ size_t graft__channel_take(graft__channel *ch, graft__channel_entry *out,
 
 enum { GRAFT__MAX_STOP = 8 };
 
-/* A fill-in-the-middle prompt: the text before the gap and after it, and for llama-server's
- * /infill the text typed at the gap (after the prefix) and other files of the project. */
-typedef struct graft__infill_file {
-    char *filename, *text;
-} graft__infill_file;
-
-typedef struct graft__infill {
-    char *prefix, *suffix;
-    char *prompt;              /* /infill: special tokens' texts in it are those tokens */
-    graft__infill_file *extra; /* (n_extra) /infill's input_extra */
-    size_t n_extra;
-    bool repo_level;           /* /infill: llama-server's repository-level prompt, cut to fit */
-} graft__infill;
-
 typedef struct graft__completion_request {
     bool chat;              /* /v1/chat/completions */
     bool stream;
@@ -256,7 +242,9 @@ typedef struct graft__completion_request {
     char *prompt_text;      /* the prompt as text (NULL when given as token ids) */
     int32_t *prompt_tokens; /* or as token ids */
     size_t n_prompt_tokens;
-    graft__infill *infill;  /* or filled in the middle (suffix, /infill); then neither */
+    json_t *infill;         /* or filled in the middle, then neither: {prefix, suffix} for a
+                               suffix, and for /infill also {prompt, files: [{filename, text}]}
+                               (infill.c) */
     int32_t max_tokens;     /* 0: until the context is full, or nothing with prompt_only */
     const char *max_tokens_key; /* the field it was given in (static), or NULL */
     bool echo;              /* completions: the prompt's text (and log-probabilities) first */
@@ -330,7 +318,6 @@ bool graft__json_token_id(const json_t *t, int32_t *id);
  * graft__request_parse. */
 int graft__infill_parse(const json_t *body, graft__prompt_kind kind,
                         graft__completion_request *r, char **param, char **message);
-void graft__infill_free(graft__infill *in);
 
 /* The prompt's tokens (*tokens, to free()): [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>
  * for a suffix; for /infill as llama-server lays it out, the other files first, and within
@@ -338,7 +325,7 @@ void graft__infill_free(graft__infill *in);
  * start and the suffix's end (the suffix keeps at least a quarter of what is left when both
  * are long); the prompt is never cut. *cut: whether anything was. GRAFT_EUNSUPPORTED: the
  * model has no fill-in-the-middle tokens; GRAFT_ENOMEM. */
-int graft__infill_tokens(const graft_model *model, const graft__infill *in, int64_t budget,
+int graft__infill_tokens(const graft_model *model, const json_t *infill, int64_t budget,
                          int32_t **tokens, size_t *n_tokens, bool *cut);
 
 /* ---- reasoning.c ---------------------------------------------------------------------------- */

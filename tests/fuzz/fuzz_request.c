@@ -38,9 +38,10 @@ static void check(const json_t *body, graft__prompt_kind kind, const graft__chat
     int rc = graft__request_parse(body, kind, with, &r, &param, &message);
     if (rc == GRAFT_OK) {
         require((r.prompt_text != NULL || r.n_prompt_tokens > 0) == (r.infill == NULL));
-        require(r.infill == NULL || (r.infill->prefix != NULL && r.infill->suffix != NULL &&
-                                     r.infill->repo_level == (kind == GRAFT__PROMPT_INFILL)));
-        require((r.infill != NULL && r.infill->repo_level) == (kind == GRAFT__PROMPT_INFILL));
+        require(r.infill == NULL ||
+                (json_is_string(json_object_get(r.infill, "prefix")) &&
+                 json_is_string(json_object_get(r.infill, "suffix"))));
+        require((json_object_get(r.infill, "files") != NULL) == (kind == GRAFT__PROMPT_INFILL));
         require(r.n_stop <= GRAFT__MAX_STOP);
         require(r.n_choices >= 1 && r.n_choices <= GRAFT__MAX_CHOICES);
         require(r.top_logprobs >= 0 && r.top_logprobs <= GRAFT_MAX_TOP_LOGPROBS);

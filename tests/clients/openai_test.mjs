@@ -8,7 +8,8 @@
 // lengths, numbers to bounds, a zod discriminated union through the SDK's zodResponseFormat
 // and parse) and a forced tool call; a thinking model's thought as reasoning_content and
 // as the Responses API's reasoning item (a second server, with QwQ's template); a request graft
-// refuses surfaces as the SDK's BadRequestError with the status and the field graft names.
+// refuses surfaces as the SDK's BadRequestError with the status and the field graft names;
+// fill in the middle with the completions API's suffix (a third server, a coder model).
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
@@ -452,6 +453,28 @@ await check('a thinking template, responses API: a reasoning item, which the SDK
     assert.equal(deltas, whole.output[0].content[0].text);
     const chat = await thinking.chat.completions.create({ ...thinkingParams, messages });
     assert.equal(whole.output[0].content[0].text, chat.choices[0].message.reasoning_content);
+});
+
+const coderUrl = `http://127.0.0.1:${process.argv[4]}`;
+const coder = new OpenAI({ baseURL: `${coderUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+await check('suffix fills in the middle: the prompt is [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>, streamed alike', async () => {
+    const prefix = 'def area(w, h):\n    return ', suffix = '\n\nprint(area(3, 4))\n';
+    const params = { model: 'coder', prompt: prefix, suffix, max_tokens: 8, temperature: 0 };
+    const whole = await coder.completions.create(params);
+    const count = async (content) => (await (await fetch(`${coderUrl}/tokenize`, {
+        method: 'POST', body: JSON.stringify({ content }),
+    })).json()).tokens.length;
+    // BOS, the three FIM tokens, and the two texts' tokens
+    assert.equal(whole.usage.prompt_tokens, 4 + await count(prefix) + await count(suffix));
+    let text = '', finish = null;
+    for await (const chunk of await coder.completions.create({ ...params, stream: true })) {
+        text += chunk.choices[0]?.text ?? '';
+        finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    assert.equal(text, whole.choices[0].text);
+    assert.equal(finish, whole.choices[0].finish_reason);
+    await assert.rejects(client.completions.create({ ...params, model: 'stories260K' }),
+        (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /fill-in-the-middle/.test(e.message));
 });
 
 console.log(`${passed} passed, 0 failed`);

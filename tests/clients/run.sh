@@ -1,8 +1,9 @@
 #!/bin/sh
-# run.sh: starts two `graft serve` on free ports of 127.0.0.1 (the model's own template, and a
-# thinking model's) and runs the official openai npm client (openai_test.mjs) and Anthropic's
-# (anthropic_test.mjs) against them; then SIGTERM, and each graft must exit 0. ctest runs it
-# as test_clients with GRAFT_BIN and GRAFT_TEST_TMP set. Needs node and the clients installed
+# run.sh: starts three `graft serve` on free ports of 127.0.0.1 (the model's own template, a
+# thinking model's, and a random-weight coder with DeepSeek-Coder's vocabulary, written by
+# graft synth, for fill in the middle) and runs the official openai npm client
+# (openai_test.mjs) and Anthropic's (anthropic_test.mjs) against them; then SIGTERM, and each
+# graft must exit 0. ctest runs it as test_clients with GRAFT_BIN and GRAFT_TEST_TMP set. Needs node and the clients installed
 # by tools/install-deps.sh (tests/clients/node_modules, from package-lock.json).
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,10 +34,16 @@ start plain
 plain_pid=$pid plain_port=$port
 # the second serves a thinking model's template (QwQ's), for thoughts given apart
 start thinking --chat-template "${GRAFT_TEMPLATES_DIR:?GRAFT_TEMPLATES_DIR is not set}/Qwen-QwQ-32B.jinja"
+thinking_pid=$pid thinking_port=$port
+coder="$tmp/clients-coder-$$.gguf"
+"$bin" synth --arch qwen2 --preset tiny --type F32 --seed 5 -o "$coder" \
+    --vocab "${GRAFT_MODELS_DIR:?GRAFT_MODELS_DIR is not set}/vocab/ggml-vocab-deepseek-coder.gguf" >/dev/null
+start coder -m "$coder"
 status=0
-node "$here/openai_test.mjs" "$plain_port" "$port" || status=$?
-node "$here/anthropic_test.mjs" "$plain_port" "$port" || status=$?
-for p in $plain_pid $pid; do
+node "$here/openai_test.mjs" "$plain_port" "$thinking_port" "$port" || status=$?
+node "$here/anthropic_test.mjs" "$plain_port" "$thinking_port" || status=$?
+rm -f "$coder"
+for p in $plain_pid $thinking_pid $pid; do
     kill -TERM "$p"
     wait "$p" || { echo "test_clients: graft serve exited with $?" >&2; status=1; }
 done

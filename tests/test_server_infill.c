@@ -18,8 +18,9 @@
  * end of generation); suffix's file-level prompt; /infill's repository-level prompt with and
  * without input_extra, with BOS where the vocabulary adds it; code that spells a FIM token
  * stays text; streamed /infill gives the whole answer's tokens; a long prompt is cut to fit
- * (truncated: true) and a short one is not; refusals naming the field, and a model without
- * FIM tokens refused.
+ * (truncated: true) and a short one is not; n_indent and t_max_predict_ms end the plain
+ * greedy answer where llama-server's rules say (on stories260K); refusals naming the field,
+ * and a model without FIM tokens refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -570,6 +571,55 @@ static void test_n_indent(void **state)
     free(plain);
 }
 
+/* t_max_predict_ms (llama-server's): with a limit that passes before the first line break
+ * (1 ms: stories260K writes dozens of tokens first), the answer is the plain greedy answer up
+ * to the first token with a line break; with one that does not pass, the plain answer. */
+static void test_t_max_predict_ms(void **state)
+{
+    (void)state;
+    const char *plain_body = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 80, "
+                             "\"temperature\": 0, \"return_tokens\": true}";
+    response r = graft_test_request(&stories, "POST", "/v1/completions", plain_body);
+    json_t *whole = graft_test_json_of(&r);
+    json_t *plain = json_array_get(json_object_get(whole, "choices"), 0);
+    graft_test_response_free(&r);
+    const char *plain_text = json_string_value(json_object_get(plain, "text"));
+    size_t n_plain = json_array_size(json_object_get(plain, "tokens"));
+    assert_non_null(strchr(plain_text, '\n'));
+    int32_t limits[] = {1, 600000};
+    for (size_t k = 0; k < 2; k++) {
+        json_t *j = post(&stories, "/completion",
+                         json_pack("{s:s, s:i, s:f, s:i, s:b}", "prompt", "Once upon a time",
+                                   "n_predict", 80, "temperature", 0.0, "t_max_predict_ms",
+                                   limits[k], "return_tokens", 1),
+                         200);
+        const char *text = json_string_value(json_object_get(j, "content"));
+        size_t n = json_array_size(json_object_get(j, "tokens"));
+        if (k == 0) {
+            /* a prefix of the plain answer, its last token the first with a line break */
+            assert_true(n < n_plain);
+            assert_memory_equal(text, plain_text, strlen(text));
+            const char *nl = strchr(text, '\n');
+            assert_non_null(nl);
+            assert_null(strchr(nl + 1, '\n'));
+            char body[256];
+            snprintf(body, sizeof body, "{\"prompt\": \"Once upon a time\", \"max_tokens\": %zu, "
+                     "\"temperature\": 0}", n - 1);
+            response shorter = graft_test_request(&stories, "POST", "/v1/completions", body);
+            char *before = graft_test_completion_text(&shorter);
+            assert_null(strchr(before, '\n'));
+            free(before);
+            graft_test_response_free(&shorter);
+            assert_string_equal(json_string_value(json_object_get(j, "stop_type")), "limit");
+        } else {
+            assert_int_equal(n, n_plain);
+            assert_string_equal(text, plain_text);
+        }
+        json_decref(j);
+    }
+    json_decref(whole);
+}
+
 static void expect_refusal(const server *s, const char *path, const char *body,
                            const char *param, const char *words)
 {
@@ -600,6 +650,9 @@ static void test_refusals(void **state)
     expect_refusal(&stories, "/v1/chat/completions",
                    "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], "
                    "\"n_indent\": 2}", "n_indent", "code completion");
+    expect_refusal(&stories, "/v1/chat/completions",
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], "
+                   "\"t_max_predict_ms\": 500}", "t_max_predict_ms", "code completion");
     expect_refusal(s, "/v1/completions", "{\"prompt\": [1, 2], \"suffix\": \"x\"}", "suffix",
                    "token ids");
     expect_refusal(s, "/v1/completions", "{\"prompt\": \"a\", \"suffix\": 7}", "suffix",
@@ -625,7 +678,8 @@ int main(void)
         cmocka_unit_test(test_fim_tokens_found), cmocka_unit_test(test_suffix),
         cmocka_unit_test(test_infill_layout),    cmocka_unit_test(test_special_text_is_code),
         cmocka_unit_test(test_infill_streamed),  cmocka_unit_test(test_infill_cut),
-        cmocka_unit_test(test_n_indent),         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_n_indent),         cmocka_unit_test(test_t_max_predict_ms),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

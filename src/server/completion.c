@@ -105,7 +105,7 @@ static void stop_at_dedent(choice *ch, int32_t n_indent)
         if ((int64_t)(at - ch->line_start) < n_indent) {
             ch->len = at;
             ch->text[at] = '\0';
-            ch->stopped = ch->dedented = true;
+            ch->stopped = ch->limited = true;
             return;
         }
         nl = memchr(text + at, '\n', ch->len - at);
@@ -580,6 +580,16 @@ static void cancel_all(completion *c)
             graft_generation_cancel(c->choices[i].gen);
 }
 
+/* t_max_predict_ms (llama-server's, for code completion): whether a token whose text (piece)
+ * breaks a line came after the limit, counted from the choice's first token; the answer then
+ * ends with it. */
+static bool past_time_limit(const choice *ch, const char *piece, size_t n)
+{
+    int32_t limit_ms = ch->c->req.t_max_predict_ms;
+    return limit_ms > 0 && n > 0 && memchr(piece, '\n', n) != NULL &&
+           graft__server_now_ns() - ch->first_token_ns > (uint64_t)limit_ms * 1000000u;
+}
+
 /* Takes what the engine sent to every choice: text appended, stop strings checked, choices
  * that ended marked done. False once all are done. */
 static bool pump(completion *c, int timeout_ms)
@@ -592,7 +602,7 @@ static bool pump(completion *c, int timeout_ms)
         choice *ch = &c->choices[entries[i].choice];
         if (ch->stopped || ch->n_tokens == ch->cap_tokens)
             continue;
-        const char *piece;
+        const char *piece = NULL;
         size_t n;
         ch->token_start[ch->n_tokens] = ch->len;
         ch->token_ids[ch->n_tokens] = entries[i].token;
@@ -600,9 +610,17 @@ static bool pump(completion *c, int timeout_ms)
             memcpy(ch->logprobs + ch->n_tokens * (size_t)c->width, lp + i * (size_t)c->width,
                    (size_t)c->width * sizeof *lp);
         ch->n_tokens++;
-        if (graft_detok_push(ch->detok, entries[i].token, &piece, &n) == GRAFT_OK && n > 0)
+        if (ch->n_tokens == 1)
+            ch->first_token_ns = graft__server_now_ns();
+        if (graft_detok_push(ch->detok, entries[i].token, &piece, &n) != GRAFT_OK)
+            n = 0;
+        if (n > 0)
             graft__append(&ch->text, &ch->len, &ch->cap, piece, n);
         graft__choice_release(ch);
+        if (!ch->stopped && past_time_limit(ch, piece, n)) {
+            ch->stopped = ch->limited = true;
+            graft__choice_release(ch);
+        }
     }
     if (c->n_choices > 1)
         start_forked(c, c->cancelled);

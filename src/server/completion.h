@@ -40,9 +40,11 @@ typedef struct choice {
                                          out */
     graft__reasoning thought; /* a thinking model's thought in text (chat) */
     size_t thought_sent;     /* streaming: the thought's bytes before it went out */
-    bool stopped;            /* a stop string matched, or n_indent's line: text ends at len */
+    bool stopped;            /* a stop string matched, or a limit: text ends at len */
     const char *stop_word;
-    bool dedented;           /* stopped by a line indented less than n_indent */
+    bool limited;            /* stopped by n_indent or t_max_predict_ms (llama-server's
+                                stop_type "limit") */
+    uint64_t first_token_ns; /* when its first token came (t_max_predict_ms) */
     size_t line_start;       /* n_indent: where the first line not yet judged begins (0: the
                                 answer's first line, which is never judged, has not ended) */
     bool done;

@@ -14,8 +14,9 @@
  * alone), reasoning_format (chat: whether a thinking model's thought is split off, reasoning.c),
  * thinking_token_budget (chat: the tokens a thinking model's thought may take before it is closed),
  * continue_final_message (chat: the last message, the assistant's, is a prefill the answer
- * continues, chat.c), suffix and llama-server's n_indent (completions: fill in the middle,
- * infill.c, and code completion's end at a line indented less than n_indent); /infill's own
+ * continues, chat.c), suffix and llama-server's n_indent and t_max_predict_ms (completions:
+ * fill in the middle, infill.c, and code completion's ends: at a line indented less than
+ * n_indent, at a line break once t_max_predict_ms have passed); /infill's own
  * fields (infill.c). A field of the wrong type or out of range is refused naming its JSON path.
  * Known fields graft cannot honour are refused by name rather than ignored (an answer that silently
  * differs from what was asked is worse than a clear 400); unknown fields are ignored, since SDKs
@@ -547,6 +548,14 @@ static int parse_flags(const json_t *body, graft__completion_request *r, char **
                              "'n_indent' is for code completion: /v1/completions, /completion "
                              "and /infill");
     r->n_indent = (int32_t)n_indent;
+    long long t_max = 0;
+    if ((rc = get_int(body, "t_max_predict_ms", 0, INT32_MAX, &t_max, param, message)) != GRAFT_OK)
+        return rc;
+    if (t_max > 0 && r->chat)
+        return graft__refuse(param, message, "t_max_predict_ms",
+                             "'t_max_predict_ms' is for code completion: /v1/completions, "
+                             "/completion and /infill");
+    r->t_max_predict_ms = (int32_t)t_max;
     if ((rc = get_bool(body, "stream", &r->stream, param, message)) != GRAFT_OK ||
         (rc = get_bool(body, "ignore_eos", &r->ignore_eos, param, message)) != GRAFT_OK ||
         (rc = get_bool(body, "return_tokens", &r->return_tokens, param, message)) != GRAFT_OK)

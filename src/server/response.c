@@ -401,7 +401,7 @@ json_t *graft__llama_json(completion *c, size_t from, size_t upto, bool stop)
     json_object_set_new(j, "tokens_evaluated", json_integer((json_int_t)c->n_prompt));
     json_object_set_new(j, "tokens_cached", json_integer(ch->reused));
     json_object_set_new(j, "truncated", json_boolean(c->prompt_cut));
-    json_object_set_new(j, "stop_type", json_string(ch->dedented  ? "limit"
+    json_object_set_new(j, "stop_type", json_string(ch->limited   ? "limit"
                                                     : ch->stopped ? "word"
                                                     : reason && strcmp(reason, "length") == 0
                                                         ? "limit"

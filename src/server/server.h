@@ -264,6 +264,9 @@ typedef struct graft__completion_request {
     int32_t n_indent;       /* completions (llama-server's field): after the answer's first
                                line, a line indented by fewer spaces and tabs ends it, before
                                the line's first other character; 0: off */
+    int32_t t_max_predict_ms; /* completions (llama-server's): a token with a line break ends
+                                 the answer once this long has passed since its first token;
+                                 0: off */
     bool one_call;          /* parallel_tool_calls false: a choice ends after its first call */
     bool forced_call;       /* tool_choice required or a named function: the answer is one
                                call (output_format and json_schema hold it to the call) */

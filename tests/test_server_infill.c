@@ -670,6 +670,18 @@ static void test_refusals(void **state)
     json_decref(j);
     j = infill(&starcoder, "a = ", "\n", NULL, NULL, 2);
     json_decref(j);
+    /* a body as llama.vscode sends it: the fields graft has no use for are ignored */
+    j = post(&repo.srv, "/infill",
+             graft_test_parse("{\"input_prefix\": \"def f():\\n\", \"input_suffix\": \"\\n\", "
+                              "\"input_extra\": [{\"filename\": \"a.py\", \"text\": \"x = 1\\n\"}], "
+                              "\"prompt\": \"    return \", \"n_predict\": 8, \"top_k\": 40, "
+                              "\"top_p\": 0.99, \"stream\": false, \"n_indent\": 4, "
+                              "\"samplers\": [\"top_k\", \"top_p\", \"infill\"], "
+                              "\"cache_prompt\": true, \"t_max_prompt_ms\": 500, "
+                              "\"t_max_predict_ms\": 1000, \"response_fields\": [\"content\"]}"),
+             200);
+    assert_true(json_is_string(json_object_get(j, "content")));
+    json_decref(j);
 }
 
 int main(void)

@@ -72,6 +72,7 @@
 
 #include "byte_buffer.h"
 #include "json_oracle.h"
+#include "tally.h"
 #include "graft.h"
 #include "engine/json_output.h"
 
@@ -80,20 +81,12 @@
 static uint64_t seed = 0x6a736f6e5f6e756du;
 
 enum { MAX_PRINTED = 16 };
-static unsigned failures, printed;
 
 static void begin_test(uint64_t stream)
 {
-    failures = printed = 0;
+    graft_test_tally_begin(MAX_PRINTED);
     seed = graft_test_seed(seed);
     graft_test_random_start(seed, stream);
-}
-
-static void finish_test(void)
-{
-    if (failures > 0)
-        fail_msg("%u disagreements (the first %u printed, seed 0x%" PRIx64 ")", failures,
-                 printed, seed);
 }
 
 /* ---- exact decimals ------------------------------------------------------------------------
@@ -673,19 +666,19 @@ static long disagreement(const graft__json_schema *schema, const ob *b, const ui
     return *got != *want ? (long)upto : -1;
 }
 
-static void report(const char *s, const uint8_t *t, size_t n, size_t got, size_t want, long at,
+/* Counts a disagreement; prints it while few were; whether it did. */
+static bool report(const char *s, const uint8_t *t, size_t n, size_t got, size_t want, long at,
                    const char *what)
 {
-    failures++;
-    if (printed >= MAX_PRINTED)
-        return;
-    printed++;
+    if (!graft_test_tally_count())
+        return false;
     print_error("%s: S = %s (seed 0x%" PRIx64 "), text ", what, s, seed);
     graft_test_print_literal(t, n);
     if (got != want)
         print_error(": first refused byte: recognizer %zu, oracle %zu (n = %zu)\n", got, want, n);
     else
         print_error(": done differs after byte %ld\n", at);
+    return true;
 }
 
 /* Compares on t and, on a disagreement, prints it and a shrunk text that still disagrees
@@ -697,8 +690,7 @@ static void compare(const char *s, const graft__json_schema *schema, const ob *b
     long at = disagreement(schema, b, t, n, &got, &want);
     if (at < 0)
         return;
-    report(s, t, n, got, want, at, "disagreement");
-    if (printed > MAX_PRINTED - 1)
+    if (!report(s, t, n, got, want, at, "disagreement"))
         return;
     uint8_t u[MAX_TEXT];
     size_t m = n;
@@ -759,9 +751,7 @@ static void probe_copies(const char *s, const graft__json_schema *schema, const 
         /* a tab or a line break: whitespace the oracle does not read, fed to the copy alone */
         if (c != '\t' && c != '\n' &&
             (fed != want || (want && graft__json_syntax_done(&copy) != odone[i]))) {
-            failures++;
-            if (printed < MAX_PRINTED) {
-                printed++;
+            if (graft_test_tally_count()) {
                 print_error("a copy fed '%c' after %zu bytes: S = %s, text ", c, i, s);
                 graft_test_print_literal(u, i + 1);
                 print_error(": the oracle says %s\n", want ? "accepted" : "refused");
@@ -1059,7 +1049,7 @@ static void test_hand_cases(void **state)
         bool odone[MAX_TEXT], rdone[MAX_TEXT];
         long o = verdict_of(oracle(&b, t, n, odone), odone, n);
         if (o != h->expect) {
-            failures++;
+            graft_test_tally_count();
             print_error("the oracle says %ld, the case %ld: S = %s, text %s\n", o, h->expect, h->s,
                         h->text);
             continue;
@@ -1068,7 +1058,7 @@ static void test_hand_cases(void **state)
         char *errmsg = NULL;
         int rc = compile(h->s, &schema, &errmsg);
         if (rc != GRAFT_OK) {
-            failures++;
+            graft_test_tally_count();
             print_error("compile S = %s: %d, %s\n", h->s, rc, errmsg != NULL ? errmsg : "(none)");
             free(errmsg);
             continue;
@@ -1078,7 +1068,7 @@ static void test_hand_cases(void **state)
         size_t got, want;
         long at = disagreement(schema, &b, t, n, &got, &want);
         if (r != h->expect || at >= 0) {
-            failures++;
+            graft_test_tally_count();
             print_error("S = %s, text %s: expected %ld, the recognizer says %ld", h->s, h->text,
                         h->expect, r);
             if (at >= 0)
@@ -1087,7 +1077,7 @@ static void test_hand_cases(void **state)
         }
         graft__json_schema_free(schema);
     }
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* ---- direct cases: bounds elsewhere in a schema ----------------------------------------- */
@@ -1096,7 +1086,7 @@ static void expect_full(const char *schema_text, const char *text, long expect)
 {
     graft__json_schema *schema = graft_test_compile_schema(schema_text);
     if (schema == NULL) {
-        failures++;
+        graft_test_tally_count();
         return;
     }
     size_t n = strlen(text);
@@ -1105,7 +1095,7 @@ static void expect_full(const char *schema_text, const char *text, long expect)
     long got = verdict_of(recognize(schema, (const uint8_t *)text, n, done), done, n);
     graft__json_schema_free(schema);
     if (got != expect) {
-        failures++;
+        graft_test_tally_count();
         print_error("%s, text %s: expected %ld, the recognizer says %ld\n", schema_text, text,
                     expect, got);
     }
@@ -1157,7 +1147,7 @@ static void test_direct(void **state)
     expect_full(num_0_1, "{\"a\":0\t", 6);
     expect_full(num_0_1, "{\"a\":1.\n", 7);
     expect_full(num_0_1, "{\"a\":1.0\n}", ACCEPT);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* ---- random bound sets and numbers -------------------------------------------------------- */
@@ -1497,9 +1487,7 @@ static void test_random(void **state)
         /* a type list with null and no number: the header does not say; either answer */
         bool either = r.listed && !expect_ok;
         if (((rc == GRAFT_OK) != expect_ok && !either) || (rc != GRAFT_OK && rc != GRAFT_EINVAL)) {
-            failures++;
-            if (printed < MAX_PRINTED) {
-                printed++;
+            if (graft_test_tally_count()) {
                 print_error("compile S = %s: %d (%s), the oracle %s a number\n", r.s, rc,
                             errmsg != NULL ? errmsg : "no message",
                             expect_ok ? "finds" : "finds no");
@@ -1533,7 +1521,7 @@ static void test_random(void **state)
                       "%zu of them compiled\n",
                       sets, no_number, texts, refusals, accepted, viable_calls, listed_empty,
                       listed_empty_ok);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* ---- the compiler --------------------------------------------------------------------------- */
@@ -1598,7 +1586,7 @@ static void test_compile(void **state)
         for (size_t i = 0; i < 4 && f->names[i] != NULL; i++)
             named = named || (errmsg != NULL && contains_nocase(errmsg, f->names[i]));
         if (rc != GRAFT_EINVAL || !named) {
-            failures++;
+            graft_test_tally_count();
             print_error("compile S = %s: %d (expected %d), message %s\n", f->s, rc, GRAFT_EINVAL,
                         errmsg != NULL ? errmsg : "(none)");
         }
@@ -1621,7 +1609,7 @@ static void test_compile(void **state)
         if (plain) {
             ob b = ob_of(f->s);
             if (any_number(&b)) {
-                failures++;
+                graft_test_tally_count();
                 print_error("the oracle finds a number for the refused S = %s\n", f->s);
             }
         }
@@ -1629,7 +1617,7 @@ static void test_compile(void **state)
         out = NULL;
         rc = compile(f->s, &out, NULL);
         if (rc != GRAFT_EINVAL) {
-            failures++;
+            graft_test_tally_count();
             print_error("compile S = %s without errmsg: %d\n", f->s, rc);
         }
         if (rc == GRAFT_OK)
@@ -1660,7 +1648,7 @@ static void test_compile(void **state)
         char *errmsg = NULL;
         int rc = compile(accepted[k], &out, &errmsg);
         if (rc != GRAFT_OK) {
-            failures++;
+            graft_test_tally_count();
             print_error("compile S = %s: %d (expected 0), message %s\n", accepted[k], rc,
                         errmsg != NULL ? errmsg : "(none)");
         } else {
@@ -1668,7 +1656,7 @@ static void test_compile(void **state)
         }
         free(errmsg);
     }
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* The oracle's arithmetic on its own: comparisons and the shortest decimals. */

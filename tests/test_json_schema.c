@@ -55,6 +55,7 @@
 
 #include "byte_buffer.h"
 #include "json_oracle.h"
+#include "tally.h"
 #include "engine/engine.h"
 
 /* ---- buffers, the PRNG, reporting ------------------------------------------------------- */
@@ -71,41 +72,18 @@ static void seed_rng(uint64_t stream)
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Disagreements are counted; the first MAX_PRINTED of a test are printed, and the test fails
- * at its end (finish_test) when there was any. */
+ * at its end (graft_test_tally_end) when there was any. */
 enum { MAX_PRINTED = 16 };
 static const char *current = "";
-static unsigned failures, printed;
-
-static void print_literal(const uint8_t *t, size_t n)
-{
-    print_error("\"");
-    for (size_t i = 0; i < n; i++) {
-        if (t[i] == '"' || t[i] == '\\')
-            print_error("\\%c", t[i]);
-        else if (t[i] == '\n')
-            print_error("\\n");
-        else if (t[i] == '\r')
-            print_error("\\r");
-        else if (t[i] == '\t')
-            print_error("\\t");
-        else if (t[i] >= 0x20 && t[i] < 0x7F)
-            print_error("%c", t[i]);
-        else
-            print_error("\\x%02X\"\"", t[i]); /* "" ends the escape before a hex digit */
-    }
-    print_error("\"");
-}
 
 /* Counts a disagreement; returns whether it was printed. */
 static bool report(const char *what, const uint8_t *t, size_t n, size_t expected, size_t actual)
 {
-    failures++;
-    if (printed >= MAX_PRINTED)
+    if (!graft_test_tally_count())
         return false;
-    printed++;
     print_error("%s [schema %s, seed 0x%" PRIx64 "]: expected %zu, got %zu; text of %zu bytes: ",
                 what, current, seed, expected, actual, n);
-    print_literal(t, n);
+    graft_test_print_literal(t, n);
     print_error("\n");
     return true;
 }
@@ -113,14 +91,8 @@ static bool report(const char *what, const uint8_t *t, size_t n, size_t expected
 static void begin_test(const char *name, uint64_t stream)
 {
     current = name;
-    failures = printed = 0;
+    graft_test_tally_begin(MAX_PRINTED);
     seed_rng(stream);
-}
-
-static void finish_test(void)
-{
-    if (failures > 0)
-        fail_msg("%u disagreements (the first %u printed)", failures, printed);
 }
 
 /* ---- the schemas ---------------------------------------------------------------------------- */
@@ -1302,7 +1274,7 @@ static void shrink(const uint8_t *t, size_t n)
     verdict v = recognize(b.p, b.n, NULL);
     print_error("    shrunk: refused at %zu (done %d) expected, at %zu (done %d) got: ", e.refused,
                 e.done, v.refused, v.done);
-    print_literal(b.p, b.n);
+    graft_test_print_literal(b.p, b.n);
     print_error("\n");
     free(g.completion.p);
     free(b.p);
@@ -1365,7 +1337,7 @@ static void check_text(const uint8_t *t, size_t n, bool generated)
         if (report("first refused byte", t, n, e.refused, v.refused)) {
             if (v.refused < e.refused && complete(t, v.refused + 1, &witness)) {
                 print_error("    an instance that goes on with the refused byte: ");
-                print_literal(witness.p, witness.n);
+                graft_test_print_literal(witness.p, witness.n);
                 print_error("\n");
             }
             shrink(t, n);
@@ -1786,7 +1758,7 @@ static void test_instances(void **state)
     free(text.p);
     free(mutant.p);
     unload();
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 typedef struct {
@@ -2075,7 +2047,7 @@ static void test_hand_cases(void **state)
                            hand_cases[k].refused, hand_cases[k].done);
         unload();
     }
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* The limits on nesting: under the schema, GRAFT__SCHEMA_MAX_DEPTH levels (the top object is
@@ -2114,7 +2086,7 @@ static void test_depth(void **state)
     }
     unload();
     free(b.p);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* GRAFT__SCHEMA_MAX_TEXTS properties of an object, and values of an enum, compile and are
@@ -2167,7 +2139,7 @@ static void test_text_limits(void **state)
         }
     }
     free(b.p);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 #define PROP(schema) "{\"type\":\"object\",\"properties\":{\"a\":" schema "}}"
@@ -2284,7 +2256,7 @@ static void test_compile_refuses(void **state)
     static const char not_schema[] = "{\"type\":\"object\",\"not\":{}}";
     assert_int_equal(graft__json_schema_compile(not_schema, sizeof not_schema - 1, &out, NULL),
                      GRAFT_EINVAL);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* Keyword names as property names, $defs names and annotation contents are not keywords; the
@@ -2332,7 +2304,7 @@ static void test_compile_accepts(void **state)
         load(which);
         unload();
     }
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 #define INSTANCES_OF(id) cmocka_unit_test_prestate(test_instances, &schema_ids[id])

@@ -87,6 +87,7 @@
 #include "byte_buffer.h"
 #include "graft.h"
 #include "json_oracle.h"
+#include "tally.h"
 #include "engine/json_output.h"
 
 typedef graft_test_bytes bytes;
@@ -102,18 +103,11 @@ static void seed_rng(uint64_t stream)
 }
 
 enum { MAX_PRINTED = 12 };
-static unsigned failures, printed;
 
 static void begin_test(uint64_t stream)
 {
-    failures = printed = 0;
+    graft_test_tally_begin(MAX_PRINTED);
     seed_rng(stream);
-}
-
-static void finish_test(void)
-{
-    if (failures > 0)
-        fail_msg("%u disagreements (the first %u printed)", failures, printed);
 }
 
 /* ---- code points ------------------------------------------------------------------------- */
@@ -1385,8 +1379,7 @@ static void check_text(rt *r, const uint8_t *t, size_t n, bool must_accept)
         bool good = v.refused == n && v.done[n - 1] == 1;
         verdict_free(&v);
         if (!good) {
-            failures++;
-            if (printed++ < MAX_PRINTED) {
+            if (graft_test_tally_count()) {
                 print_error("oracle: refuses an instance [schema %s, seed 0x%" PRIx64 "]: ",
                             r->sp->name, seed);
                 graft_test_print_literal(t, n);
@@ -1399,10 +1392,8 @@ static void check_text(rt *r, const uint8_t *t, size_t n, bool must_accept)
     const char *what = disagreement(r, t, n, &want, &got);
     if (what == NULL)
         return;
-    failures++;
-    if (printed >= MAX_PRINTED)
+    if (!graft_test_tally_count())
         return;
-    printed++;
     print_error("%s [schema %s, seed 0x%" PRIx64 "]: oracle %zu, recognizer %zu; text: ", what,
                 r->schema_text, seed, want, got);
     graft_test_print_literal(t, n);
@@ -1905,7 +1896,7 @@ static void test_oracle_classes(void **state)
             if (round % 2 == 0) {
                 r->sp->gen(r->sp, &s);
                 if (!inst(r, s.c, s.n)) {
-                    failures++;
+                    graft_test_tally_count();
                     print_error("oracle: generator of %s made a non-instance (round %d)\n",
                                 r->sp->name, round);
                 }
@@ -1920,14 +1911,14 @@ static void test_oracle_classes(void **state)
             for (size_t i = 0; i < t.n; i++)
                 t.c[i] = member_of(r, r->sp->cls(t.c[i]));
             if (inst(r, t.c, t.n) != v) {
-                failures++;
+                graft_test_tally_count();
                 print_error("oracle: classes of %s: inst changes under a swap within classes "
                             "(round %d)\n",
                             r->sp->name, round);
             }
         }
     }
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 enum { ACCEPT = -1, OPEN = -2 };
@@ -2186,7 +2177,7 @@ static void test_hand_cases(void **state)
         long oracle_says = v.refused < n ? (long)v.refused : v.done[n - 1] == 1 ? ACCEPT : OPEN;
         verdict_free(&v);
         if (oracle_says != h->expect) {
-            failures++;
+            graft_test_tally_count();
             print_error("oracle: hand case %zu [%s] expects %ld, the oracle says %ld: ", k,
                         h->schema, h->expect, oracle_says);
             graft_test_print_literal(t, n);
@@ -2196,7 +2187,7 @@ static void test_hand_cases(void **state)
         long got = u.refused < n ? (long)u.refused : u.done[n - 1] ? ACCEPT : OPEN;
         run_free(&u);
         if (got != h->expect) {
-            failures++;
+            graft_test_tally_count();
             print_error("hand case %zu [%s]: expected %ld, the recognizer says %ld: ", k,
                         r->schema_text, h->expect, got);
             graft_test_print_literal(t, n);
@@ -2205,12 +2196,12 @@ static void test_hand_cases(void **state)
         size_t want, gotb;
         const char *what = disagreement(r, t, n, &want, &gotb);
         if (what != NULL && got == h->expect) {
-            failures++;
+            graft_test_tally_count();
             print_error("hand case %zu [%s]: %s: oracle %zu, recognizer %zu\n", k, h->schema,
                         what, want, gotb);
         }
     }
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 static void random_texts(rt *r)
@@ -2271,7 +2262,7 @@ static void test_random(void **state)
             print_message(" %s %lu", names[i], refused_in[i]);
         print_message("\n");
     }
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* The recognizer alone on texts whose verdicts are plain: other members of a type list beside
@@ -2281,7 +2272,7 @@ static void expect_text(const char *schema_text, const uint8_t *t, size_t n, lon
 {
     graft__json_schema *schema = graft_test_compile_schema(schema_text);
     if (schema == NULL) {
-        failures++;
+        graft_test_tally_count();
         return;
     }
     rt r = {.schema = schema};
@@ -2290,7 +2281,7 @@ static void expect_text(const char *schema_text, const uint8_t *t, size_t n, lon
     run_free(&u);
     graft__json_schema_free(schema);
     if (got != expect) {
-        failures++;
+        graft_test_tally_count();
         print_error("%s: expected %ld, the recognizer says %ld on a text of %zu bytes: ",
                     schema_text, expect, got, n);
         graft_test_print_literal(t, n < 80 ? n : 80);
@@ -2337,7 +2328,7 @@ static void test_direct(void **state)
         expect_text(long_text, t.p, t.n, expect);
     }
     free(t.p);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 typedef struct refusal {
@@ -2391,7 +2382,7 @@ static void test_compile(void **state)
         for (size_t i = 0; i < 3 && f->names[i] != NULL; i++)
             named = named || (errmsg != NULL && strstr(errmsg, f->names[i]) != NULL);
         if (rc != GRAFT_EINVAL || !named) {
-            failures++;
+            graft_test_tally_count();
             print_error("compile %s: %d (expected %d), message %s\n", text, rc, GRAFT_EINVAL,
                         errmsg != NULL ? errmsg : "(none)");
         }
@@ -2413,7 +2404,7 @@ static void test_compile(void **state)
         char *errmsg = NULL;
         int rc = graft__json_schema_compile(text, strlen(text), &out, &errmsg);
         if (rc != GRAFT_OK) {
-            failures++;
+            graft_test_tally_count();
             print_error("compile %s: %d (expected 0), message %s\n", text, rc,
                         errmsg != NULL ? errmsg : "(none)");
         } else {
@@ -2422,7 +2413,7 @@ static void test_compile(void **state)
         free(errmsg);
         free(text);
     }
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 int main(void)

@@ -111,6 +111,7 @@
 
 #include "byte_buffer.h"
 #include "json_oracle.h"
+#include "tally.h"
 #include "engine/engine.h"
 
 typedef __int128 i128;
@@ -120,20 +121,12 @@ typedef __int128 i128;
 static uint64_t seed = 0x6a736f6e556e696fu;
 
 enum { MAX_PRINTED = 12 };
-static unsigned failures, printed;
 
 static void begin_test(uint64_t stream)
 {
-    failures = printed = 0;
+    graft_test_tally_begin(MAX_PRINTED);
     seed = graft_test_seed(seed);
     graft_test_random_start(seed, stream);
-}
-
-static void finish_test(void)
-{
-    if (failures > 0)
-        fail_msg("%u disagreements (the first %u printed, seed 0x%" PRIx64 ")", failures,
-                 printed, seed);
 }
 
 static bool verbose(void)
@@ -145,10 +138,8 @@ static bool verbose(void)
  * schema goes in pieces: print_error's buffer is short. */
 static void report(const char *what, const char *schema_text, const uint8_t *t, size_t n)
 {
-    failures++;
-    if (printed >= MAX_PRINTED)
+    if (!graft_test_tally_count())
         return;
-    printed++;
     print_error("%s (seed 0x%" PRIx64 ")\n  schema: ", what, seed);
     for (size_t at = 0, len = strlen(schema_text); at < len; at += 256)
         print_error("%.*s", (int)(len - at < 256 ? len - at : 256), schema_text + at);
@@ -2335,9 +2326,9 @@ static void compare(const char *schema_text, const graft__json_schema *compiled,
     oracle_start(&o, s);
     graft__json_recognizer r;
     graft__json_recognizer_init(&r, compiled);
-    unsigned before = failures;
+    unsigned before = graft_test_tally_failures();
     counts.texts++;
-    for (size_t i = 0; i < n && failures == before; i++) {
+    for (size_t i = 0; i < n && graft_test_tally_failures() == before; i++) {
         if (probe_all)
             probe(schema_text, &o, &r, t, i, limit);
         size_t width = oracle_try(&o, t[i]);
@@ -2417,7 +2408,7 @@ static void test_oracle(void **state)
         free(again);
     }
     free(t.p);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* ---- test_hand_cases ------------------------------------------------------------------------- */
@@ -2706,7 +2697,7 @@ static void test_hand_cases(void **state)
         check_hand_case(&hand_cases[i], i);
     if (verbose())
         print_message("%zu hand cases\n", COUNT(hand_cases));
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* ---- test_whitespace ------------------------------------------------------------------------- */
@@ -2743,7 +2734,7 @@ static void test_whitespace(void **state)
         graft__json_schema_free(compiled);
     }
     free(t.p);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* ---- test_deep ------------------------------------------------------------------------------- */
@@ -2766,7 +2757,7 @@ static void test_deep(void **state)
     read_schema(&s, DEEP_T);
     graft__json_schema *compiled = compile(DEEP_T);
     if (compiled == NULL) {
-        finish_test();
+        graft_test_tally_end(seed);
         return;
     }
     bytes t = {0};
@@ -2801,7 +2792,7 @@ static void test_deep(void **state)
         }
     graft__json_schema_free(compiled);
     free(t.p);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* ---- test_random ----------------------------------------------------------------------------- */
@@ -2864,7 +2855,7 @@ static void test_random(void **state)
                       schemas, counts.texts, skipped, counts.bytes, counts.forked, counts.widest,
                       counts.refused, counts.done, counts.cut, counts.probes);
     free(t.p);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* ---- test_state_limit ------------------------------------------------------------------------ */
@@ -2939,7 +2930,7 @@ static void test_state_limit(void **state)
         free(text);
     }
     free(t.p);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 /* ---- test_compile ---------------------------------------------------------------------------- */
@@ -3048,7 +3039,7 @@ static void test_compile(void **state)
                                     MUTUAL, NULLS, ANYVAL, DEEP_T};
     for (size_t k = 0; k < COUNT(accepted); k++)
         expect_compiled(accepted[k]);
-    finish_test();
+    graft_test_tally_end(seed);
 }
 
 int main(void)

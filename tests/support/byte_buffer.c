@@ -83,6 +83,12 @@ void graft_test_print_literal(const uint8_t *t, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (t[i] == '"' || t[i] == '\\')
             print_error("\\%c", t[i]);
+        else if (t[i] == '\n')
+            print_error("\\n");
+        else if (t[i] == '\r')
+            print_error("\\r");
+        else if (t[i] == '\t')
+            print_error("\\t");
         else if (t[i] >= 0x20 && t[i] < 0x7F)
             print_error("%c", t[i]);
         else

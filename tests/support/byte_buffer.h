@@ -37,8 +37,9 @@ uint64_t graft_test_random(void);
 size_t graft_test_below(size_t n);
 bool graft_test_one_in(size_t n);
 
-/* Prints t[0, n) with cmocka's print_error as a C string literal (control and non-ASCII bytes
- * as \x escapes), so that a failure can be pasted into a hand-written case. */
+/* Prints t[0, n) with cmocka's print_error as a C string literal (line feed, carriage return
+ * and tab as \n, \r and \t; other control and non-ASCII bytes as \x escapes), so that a
+ * failure can be pasted into a hand-written case. */
 void graft_test_print_literal(const uint8_t *t, size_t n);
 
 #endif /* GRAFT_TEST_BYTE_BUFFER_H */

@@ -278,6 +278,15 @@ static size_t tokens_upto(const choice *ch, size_t upto, bool final)
     return t;
 }
 
+/* return_tokens: the ids of ch's tokens from the first not given yet to `to`. */
+static json_t *token_ids_json(const choice *ch, size_t to)
+{
+    json_t *ids = json_array();
+    for (size_t t = ch->n_tokens_sent; t < to; t++)
+        json_array_append_new(ids, json_integer(ch->token_ids[t]));
+    return ids;
+}
+
 /* ---- choices ------------------------------------------------------------------------------------ */
 
 /* The content of ch in [from, upto) (not before the content's start, after a thought), and
@@ -366,12 +375,8 @@ json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, 
                         c->req.logprobs ? logprobs_json(c, ch, ch->n_tokens_sent, to,
                                                         c->req.echo && !delta)
                                         : json_null());
-    if (c->req.return_tokens) {
-        json_t *ids = json_array();
-        for (size_t t = ch->n_tokens_sent; t < to; t++)
-            json_array_append_new(ids, json_integer(ch->token_ids[t]));
-        json_object_set_new(j, "tokens", ids);
-    }
+    if (c->req.return_tokens)
+        json_object_set_new(j, "tokens", token_ids_json(ch, to));
     ch->n_tokens_sent = to;
     const char *finish = final ? graft__choice_finish_reason(ch) : NULL;
     json_object_set_new(j, "finish_reason", finish ? json_string(finish) : json_null());
@@ -388,10 +393,7 @@ json_t *graft__llama_json(completion *c, size_t from, size_t upto, bool stop)
                           upto - from, "stop", stop, "id_slot", 0);
     if (c->req.return_tokens) {
         size_t to = tokens_upto(ch, upto, stop);
-        json_t *ids = json_array();
-        for (size_t t = ch->n_tokens_sent; t < to; t++)
-            json_array_append_new(ids, json_integer(ch->token_ids[t]));
-        json_object_set_new(j, "tokens", ids);
+        json_object_set_new(j, "tokens", token_ids_json(ch, to));
         ch->n_tokens_sent = to;
     }
     if (!stop)

@@ -20,7 +20,7 @@
  * stays text; streamed /infill gives the whole answer's tokens; a long prompt is cut to fit
  * (truncated: true) and a short one is not; n_indent and t_max_predict_ms end the plain
  * greedy answer where llama-server's rules say (on stories260K); refusals naming the field,
- * and a model without FIM tokens refused.
+ * and a model without FIM tokens refused; /metrics counts the endpoint.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fixtures.h"
 #include "gguf/gguf.h"
@@ -683,6 +684,32 @@ static void test_refusals(void **state)
     json_decref(j);
 }
 
+/* graft_requests_total counts POST /infill under endpoint="infill", answered and refused;
+ * /v1/completions with a suffix stays under "completions". */
+static void test_metrics(void **state)
+{
+    (void)state;
+    const server *s = &starcoder.srv;
+    const char *ok = "graft_requests_total{endpoint=\"infill\",status=\"2xx\"}";
+    const char *refused = "graft_requests_total{endpoint=\"infill\",status=\"4xx\"}";
+    const char *text = "graft_requests_total{endpoint=\"completions\",status=\"2xx\"}";
+    double ok_before = graft_test_metric(s, ok), refused_before = graft_test_metric(s, refused);
+    double text_before = graft_test_metric(s, text);
+    assert_true(ok_before >= 0 && refused_before >= 0 && text_before >= 0);
+    json_decref(infill(&starcoder, "x = ", "\n", NULL, NULL, 2));
+    expect_refusal(s, "/infill", "{\"input_prefix\": 1}", "input_prefix", "string");
+    json_decref(post(s, "/v1/completions",
+                     json_pack("{s:s, s:s, s:i}", "prompt", "x = ", "suffix", "\n", "max_tokens",
+                               2),
+                     200));
+    /* a request is counted as it ends, which its client may see first */
+    for (int i = 0; i < 100 && graft_test_metric(s, text) < text_before + 1; i++)
+        usleep(10000);
+    assert_int_equal(graft_test_metric(s, ok), ok_before + 1);
+    assert_int_equal(graft_test_metric(s, refused), refused_before + 1);
+    assert_int_equal(graft_test_metric(s, text), text_before + 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -690,7 +717,7 @@ int main(void)
         cmocka_unit_test(test_infill_layout),    cmocka_unit_test(test_special_text_is_code),
         cmocka_unit_test(test_infill_streamed),  cmocka_unit_test(test_infill_cut),
         cmocka_unit_test(test_n_indent),         cmocka_unit_test(test_t_max_predict_ms),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refusals),         cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

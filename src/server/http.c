@@ -62,11 +62,10 @@ typedef struct request {
     size_t len, cap;
     bool too_large;
     uint64_t t_start;
-    int endpoint;  /* metrics row */
+    graft__endpoint endpoint; /* metrics row */
     bool replying; /* counted in the server's replying until MHD completes the request */
 } request;
 
-enum { EP_COMPLETIONS, EP_CHAT, EP_RESPONSES, EP_MESSAGES, EP_OTHER, EP_UNKNOWN };
 
 /* ---- replies ---------------------------------------------------------------------------------- */
 
@@ -99,8 +98,9 @@ static int status_class(int status)
                                                    : status >= 300 ? 1 : 0;
 }
 
-static void log_request(graft__server *s, int endpoint, uint64_t t_start, const char *method,
-                        const char *url, int status, const graft__request_log *log)
+static void log_request(graft__server *s, graft__endpoint endpoint, uint64_t t_start,
+                        const char *method, const char *url, int status,
+                        const graft__request_log *log)
 {
     atomic_fetch_add(&s->metrics.requests[endpoint][status_class(status)], 1);
     double total_ms = (graft__server_now_ns() - t_start) / 1e6;
@@ -200,7 +200,7 @@ static void release_slot_replying(graft__server *s, request *rq)
  * it keeps what its log line needs. */
 typedef struct stream_state {
     graft__server *server;
-    int endpoint;
+    graft__endpoint endpoint;
     uint64_t t_start;
     void *stream;
     const graft__stream_ops *ops;
@@ -559,13 +559,13 @@ static enum MHD_Result dispatch(graft__server *s, request *rq, struct MHD_Connec
 {
     graft__reply reply = {0};
     route r = find_route(url, method);
-    rq->endpoint = r == R_COMPLETIONS || r == R_LLAMA_COMPLETION || r == R_INFILL
-                       ? EP_COMPLETIONS
-                   : r == R_CHAT                                  ? EP_CHAT
-                   : r == R_RESPONSES                             ? EP_RESPONSES
-                   : r == R_MESSAGES || r == R_COUNT_TOKENS       ? EP_MESSAGES
-                   : r == R_NONE                                  ? EP_UNKNOWN
-                                                                  : EP_OTHER;
+    rq->endpoint = r == R_COMPLETIONS || r == R_LLAMA_COMPLETION ? GRAFT__EP_COMPLETIONS
+                   : r == R_CHAT                                  ? GRAFT__EP_CHAT
+                   : r == R_RESPONSES                             ? GRAFT__EP_RESPONSES
+                   : r == R_MESSAGES || r == R_COUNT_TOKENS       ? GRAFT__EP_MESSAGES
+                   : r == R_INFILL                                ? GRAFT__EP_INFILL
+                   : r == R_NONE                                  ? GRAFT__EP_UNKNOWN
+                                                                  : GRAFT__EP_OTHER;
     graft__request_log log = {0};
     bool logged_generation = false;
     if (r != R_NONE && strcmp(method, "OPTIONS") == 0) {

@@ -13,9 +13,10 @@
 #include "server/server.h"
 
 static const double bounds_ms[12] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};
-static const char *const endpoints[6] = {"completions", "chat_completions", "responses",
-                                         "messages",    "other",            "unknown"};
-static const char *const classes[6] = {"2xx", "3xx", "4xx", "5xx", "429", "401"};
+static const char *const endpoints[GRAFT__EP_COUNT] = {
+    "completions", "chat_completions", "responses", "messages", "infill", "other", "unknown"};
+static const char *const classes[GRAFT__STATUS_CLASSES] = {"2xx", "3xx", "4xx",
+                                                           "5xx", "429", "401"};
 
 static void observe(graft__histogram *h, uint64_t ns)
 {
@@ -124,8 +125,8 @@ char *graft__metrics_text(graft__server_metrics *m, graft_engine *engine,
     text t = {0};
     put(&t, "# HELP graft_requests_total HTTP requests by endpoint and status class\n"
             "# TYPE graft_requests_total counter\n");
-    for (int e = 0; e < 6; e++)
-        for (int c = 0; c < 6; c++)
+    for (int e = 0; e < GRAFT__EP_COUNT; e++)
+        for (int c = 0; c < GRAFT__STATUS_CLASSES; c++)
             put(&t, "graft_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", endpoints[e],
                 classes[c], (unsigned long long)atomic_load(&m->requests[e][c]));
     put(&t, "# HELP graft_prompt_tokens_total prompt tokens by where their KV came from\n"

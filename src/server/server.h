@@ -518,10 +518,23 @@ typedef struct graft__histogram {
     atomic_ullong count, sum_us;
 } graft__histogram;
 
+/* The endpoints /metrics counts requests of (graft_requests_total's endpoint label). */
+typedef enum graft__endpoint {
+    GRAFT__EP_COMPLETIONS, /* /v1/completions, /completion */
+    GRAFT__EP_CHAT,
+    GRAFT__EP_RESPONSES,
+    GRAFT__EP_MESSAGES,    /* /v1/messages and its count_tokens */
+    GRAFT__EP_INFILL,
+    GRAFT__EP_OTHER,       /* every other route */
+    GRAFT__EP_UNKNOWN,     /* no route */
+    GRAFT__EP_COUNT
+} graft__endpoint;
+
+/* Status classes of graft_requests_total: 2xx .. 5xx as 0..3, 4: 429, 5: 401. */
+enum { GRAFT__STATUS_CLASSES = 6 };
+
 struct graft__server_metrics {
-    atomic_ullong requests[6][6]; /* endpoint (completions, chat, responses, messages, other,
-                                     unknown) x status class (2xx .. 5xx as 0..3, 4: 429,
-                                     5: 401) */
+    atomic_ullong requests[GRAFT__EP_COUNT][GRAFT__STATUS_CLASSES];
     atomic_ullong prompt_tokens_reused, prompt_tokens_computed, generated_tokens;
     atomic_ullong reasoning_tokens; /* generated tokens of thoughts split off */
     atomic_ullong reused_from[GRAFT__SOURCES]; /* prompt_tokens_reused by source */

@@ -13,7 +13,8 @@ static const char info_usage[] =
     "usage: graft info MODEL\n"
     "\n"
     "Loads the GGUF model and describes it: architecture, hyperparameters, sliding window,\n"
-    "RoPE, tokenizer, special tokens, parameter count, tensor types and sizes.\n"
+    "RoPE, tokenizer, special tokens (and fill-in-the-middle tokens where the vocabulary has\n"
+    "them), parameter count, tensor types and sizes.\n"
     "\n"
     "options:\n"
     "  -h, --help   show this help\n";

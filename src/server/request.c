@@ -532,6 +532,21 @@ static int parse_lengths(const json_t *body, graft__completion_request *r, char 
     return GRAFT_OK;
 }
 
+/* A limit of code completion's (llama-server's n_indent and t_max_predict_ms): a count, 0
+ * when absent; refused on chat. */
+static int get_code_limit(const json_t *body, const char *key,
+                          const graft__completion_request *r, int32_t *out, char **param,
+                          char **message)
+{
+    long long v = 0;
+    int rc = get_int(body, key, 0, INT32_MAX, &v, param, message);
+    if (rc == GRAFT_OK && v > 0 && r->chat)
+        return graft__refuse(param, message, key, "'%s' is for code completion: "
+                             "/v1/completions, /completion and /infill", key);
+    *out = (int32_t)v;
+    return rc;
+}
+
 static int parse_flags(const json_t *body, graft__completion_request *r, char **param,
                        char **message)
 {
@@ -540,22 +555,10 @@ static int parse_flags(const json_t *body, graft__completion_request *r, char **
     if ((rc = get_bool(body, "parallel_tool_calls", &parallel, param, message)) != GRAFT_OK)
         return rc;
     r->one_call = !parallel;
-    long long n_indent = 0;
-    if ((rc = get_int(body, "n_indent", 0, INT32_MAX, &n_indent, param, message)) != GRAFT_OK)
+    if ((rc = get_code_limit(body, "n_indent", r, &r->n_indent, param, message)) != GRAFT_OK ||
+        (rc = get_code_limit(body, "t_max_predict_ms", r, &r->t_max_predict_ms, param,
+                             message)) != GRAFT_OK)
         return rc;
-    if (n_indent > 0 && r->chat)
-        return graft__refuse(param, message, "n_indent",
-                             "'n_indent' is for code completion: /v1/completions, /completion "
-                             "and /infill");
-    r->n_indent = (int32_t)n_indent;
-    long long t_max = 0;
-    if ((rc = get_int(body, "t_max_predict_ms", 0, INT32_MAX, &t_max, param, message)) != GRAFT_OK)
-        return rc;
-    if (t_max > 0 && r->chat)
-        return graft__refuse(param, message, "t_max_predict_ms",
-                             "'t_max_predict_ms' is for code completion: /v1/completions, "
-                             "/completion and /infill");
-    r->t_max_predict_ms = (int32_t)t_max;
     if ((rc = get_bool(body, "stream", &r->stream, param, message)) != GRAFT_OK ||
         (rc = get_bool(body, "ignore_eos", &r->ignore_eos, param, message)) != GRAFT_OK ||
         (rc = get_bool(body, "return_tokens", &r->return_tokens, param, message)) != GRAFT_OK)

@@ -484,6 +484,27 @@ int graft_session_clone_range_wait(graft_session *session, int32_t min_upto,
  * before the request ran), GRAFT_ESHUTDOWN; then *tokens is NULL and *n 0. */
 int graft_session_tokens(graft_session *session, int32_t **tokens, size_t *n);
 
+/* METHOD: graft_session. Writes the session's committed tokens and the KV it holds of them
+ * to the file `path` (written beside it, then renamed over it: a reader never sees half a
+ * file), for graft_session_load to read back on an engine of the same model (its weights'
+ * fingerprint), kernel set and KV type: the loaded session then gives the same bits a cold
+ * computation of those tokens would. Sliding-window layers keep only what the session
+ * retains. Blocking: runs on the engine thread between steps (other generations wait for
+ * it); not from callbacks (GRAFT_EINVAL). Errors: GRAFT_EINVAL (NULL argument, a generation
+ * live on the session), GRAFT_EIO (the message names the file and the system's error),
+ * GRAFT_ENOMEM, GRAFT_ECLOSED, GRAFT_ESHUTDOWN. */
+int graft_session_save(graft_session *session, const char *path, char **errmsg);
+
+/* METHOD: graft_session. Fills `session`, which must be empty (position 0, no generation:
+ * else GRAFT_EINVAL), with the tokens and KV graft_session_save wrote to `path`. Blocking,
+ * as graft_session_save. Errors, each message naming the file: GRAFT_EIO (cannot read it),
+ * GRAFT_EFORMAT (not such a file, or cut short or altered: its checksum), GRAFT_EUNSUPPORTED
+ * (written for another model, kernel set or KV type), GRAFT_ERANGE (more positions than
+ * the engine's max_context, or a token outside the vocabulary), GRAFT_ECAPACITY (no room in
+ * the KV pool), GRAFT_ENOMEM, GRAFT_ECLOSED, GRAFT_ESHUTDOWN. On failure the session is
+ * left empty. */
+int graft_session_load(graft_session *session, const char *path, char **errmsg);
+
 typedef enum graft_finish {
     GRAFT_FINISH_NONE,      /* still running */
     GRAFT_FINISH_STOP,      /* sampled a stop token (not reported, not committed) */

@@ -463,6 +463,12 @@ static void run_command(graft_engine *e, graft__cmd *cmd)
     case GRAFT__CMD_RECLAIM:
         graft__accounting_run_reclaim(e, cmd);
         break;
+    case GRAFT__CMD_SAVE:
+        graft__session_run_save(e, cmd);
+        break;
+    case GRAFT__CMD_LOAD:
+        graft__session_run_load(e, cmd);
+        break;
     }
 }
 

@@ -51,7 +51,9 @@ typedef enum graft__cmd_kind {
     GRAFT__CMD_RETAINED, /* blocking: longest clonable boundary of session_id <= upto */
     GRAFT__CMD_TOKENS,   /* blocking: copy the committed tokens of session_id */
     GRAFT__CMD_EXCLUSIVE, /* blocking: KV bytes held only by the sessions u.exclusive.ids */
-    GRAFT__CMD_RECLAIM   /* blocking: add or remove the reclaim hook u.reclaim */
+    GRAFT__CMD_RECLAIM,  /* blocking: add or remove the reclaim hook u.reclaim */
+    GRAFT__CMD_SAVE,     /* blocking: write session_id to the file u.file (session_file.c) */
+    GRAFT__CMD_LOAD      /* blocking: fill the empty session_id from the file u.file */
 } graft__cmd_kind;
 
 /* A registered reclaim hook (accounting.c), in the engine's list. */
@@ -98,6 +100,10 @@ struct graft__cmd {
             size_t n;
             int64_t *bytes;
         } exclusive;
+        struct {
+            const char *path;
+            char **errmsg; /* set on failure (graft__errmsg) */
+        } file;
         struct {
             graft__reclaim_hook *hook; /* to add (allocated by the caller) */
             graft_reclaim_cb cb;       /* to remove: the hook with this cb and user */
@@ -297,6 +303,10 @@ void graft__sessions_put(graft_engine *e, graft_session *s);
 void graft__sessions_remove(graft_engine *e, const graft_session *s);
 /* The open session with this id, or NULL (closed, or never opened). */
 graft_session *graft__sessions_find(const graft_engine *e, uint64_t id);
+
+/* session_file.c: GRAFT__CMD_SAVE and GRAFT__CMD_LOAD on the engine thread. */
+void graft__session_run_save(graft_engine *e, graft__cmd *cmd);
+void graft__session_run_load(graft_engine *e, graft__cmd *cmd);
 
 /* session.c (engine thread) */
 void graft__session_run_open(graft_engine *e, graft__cmd *cmd);

@@ -366,6 +366,10 @@ typedef struct graft_engine_config {
                                       engine's KV type */
     int32_t kv_block_positions;    /* GRAFT_KV_BLOCK_POSITIONS */
     int64_t kv_blocks_total;       /* blocks of the pool (of the larger layer group) */
+    uint64_t kv_fingerprint;       /* what the KV bits this engine computes depend on: the
+                                      model's weights, the kernel set and the KV type. Session
+                                      files (graft_session_save) carry it, and load only where
+                                      it is the same */
 } graft_engine_config;
 
 /* Fills *out. Any thread, callback-safe (fixed at create). */
@@ -908,6 +912,28 @@ typedef struct graft_prefix_cache_stats {
  * Any thread, not callbacks. Errors: GRAFT_EINVAL, GRAFT_ENOMEM, GRAFT_ESHUTDOWN (then
  * bytes is 0 and the rest is filled). */
 int graft_prefix_cache_stats_get(graft_prefix_cache *cache, graft_prefix_cache_stats *out);
+
+/* Writes the cache's snapshots to the folder `dir` (which must exist), one file each
+ * (prefix-<engine's kv_fingerprint>-<hash of the key>.kv, graft_session_save), so that
+ * graft_prefix_cache_load can read them back after a restart. A snapshot whose key another
+ * snapshot's key extends is not written (the longer one serves its lookups). Files with the
+ * engine's fingerprint that the save did not write are removed; files of other models,
+ * kernel sets or KV types, and other files, are left alone. *saved (may be NULL): files
+ * written. Blocking
+ * (an engine round trip per snapshot, each one stalling generations for its I/O: meant for
+ * shutdown); any thread, not callbacks. Errors: GRAFT_EINVAL, GRAFT_ENOMEM, and the first
+ * save's failure (GRAFT_EIO: the message names the file), which ends the save. */
+int graft_prefix_cache_save(graft_prefix_cache *cache, const char *dir, int32_t *saved,
+                            char **errmsg);
+
+/* Reads every file graft_prefix_cache_save wrote in `dir` with the engine's kv_fingerprint
+ * into a new session and inserts it (graft_session_load, graft_prefix_cache_insert). Files
+ * the engine or the cache refuses (damaged, no room, the cache's bounds) are skipped:
+ * *loaded and *refused count them, and *errmsg (may be NULL) receives the first refusal's
+ * reason (NULL when none). Blocking; any thread, not callbacks. Errors: GRAFT_EINVAL,
+ * GRAFT_EIO (the folder cannot be read). */
+int graft_prefix_cache_load(graft_prefix_cache *cache, const char *dir, int32_t *loaded,
+                            int32_t *refused, char **errmsg);
 
 /* ---------------------------------------------------------------------------------------
  * Prompt capture: snapshots a generation's prompt for the cache at the exact moment it is

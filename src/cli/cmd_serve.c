@@ -2,11 +2,12 @@
  * cmd_serve.c: `graft serve`: the OpenAI-compatible HTTP server on one model (src/server/).
  *
  * Order of start: parse and validate every option, start listening (GET /health answers 503
- * while loading), load the model, start the engine and the prefix cache, mark the server
- * ready and print "graft: listening on http://HOST:PORT" with a curl command to paste. Then
- * the main thread waits for SIGINT or SIGTERM (blocked in every thread, taken here with
- * sigwait), drains the server (running requests finish within --grace-ms, the rest are
- * cancelled) and releases everything; the exit status is 0.
+ * while loading), load the model, start the engine and the prefix cache (and with
+ * --cache-dir read the snapshots an earlier run wrote), mark the server ready and print
+ * "graft: listening on http://HOST:PORT" with a curl command to paste. Then the main thread
+ * waits for SIGINT or SIGTERM (blocked in every thread, taken here with sigwait), drains the
+ * server (running requests finish within --grace-ms, the rest are cancelled), writes the
+ * cache's snapshots to --cache-dir, and releases everything; the exit status is 0.
  *
  * Engine limits: --max-sessions requests generate at once; the engine holds one session per
  * running request, one for its prompt's snapshot on its way into the cache, the cache's
@@ -14,10 +15,12 @@
  * many sessions of --ctx) is shared, and the prefix cache gives blocks back when a request
  * waits for KV.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "server/server.h"
@@ -75,6 +78,10 @@ static const char serve_usage[] =
     "                          alone is not kept\n"
     "  --cache-mem SIZE        KV bytes the cache holds alone at most (default: no bound\n"
     "                          but --kv-mem; it gives blocks back when a request waits)\n"
+    "  --cache-dir DIR         keep the prefix cache across restarts: read its snapshots\n"
+    "                          from DIR at start and write them there at stop (DIR is made\n"
+    "                          when missing; files of other models, kernel sets or KV types\n"
+    "                          are left alone)\n"
     "  --threads N             compute threads (default: one per online CPU)\n"
     "  --kernels K             scalar, avx2, avxvnni or avx512 (default: the best this CPU runs)\n"
     "  --api-key KEY[,KEY...]  require 'Authorization: Bearer KEY' or 'x-api-key: KEY', one of\n"
@@ -115,6 +122,7 @@ typedef struct serve_options {
     const char *chat_template;
     const char *allow_origins;
     const char *reasoning_format;
+    const char *cache_dir;
     int32_t port, ctx, slots, queue, cache_entries, threads, timeout_s, request_timeout_s,
         grace_ms;
     int32_t named, ttl_s, stored, reuse_min_tokens, reuse_wait_ms;
@@ -143,6 +151,7 @@ static int parse(int argc, char **argv, serve_options *o)
         {"--kv-mem", NULL, GRAFT_CLI_SIZE, &o->kv_mem, 1, (double)SIZE_MAX, 0},
         {"--cache-entries", NULL, GRAFT_CLI_INT, &o->cache_entries, 0, 2000, 0},
         {"--cache-mem", NULL, GRAFT_CLI_SIZE, &o->cache_mem, 1, (double)SIZE_MAX, 0},
+        {"--cache-dir", NULL, GRAFT_CLI_STRING, &o->cache_dir, 0, 0, 0},
         {"--named-sessions", NULL, GRAFT_CLI_INT, &o->named, 1, 1000, 0},
         {"--session-ttl", NULL, GRAFT_CLI_INT, &o->ttl_s, 1, 30 * 86400, 0},
         {"--stored-responses", NULL, GRAFT_CLI_INT, &o->stored, 0, 100000, 0},
@@ -178,6 +187,11 @@ static int parse(int argc, char **argv, serve_options *o)
         strcmp(o->reasoning_format, "deepseek") != 0 && strcmp(o->reasoning_format, "none") != 0) {
         graft__cli_error("serve", "option --reasoning-format: '%s' is not auto, deepseek or none",
                          o->reasoning_format);
+        return GRAFT_CLI_USAGE;
+    }
+    if (o->cache_dir != NULL && mkdir(o->cache_dir, 0777) != 0 && errno != EEXIST) {
+        graft__cli_error("serve", "option --cache-dir: cannot make %s: %s", o->cache_dir,
+                         strerror(errno));
         return GRAFT_CLI_USAGE;
     }
     return GRAFT_CLI_RUN;
@@ -289,6 +303,35 @@ static int start_engine(const serve_options *o, const char *path, serving *sv)
     return load_template(o, sv);
 }
 
+/* --cache-dir at start: the snapshots an earlier run wrote, into the cache. */
+static void read_cache(graft_prefix_cache *cache, const char *dir)
+{
+    int32_t loaded = 0, refused = 0;
+    char *why = NULL;
+    int rc = graft_prefix_cache_load(cache, dir, &loaded, &refused, &why);
+    if (rc != GRAFT_OK)
+        fprintf(stderr, "graft: prefix cache: %s\n", why ? why : graft_status_str(rc));
+    else if (refused > 0)
+        fprintf(stderr, "graft: prefix cache: %d snapshots read from %s, %d skipped (%s)\n",
+                (int)loaded, dir, (int)refused, why ? why : "refused");
+    else
+        fprintf(stderr, "graft: prefix cache: %d snapshots read from %s\n", (int)loaded, dir);
+    graft_free(why);
+}
+
+/* --cache-dir at stop: the cache's snapshots, for the next start. */
+static void write_cache(graft_prefix_cache *cache, const char *dir)
+{
+    int32_t saved = 0;
+    char *why = NULL;
+    int rc = graft_prefix_cache_save(cache, dir, &saved, &why);
+    if (rc != GRAFT_OK)
+        fprintf(stderr, "graft: prefix cache: %s\n", why ? why : graft_status_str(rc));
+    else
+        fprintf(stderr, "graft: prefix cache: %d snapshots written to %s\n", (int)saved, dir);
+    graft_free(why);
+}
+
 static void stop_engine(serving *sv)
 {
     graft_template_free(sv->chat.tmpl);
@@ -352,6 +395,8 @@ int graft__cli_serve(int argc, char **argv)
         free(path);
         return rc;
     }
+    if (o.cache_dir != NULL)
+        read_cache(sv.cache, o.cache_dir);
     graft__server_set_ready(server, sv.model, sv.engine, sv.cache, &sv.chat);
     fprintf(stderr, "graft: listening on http://%s:%d\n", o.host, port);
     fprintf(stderr, "graft: try: curl http://%s:%d/v1/completions -H 'Content-Type: "
@@ -362,6 +407,8 @@ int graft__cli_serve(int argc, char **argv)
     fprintf(stderr, "graft: %s: stopping (running requests have %d ms to finish)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM", (int)o.grace_ms);
     graft__server_stop(server);
+    if (o.cache_dir != NULL)
+        write_cache(sv.cache, o.cache_dir);
     stop_engine(&sv);
     free(alias);
     free(path);

@@ -178,6 +178,7 @@ static int build(graft_engine *e, const graft_engine_options *o, char **errmsg)
     if (rc != GRAFT_OK)
         return rc;
     e->opts.kernels = e->ex.path->name;
+    graft__session_file_bind(e, kv_type(o));
     if (alloc_buffers(e) != GRAFT_OK)
         return graft__errmsg(errmsg, GRAFT_ENOMEM, "engine: out of memory");
     rc = graft__pool_create(e->opts.n_threads, &e->pool);
@@ -272,6 +273,7 @@ void graft_engine_get_config(const graft_engine *e, graft_engine_config *out)
         (int64_t)graft__model_kv_bytes_per_position(&e->model->hp, kv_type(&e->opts));
     out->kv_block_positions = GRAFT_KV_BLOCK_TOKENS;
     out->kv_blocks_total = stats.blocks_total;
+    out->kv_fingerprint = e->kv_fingerprint;
 }
 
 int graft__engine_submit(graft_engine *e, graft__cmd *cmd)

@@ -236,6 +236,8 @@ struct graft_engine {
     graft__exec ex;
     graft__scratch *scratch; /* the forward pass's buffers, for max_batch_tokens entries */
     int32_t n_groups; /* KV layer groups (global, sliding-window) */
+    uint64_t model_fingerprint; /* the weights session files are bound to (session_file.c) */
+    uint64_t kv_fingerprint;    /* ... with the kernel set and KV type */
     pthread_t thread;
 
     pthread_mutex_t mu;
@@ -304,7 +306,9 @@ void graft__sessions_remove(graft_engine *e, const graft_session *s);
 /* The open session with this id, or NULL (closed, or never opened). */
 graft_session *graft__sessions_find(const graft_engine *e, uint64_t id);
 
-/* session_file.c: GRAFT__CMD_SAVE and GRAFT__CMD_LOAD on the engine thread. */
+/* session_file.c: the fingerprints a session file is bound to, set at create (after the
+ * kernel set is chosen); GRAFT__CMD_SAVE and GRAFT__CMD_LOAD on the engine thread. */
+void graft__session_file_bind(graft_engine *e, uint32_t kv_type);
 void graft__session_run_save(graft_engine *e, graft__cmd *cmd);
 void graft__session_run_load(graft_engine *e, graft__cmd *cmd);
 

@@ -87,10 +87,18 @@ static uint64_t model_fingerprint(const struct graft_model *m)
     return h;
 }
 
+void graft__session_file_bind(graft_engine *e, uint32_t kv_type)
+{
+    e->model_fingerprint = model_fingerprint(e->model);
+    uint64_t h = fnv(0xcbf29ce484222325u, &e->model_fingerprint, sizeof e->model_fingerprint);
+    h = fnv(h, e->ex.path->name, strlen(e->ex.path->name));
+    e->kv_fingerprint = fnv(h, &kv_type, sizeof kv_type);
+}
+
 static header header_of(const graft_engine *e, int32_t n, int32_t window_from)
 {
     const graft__hparams *hp = &e->model->hp;
-    header h = {.fingerprint = model_fingerprint(e->model),
+    header h = {.fingerprint = e->model_fingerprint,
                 .kv_type = e->kv_iface.type,
                 .n_layer = hp->n_layer,
                 .n_head_kv = hp->n_head_kv,

@@ -200,6 +200,7 @@ static int build(graft_engine *e, const graft_engine_options *o, char **errmsg)
     graft__kv_stats stats;
     graft__kv_pool_stats(e->kv, &stats);
     e->n_groups = stats.n_groups;
+    e->kv_blocks_total = stats.blocks_total;
     return init_sync(e) == GRAFT_OK
                ? GRAFT_OK
                : graft__errmsg(errmsg, GRAFT_ENOMEM, "engine: cannot create its locks");
@@ -264,15 +265,13 @@ int graft_engine_free(graft_engine *e)
 
 void graft_engine_get_config(const graft_engine *e, graft_engine_config *out)
 {
-    graft__kv_stats stats;
-    graft__kv_pool_stats(e->kv, &stats);
     memset(out, 0, sizeof *out);
     out->options = e->opts;
     out->options.kernels = e->ex.path->name;
     out->kv_bytes_per_position =
         (int64_t)graft__model_kv_bytes_per_position(&e->model->hp, kv_type(&e->opts));
     out->kv_block_positions = GRAFT_KV_BLOCK_TOKENS;
-    out->kv_blocks_total = stats.blocks_total;
+    out->kv_blocks_total = e->kv_blocks_total;
     out->kv_fingerprint = e->kv_fingerprint;
 }
 

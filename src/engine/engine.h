@@ -236,6 +236,7 @@ struct graft_engine {
     graft__exec ex;
     graft__scratch *scratch; /* the forward pass's buffers, for max_batch_tokens entries */
     int32_t n_groups; /* KV layer groups (global, sliding-window) */
+    int64_t kv_blocks_total; /* the pool's blocks, of its larger group (fixed at create) */
     uint64_t model_fingerprint; /* the weights session files are bound to (session_file.c) */
     uint64_t kv_fingerprint;    /* ... with the kernel set and KV type */
     pthread_t thread;

@@ -122,20 +122,6 @@ static void write_bytes(const char *path, const void *data, size_t n)
     fclose(f);
 }
 
-static void *read_bytes(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *data = malloc(*n);
-    assert_non_null(data);
-    assert_int_equal(fread(data, 1, *n, f), *n);
-    fclose(f);
-    return data;
-}
-
 /* Saved on one engine, loaded on another: the same tokens, logits, continuation and
  * clonable boundaries. */
 static void round_trip(const graft_model *m, const char *name, bool window_dropped)
@@ -153,7 +139,7 @@ static void round_trip(const graft_model *m, const char *name, bool window_dropp
     graft_engine_config config;
     graft_engine_get_config(ea, &config);
     size_t size = 0, n = (size_t)graft_session_position(a);
-    free(read_bytes(file_path(name), &size));
+    free(graft_test_read_file(file_path(name), &size));
     size_t all_rows = 64 + n * 4 + n * (size_t)config.kv_bytes_per_position + 8;
     if (window_dropped)
         assert_true(size < all_rows);
@@ -236,7 +222,7 @@ static void test_refusals(void **state)
     write_bytes(file_path("session-junk.kv"), "hello, world", 12);
     expect_refused(s, file_path("session-junk.kv"), GRAFT_EFORMAT, "not a graft session file");
     size_t n = 0;
-    unsigned char *bytes = read_bytes(path, &n);
+    unsigned char *bytes = graft_test_read_file(path, &n);
     write_bytes(file_path("session-short.kv"), bytes, n - 10);
     expect_refused(s, file_path("session-short.kv"), GRAFT_EFORMAT, "header describes");
     bytes[n - 100] ^= 0x40; /* a K or V byte of the last position */

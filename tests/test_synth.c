@@ -383,26 +383,12 @@ static void test_vocab_file(void **state)
 
 /* ---- determinism and the rope factors ------------------------------------------------------- */
 
-static void *read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(*size);
-    assert_non_null(p);
-    assert_int_equal(fread(p, 1, *size, f), *size);
-    fclose(f);
-    return p;
-}
-
 static void *synth_bytes(uint64_t seed, size_t *size)
 {
     char path[512];
     tmp_path(path, sizeof path, "seed.gguf");
     assert_int_equal(synth("gemma3", GRAFT_TYPE_Q4_K, seed, NULL, path, NULL), GRAFT_OK);
-    void *p = read_file(path, size);
+    void *p = graft_test_read_file(path, size);
     unlink(path);
     return p;
 }

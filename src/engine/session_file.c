@@ -185,15 +185,26 @@ static int save(graft_engine *e, graft_session *s, const char *path, char **errm
     return GRAFT_OK;
 }
 
-void graft__session_run_save(graft_engine *e, graft__cmd *cmd)
+/* The session a file command is about, idle (and with `empty`, at position 0); NULL with
+ * *rc the refusal otherwise. */
+static graft_session *idle_session(graft_engine *e, graft__cmd *cmd, bool empty, int *rc)
 {
     graft_session *s = graft__sessions_find(e, cmd->session_id);
-    char **errmsg = cmd->u.file.errmsg;
-    int rc = e->draining ? GRAFT_ESHUTDOWN
-             : s == NULL ? GRAFT_ECLOSED
-             : s->gen != NULL
-                 ? graft__errmsg(errmsg, GRAFT_EINVAL, "session save: a generation is live")
-                 : save(e, s, cmd->u.file.path, errmsg);
+    *rc = e->draining ? GRAFT_ESHUTDOWN
+          : s == NULL ? GRAFT_ECLOSED
+          : s->gen != NULL || (empty && atomic_load(&s->position) != 0)
+              ? graft__errmsg(cmd->u.file.errmsg, GRAFT_EINVAL, "session %s: the session is %s",
+                              empty ? "load" : "save", empty ? "not empty" : "generating")
+              : GRAFT_OK;
+    return *rc == GRAFT_OK ? s : NULL;
+}
+
+void graft__session_run_save(graft_engine *e, graft__cmd *cmd)
+{
+    int rc;
+    graft_session *s = idle_session(e, cmd, false, &rc);
+    if (s != NULL)
+        rc = save(e, s, cmd->u.file.path, cmd->u.file.errmsg);
     graft__engine_reply(e, cmd, rc);
 }
 
@@ -329,13 +340,10 @@ static int load(graft_engine *e, graft_session *s, const char *path, char **errm
 
 void graft__session_run_load(graft_engine *e, graft__cmd *cmd)
 {
-    graft_session *s = graft__sessions_find(e, cmd->session_id);
-    char **errmsg = cmd->u.file.errmsg;
-    int rc = e->draining ? GRAFT_ESHUTDOWN
-             : s == NULL ? GRAFT_ECLOSED
-             : s->gen != NULL || atomic_load(&s->position) != 0
-                 ? graft__errmsg(errmsg, GRAFT_EINVAL, "session load: the session is not empty")
-                 : load(e, s, cmd->u.file.path, errmsg);
+    int rc;
+    graft_session *s = idle_session(e, cmd, true, &rc);
+    if (s != NULL)
+        rc = load(e, s, cmd->u.file.path, cmd->u.file.errmsg);
     graft__engine_reply(e, cmd, rc);
 }
 

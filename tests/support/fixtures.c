@@ -46,6 +46,21 @@ char *graft_test_tmp_path(char *buf, size_t cap, const char *name)
     return join(buf, cap, graft_test_tmp_dir(), name);
 }
 
+void *graft_test_read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(*size ? *size : 1);
+    assert_non_null(p);
+    assert_int_equal(fread(p, 1, *size, f), *size);
+    fclose(f);
+    return p;
+}
+
 static uint64_t lcg_state;
 
 void graft_test_rng_seed(uint64_t seed)

@@ -29,6 +29,9 @@ char *graft_test_model_path(char *buf, size_t cap, const char *rel);
 /* buf (cap bytes) = the scratch folder / name; returns buf. Fails the test when the path
  * does not fit. */
 char *graft_test_tmp_path(char *buf, size_t cap, const char *name);
+/* The whole file at path (to free), its size in *size; fails the test when it cannot be
+ * read. */
+void *graft_test_read_file(const char *path, size_t *size);
 
 /* The stories260K files, relative to the shared models folder. */
 #define GRAFT_TEST_STORIES "stories260K.gguf"

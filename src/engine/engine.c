@@ -465,10 +465,8 @@ static void run_command(graft_engine *e, graft__cmd *cmd)
         graft__accounting_run_reclaim(e, cmd);
         break;
     case GRAFT__CMD_SAVE:
-        graft__session_run_save(e, cmd);
-        break;
     case GRAFT__CMD_LOAD:
-        graft__session_run_load(e, cmd);
+        graft__session_run_file(e, cmd);
         break;
     }
 }

@@ -310,8 +310,7 @@ graft_session *graft__sessions_find(const graft_engine *e, uint64_t id);
 /* session_file.c: the fingerprints a session file is bound to, set at create (after the
  * kernel set is chosen); GRAFT__CMD_SAVE and GRAFT__CMD_LOAD on the engine thread. */
 void graft__session_file_bind(graft_engine *e, uint32_t kv_type);
-void graft__session_run_save(graft_engine *e, graft__cmd *cmd);
-void graft__session_run_load(graft_engine *e, graft__cmd *cmd);
+void graft__session_run_file(graft_engine *e, graft__cmd *cmd);
 
 /* session.c (engine thread) */
 void graft__session_run_open(graft_engine *e, graft__cmd *cmd);

@@ -199,15 +199,6 @@ static graft_session *idle_session(graft_engine *e, graft__cmd *cmd, bool empty,
     return *rc == GRAFT_OK ? s : NULL;
 }
 
-void graft__session_run_save(graft_engine *e, graft__cmd *cmd)
-{
-    int rc;
-    graft_session *s = idle_session(e, cmd, false, &rc);
-    if (s != NULL)
-        rc = save(e, s, cmd->u.file.path, cmd->u.file.errmsg);
-    graft__engine_reply(e, cmd, rc);
-}
-
 /* ---- reading ------------------------------------------------------------------------------ */
 
 typedef struct source {
@@ -338,12 +329,14 @@ static int load(graft_engine *e, graft_session *s, const char *path, char **errm
     return rc;
 }
 
-void graft__session_run_load(graft_engine *e, graft__cmd *cmd)
+void graft__session_run_file(graft_engine *e, graft__cmd *cmd)
 {
+    bool loading = cmd->kind == GRAFT__CMD_LOAD;
     int rc;
-    graft_session *s = idle_session(e, cmd, true, &rc);
+    graft_session *s = idle_session(e, cmd, loading, &rc);
     if (s != NULL)
-        rc = load(e, s, cmd->u.file.path, cmd->u.file.errmsg);
+        rc = loading ? load(e, s, cmd->u.file.path, cmd->u.file.errmsg)
+                     : save(e, s, cmd->u.file.path, cmd->u.file.errmsg);
     graft__engine_reply(e, cmd, rc);
 }
 

@@ -116,7 +116,8 @@ static int count_files(const char *start)
     DIR *d = opendir(dir);
     assert_non_null(d);
     for (struct dirent *de; (de = readdir(d)) != NULL;)
-        if (de->d_name[0] != '.' && (start == NULL || strncmp(de->d_name, start, strlen(start)) == 0))
+        if (de->d_name[0] != '.' &&
+            (start == NULL || strncmp(de->d_name, start, strlen(start)) == 0))
             n++;
     closedir(d);
     return n;

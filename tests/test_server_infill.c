@@ -673,7 +673,8 @@ static void test_refusals(void **state)
     /* a body as llama.vscode sends it: the fields graft has no use for are ignored */
     j = post(&repo.srv, "/infill",
              graft_test_parse("{\"input_prefix\": \"def f():\\n\", \"input_suffix\": \"\\n\", "
-                              "\"input_extra\": [{\"filename\": \"a.py\", \"text\": \"x = 1\\n\"}], "
+                              "\"input_extra\": [{\"filename\": \"a.py\", "
+                              "\"text\": \"x = 1\\n\"}], "
                               "\"prompt\": \"    return \", \"n_predict\": 8, \"top_k\": 40, "
                               "\"top_p\": 0.99, \"stream\": false, \"n_indent\": 4, "
                               "\"samplers\": [\"top_k\", \"top_p\", \"infill\"], "

@@ -114,7 +114,8 @@ static header header_of(const graft_engine *e, int32_t n, int32_t window_from)
 
 /* Whether layer holds position pos in a session whose sliding-window layers hold
  * [window_from, n). */
-static bool layer_holds(const graft__hparams *hp, int32_t layer, int32_t pos, int32_t window_from)
+static bool layer_holds(const graft__hparams *hp, int32_t layer, int32_t pos,
+                        int32_t window_from)
 {
     return !hp->layer_is_swa[layer] || pos >= window_from;
 }
@@ -172,7 +173,7 @@ static int save(graft_engine *e, graft_session *s, const char *path, char **errm
         return graft__errmsg(errmsg, GRAFT_EIO, "session save: cannot create %s: %s", tmp,
                              strerror(errno));
     write_session(e, s, &k);
-    int err = k.failed ? errno : 0;
+    int err = k.failed ? (errno != 0 ? errno : EIO) : 0;
     if (fclose(k.f) != 0 && err == 0)
         err = errno ? errno : EIO;
     if (err == 0 && rename(tmp, path) != 0)

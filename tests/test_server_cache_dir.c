@@ -215,6 +215,19 @@ static void test_bad_folder(void **state)
     server s = {.log = ""};
     snprintf(s.log, sizeof s.log, "%s", log);
     assert_true(logged(&s, "option --cache-dir: cannot make /proc/graft-no/such"));
+    /* a file where the folder should be */
+    char file[256];
+    graft_test_tmp_path(file, sizeof file, "cache-dir-a-file");
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(command, sizeof command, "'%s' serve --cache-dir '%s' 2>'%s'", getenv("GRAFT_BIN"),
+             file, log);
+    status = system(command);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 2);
+    assert_true(logged(&s, "a file of that name is there"));
+    remove(file);
 }
 
 int main(void)

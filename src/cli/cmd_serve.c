@@ -189,9 +189,11 @@ static int parse(int argc, char **argv, serve_options *o)
                          o->reasoning_format);
         return GRAFT_CLI_USAGE;
     }
-    if (o->cache_dir != NULL && mkdir(o->cache_dir, 0777) != 0 && errno != EEXIST) {
+    struct stat st;
+    if (o->cache_dir != NULL && mkdir(o->cache_dir, 0777) != 0 &&
+        (errno != EEXIST || stat(o->cache_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
         graft__cli_error("serve", "option --cache-dir: cannot make %s: %s", o->cache_dir,
-                         strerror(errno));
+                         errno == EEXIST ? "a file of that name is there" : strerror(errno));
         return GRAFT_CLI_USAGE;
     }
     return GRAFT_CLI_RUN;

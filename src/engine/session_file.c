@@ -50,13 +50,6 @@ typedef struct header {
 
 /* ---- the model's fingerprint -------------------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3u;
-    return h;
-}
 
 /* The hyperparameters the KV depends on, field by field (the struct's padding is not
  * data). */
@@ -68,21 +61,21 @@ static uint64_t hparams_hash(uint64_t h, const graft__hparams *hp)
                             hp->sliding_window};
     const float floats[] = {hp->rope_base, hp->rope_base_swa, hp->rope_freq_scale,
                             hp->rms_eps,   hp->attn_scale,    hp->embd_scale};
-    h = fnv(h, ints, sizeof ints);
-    h = fnv(h, floats, sizeof floats);
-    return fnv(h, hp->layer_is_swa, (size_t)hp->n_layer * sizeof hp->layer_is_swa[0]);
+    h = graft__fnv1a(h, ints, sizeof ints);
+    h = graft__fnv1a(h, floats, sizeof floats);
+    return graft__fnv1a(h, hp->layer_is_swa, (size_t)hp->n_layer * sizeof hp->layer_is_swa[0]);
 }
 
 static uint64_t model_fingerprint(const struct graft_model *m)
 {
-    uint64_t h = hparams_hash(0xcbf29ce484222325u, &m->hp);
+    uint64_t h = hparams_hash(GRAFT_FNV1A_BASIS, &m->hp);
     const graft__gguf *g = m->file;
     for (uint64_t i = 0; i < graft__gguf_n_tensors(g); i++) {
         const graft__gguf_tensor *t = graft__gguf_tensor_at(g, i);
-        h = fnv(h, t->name.ptr, t->name.len);
-        h = fnv(h, &t->type, sizeof t->type);
-        h = fnv(h, t->ne, sizeof t->ne);
-        h = fnv(h, t->data, t->n_bytes < SAMPLE_BYTES ? t->n_bytes : SAMPLE_BYTES);
+        h = graft__fnv1a(h, t->name.ptr, t->name.len);
+        h = graft__fnv1a(h, &t->type, sizeof t->type);
+        h = graft__fnv1a(h, t->ne, sizeof t->ne);
+        h = graft__fnv1a(h, t->data, t->n_bytes < SAMPLE_BYTES ? t->n_bytes : SAMPLE_BYTES);
     }
     return h;
 }
@@ -90,9 +83,10 @@ static uint64_t model_fingerprint(const struct graft_model *m)
 void graft__session_file_bind(graft_engine *e, uint32_t kv_type)
 {
     e->model_fingerprint = model_fingerprint(e->model);
-    uint64_t h = fnv(0xcbf29ce484222325u, &e->model_fingerprint, sizeof e->model_fingerprint);
-    h = fnv(h, e->ex.path->name, strlen(e->ex.path->name));
-    e->kv_fingerprint = fnv(h, &kv_type, sizeof kv_type);
+    uint64_t h = graft__fnv1a(GRAFT_FNV1A_BASIS, &e->model_fingerprint,
+                              sizeof e->model_fingerprint);
+    h = graft__fnv1a(h, e->ex.path->name, strlen(e->ex.path->name));
+    e->kv_fingerprint = graft__fnv1a(h, &kv_type, sizeof kv_type);
 }
 
 static header header_of(const graft_engine *e, int32_t n, int32_t window_from)
@@ -138,7 +132,7 @@ static void put(sink *k, const void *data, size_t n)
 {
     if (k->failed)
         return;
-    k->sum = fnv(k->sum, data, n);
+    k->sum = graft__fnv1a(k->sum, data, n);
     k->failed = fwrite(data, 1, n, k->f) != n;
 }
 
@@ -168,7 +162,7 @@ static int save(graft_engine *e, graft_session *s, const char *path, char **errm
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return graft__errmsg(errmsg, GRAFT_EINVAL, "session save: the path is too long");
-    sink k = {.f = fopen(tmp, "wb"), .sum = 0xcbf29ce484222325u};
+    sink k = {.f = fopen(tmp, "wb"), .sum = GRAFT_FNV1A_BASIS};
     if (k.f == NULL)
         return graft__errmsg(errmsg, GRAFT_EIO, "session save: cannot create %s: %s", tmp,
                              strerror(errno));
@@ -211,7 +205,7 @@ static bool take(source *r, void *data, size_t n)
 {
     if (fread(data, 1, n, r->f) != n)
         return false;
-    r->sum = fnv(r->sum, data, n);
+    r->sum = graft__fnv1a(r->sum, data, n);
     return true;
 }
 
@@ -286,7 +280,7 @@ static int load_chunk(graft_engine *e, graft_session *s, source *r, const header
 
 static int load(graft_engine *e, graft_session *s, const char *path, char **errmsg)
 {
-    source r = {.f = fopen(path, "rb"), .sum = 0xcbf29ce484222325u};
+    source r = {.f = fopen(path, "rb"), .sum = GRAFT_FNV1A_BASIS};
     struct stat st;
     if (r.f == NULL || fstat(fileno(r.f), &st) != 0) {
         int err = errno;

@@ -72,9 +72,7 @@ static double rng_normal(synth_rng *r)
 /* The stream of one tensor: the seed mixed with an FNV-1a hash of the tensor's name. */
 static void rng_seed(synth_rng *r, uint64_t seed, const char *name)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *c = name; *c; c++)
-        h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    uint64_t h = graft__fnv1a(GRAFT_FNV1A_BASIS, name, strlen(name));
     graft__rng_seed(&r->state, graft__splitmix64(&seed) ^ h);
     r->has_spare = false;
 }
@@ -555,10 +553,7 @@ static int vocab_init(synth_vocab *v, int32_t cap)
 
 static size_t text_hash(const char *text, size_t len)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (uint8_t)text[i]) * 0x100000001b3ull;
-    return (size_t)h;
+    return (size_t)graft__fnv1a(GRAFT_FNV1A_BASIS, text, len);
 }
 
 /* The hash slot holding `text`, or the empty slot where it belongs. */

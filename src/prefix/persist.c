@@ -52,10 +52,7 @@ static bool ours(const char *name, const char *start)
 static void file_of(char *path, size_t cap, const char *dir, const char *start,
                     const int32_t *tokens, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325u;
-    const unsigned char *p = (const unsigned char *)tokens;
-    for (size_t i = 0; i < n * sizeof *tokens; i++)
-        h = (h ^ p[i]) * 0x100000001b3u;
+    uint64_t h = graft__fnv1a(GRAFT_FNV1A_BASIS, tokens, n * sizeof *tokens);
     snprintf(path, cap, "%s/%s%016llx" FILE_SUFFIX, dir, start, (unsigned long long)h);
 }
 

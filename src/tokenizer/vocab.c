@@ -73,10 +73,7 @@ struct graft__vocab {
 
 static uint64_t hash_text(const char *s, size_t len)
 {
-    uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (uint8_t)s[i]) * 0x100000001b3u;
-    return h;
+    return graft__fnv1a(GRAFT_FNV1A_BASIS, s, len);
 }
 
 static uint64_t hash_pair(uint64_t key)

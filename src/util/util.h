@@ -85,6 +85,17 @@ static inline int graft__hex_digit(int c)
     return -1;
 }
 
+/* FNV-1a over n bytes, continuing from h (GRAFT_FNV1A_BASIS to start): a fast hash for
+ * tables, seeds, fingerprints and checksums, not against an adversary. */
+#define GRAFT_FNV1A_BASIS 0xcbf29ce484222325u
+static inline uint64_t graft__fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3u;
+    return h;
+}
+
 /* Overflow-checked size arithmetic: false when the result does not fit. */
 bool graft__mul_size(size_t a, size_t b, size_t *out);
 bool graft__add_size(size_t a, size_t b, size_t *out);

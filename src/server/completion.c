@@ -263,12 +263,13 @@ static void fork_on_settled(graft_generation *gen, void *user)
 
 /* A prompt filled in the middle: within the context, less the answer's room (max_tokens, or
  * a quarter of the context without it), where /infill may cut it to fit. */
-static int infill_prompt(completion *c, graft__reply *reply)
+static int infill_prompt(completion *c, const graft_model_info *info, graft__reply *reply)
 {
     const graft__completion_request *r = &c->req;
     int32_t room = r->max_tokens > 0 ? r->max_tokens : c->ctx->max_context / 4;
-    int rc = graft__infill_tokens(c->ctx->model, r->infill, (int64_t)c->ctx->max_context - room,
-                                  &c->prompt, &c->n_prompt, &c->prompt_cut);
+    int rc = graft__infill_tokens(c->ctx->model, info, r->infill,
+                                  (int64_t)c->ctx->max_context - room, &c->prompt, &c->n_prompt,
+                                  &c->prompt_cut);
     if (rc == GRAFT_EUNSUPPORTED) {
         graft__reply_error(reply, 400, "invalid_request_error",
                            json_object_get(r->infill, "files") ? "input_prefix" : "suffix",
@@ -289,7 +290,7 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
     graft_model_info info;
     graft_model_get_info(c->ctx->model, &info);
     if (r->infill != NULL) {
-        if (infill_prompt(c, reply) != 0)
+        if (infill_prompt(c, &info, reply) != 0)
             return -1;
     } else if (r->prompt_text != NULL) {
         /* a rendered chat prompt that starts with BOS does not get another one */

@@ -225,15 +225,14 @@ static size_t min_size(size_t a, size_t b)
     return a < b ? a : b;
 }
 
-int graft__infill_tokens(const graft_model *model, const json_t *infill, int64_t budget,
-                         int32_t **tokens, size_t *n_tokens, bool *cut)
+int graft__infill_tokens(const graft_model *model, const graft_model_info *info,
+                         const json_t *infill, int64_t budget, int32_t **tokens,
+                         size_t *n_tokens, bool *cut)
 {
-    graft_model_info info;
-    graft_model_get_info(model, &info);
     *tokens = NULL;
     *n_tokens = 0;
     *cut = false;
-    if (info.fim_pre < 0 || info.fim_suf < 0 || info.fim_mid < 0)
+    if (info->fim_pre < 0 || info->fim_suf < 0 || info->fim_mid < 0)
         return GRAFT_EUNSUPPORTED;
     const json_t *file_list = json_object_get(infill, "files"); /* /infill's alone */
     token_list prefix = {0}, suffix = {0}, prompt = {0}, files = {0}, out = {0};
@@ -241,9 +240,9 @@ int graft__infill_tokens(const graft_model *model, const json_t *infill, int64_t
     push_field(&suffix, model, infill, "suffix", false);
     push_field(&prompt, model, infill, "prompt", true);
     if (file_list != NULL)
-        push_files(&files, model, &info, file_list);
+        push_files(&files, model, info, file_list);
     size_t take_prefix = prefix.n, take_suffix = suffix.n, take_files = files.n;
-    size_t fixed = prompt.n + 3 + (info.add_bos ? 1 : 0);
+    size_t fixed = prompt.n + 3 + (info->add_bos ? 1 : 0);
     if (file_list != NULL && (int64_t)(fixed + prefix.n + suffix.n + files.n) > budget) {
         size_t room = budget > (int64_t)fixed ? (size_t)(budget - (int64_t)fixed) : 0;
         take_prefix = min_size(prefix.n, room - min_size(suffix.n, room / 4));
@@ -252,14 +251,14 @@ int graft__infill_tokens(const graft_model *model, const json_t *infill, int64_t
         *cut = true;
     }
     push_tail(&out, &files, take_files);
-    if (info.add_bos)
-        push_one(&out, info.bos);
-    push_one(&out, info.fim_pre);
+    if (info->add_bos)
+        push_one(&out, info->bos);
+    push_one(&out, info->fim_pre);
     push_tail(&out, &prefix, take_prefix);
     push(&out, prompt.ids, prompt.n);
-    push_one(&out, info.fim_suf);
+    push_one(&out, info->fim_suf);
     push(&out, suffix.ids, take_suffix);
-    push_one(&out, info.fim_mid);
+    push_one(&out, info->fim_mid);
     bool failed = prefix.failed || suffix.failed || prompt.failed || files.failed || out.failed;
     free(prefix.ids);
     free(suffix.ids);

@@ -322,14 +322,16 @@ bool graft__json_token_id(const json_t *t, int32_t *id);
 int graft__infill_parse(const json_t *body, graft__prompt_kind kind,
                         graft__completion_request *r, char **param, char **message);
 
-/* The prompt's tokens (*tokens, to free()): [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>
+/* The prompt's tokens (*tokens, to free()), info being the model's graft_model_info (its FIM
+ * tokens and BOS): [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>
  * for a suffix; for /infill as llama-server lays it out, the other files first, and within
  * `budget` tokens where it can be met: the other files' start goes first, then the prefix's
  * start and the suffix's end (the suffix keeps at least a quarter of what is left when both
  * are long); the prompt is never cut. *cut: whether anything was. GRAFT_EUNSUPPORTED: the
  * model has no fill-in-the-middle tokens; GRAFT_ENOMEM. */
-int graft__infill_tokens(const graft_model *model, const json_t *infill, int64_t budget,
-                         int32_t **tokens, size_t *n_tokens, bool *cut);
+int graft__infill_tokens(const graft_model *model, const graft_model_info *info,
+                         const json_t *infill, int64_t budget, int32_t **tokens,
+                         size_t *n_tokens, bool *cut);
 
 /* ---- reasoning.c ---------------------------------------------------------------------------- */
 

@@ -244,10 +244,11 @@ static int check_header(const graft_engine *e, const header *h, uint64_t size,
     if (h->window_from < 0 || h->window_from > h->n)
         return graft__errmsg(errmsg, GRAFT_EFORMAT, "session load: %s: window start %d "
                              "outside [0, %d]", path, (int)h->window_from, (int)h->n);
-    if (described_size(e, h) != size)
+    uint64_t described = described_size(e, h);
+    if (described != size)
         return graft__errmsg(errmsg, GRAFT_EFORMAT, "session load: %s is %llu bytes; its "
                              "header describes %llu", path, (unsigned long long)size,
-                             (unsigned long long)described_size(e, h));
+                             (unsigned long long)described);
     return GRAFT_OK;
 }
 

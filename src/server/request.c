@@ -534,13 +534,12 @@ static int parse_lengths(const json_t *body, graft__completion_request *r, char 
 
 /* A limit of code completion's (llama-server's n_indent and t_max_predict_ms): a count, 0
  * when absent; refused on chat. */
-static int get_code_limit(const json_t *body, const char *key,
-                          const graft__completion_request *r, int32_t *out, char **param,
-                          char **message)
+static int get_code_limit(const json_t *body, const char *key, bool chat, int32_t *out,
+                          char **param, char **message)
 {
     long long v = 0;
     int rc = get_int(body, key, 0, INT32_MAX, &v, param, message);
-    if (rc == GRAFT_OK && v > 0 && r->chat)
+    if (rc == GRAFT_OK && v > 0 && chat)
         return graft__refuse(param, message, key, "'%s' is for code completion: "
                              "/v1/completions, /completion and /infill", key);
     *out = (int32_t)v;
@@ -555,8 +554,9 @@ static int parse_flags(const json_t *body, graft__completion_request *r, char **
     if ((rc = get_bool(body, "parallel_tool_calls", &parallel, param, message)) != GRAFT_OK)
         return rc;
     r->one_call = !parallel;
-    if ((rc = get_code_limit(body, "n_indent", r, &r->n_indent, param, message)) != GRAFT_OK ||
-        (rc = get_code_limit(body, "t_max_predict_ms", r, &r->t_max_predict_ms, param,
+    if ((rc = get_code_limit(body, "n_indent", r->chat, &r->n_indent, param, message)) !=
+            GRAFT_OK ||
+        (rc = get_code_limit(body, "t_max_predict_ms", r->chat, &r->t_max_predict_ms, param,
                              message)) != GRAFT_OK)
         return rc;
     if ((rc = get_bool(body, "stream", &r->stream, param, message)) != GRAFT_OK ||

@@ -89,14 +89,13 @@ static void end_at_first_call(choice *ch)
 static void stop_at_dedent(choice *ch, int32_t n_indent)
 {
     const char *text = ch->text ? ch->text : "";
+    if (ch->line_start == 0) { /* the first line is never judged */
+        const char *nl = memchr(text, '\n', ch->len);
+        if (nl == NULL)
+            return;
+        ch->line_start = (size_t)(nl - text) + 1;
+    }
     for (;;) {
-        const char *nl = memchr(text + ch->line_start, '\n', ch->len - ch->line_start);
-        if (ch->line_start == 0) {
-            if (nl == NULL)
-                return;
-            ch->line_start = (size_t)(nl - text) + 1;
-            continue;
-        }
         size_t at = ch->line_start;
         while (at < ch->len && (text[at] == ' ' || text[at] == '\t'))
             at++;
@@ -108,7 +107,7 @@ static void stop_at_dedent(choice *ch, int32_t n_indent)
             ch->stopped = ch->limited = true;
             return;
         }
-        nl = memchr(text + at, '\n', ch->len - at);
+        const char *nl = memchr(text + at, '\n', ch->len - at);
         if (nl == NULL)
             return;
         ch->line_start = (size_t)(nl - text) + 1;

@@ -532,8 +532,20 @@ typedef enum graft_output_format {
                                  which is reported; a stop token that can continue the text
                                  still stops it. If no token of the vocabulary can continue
                                  it, the generation fails with GRAFT_ERANGE. */
-    GRAFT_OUTPUT_JSON_SCHEMA  /* the same, and the object is an instance of the config's
+    GRAFT_OUTPUT_JSON_SCHEMA, /* the same, and the object is an instance of the config's
                                  json_schema (the subset graft_json_schema_check accepts) */
+    GRAFT_OUTPUT_GRAMMAR      /* a text that rule `root` of the config's GBNF grammar matches
+                                 (graft_grammar_check), from the first token: the tokens whose
+                                 bytes cannot continue a match get a logit of -infinity
+                                 before the sampler's filters, as do tokens without text,
+                                 except that the end tokens (end of generation unless
+                                 ignore_eog, and the stop tokens) stay where the text so far is
+                                 a whole match. The generation stops (GRAFT_FINISH_STOP) on
+                                 an end token, or after the token that makes a whole match
+                                 nothing can follow. If no token can continue the text, or the
+                                 grammar makes it ambiguous beyond the recognizer's bounds,
+                                 the generation fails with GRAFT_ERANGE. Not with output_after
+                                 or thought_budget. */
 } graft_output_format;
 
 /* Whether `schema` (len bytes of JSON) is a schema GRAFT_OUTPUT_JSON_SCHEMA can hold output
@@ -557,6 +569,18 @@ typedef enum graft_output_format {
  * *errmsg (when errmsg is not NULL; free with graft_free) naming the keyword and where it
  * is. GRAFT_ENOMEM. */
 int graft_json_schema_check(const char *schema, size_t len, char **errmsg);
+
+/* Whether `grammar` (len bytes) is a GBNF grammar GRAFT_OUTPUT_GRAMMAR can hold output to, in
+ * llama.cpp's syntax: rules `name ::= alternatives` (names of letters, digits and '-'; the
+ * output is held to `root`), alternatives separated by '|', string literals "..." and classes
+ * [...] / [^...] with the escapes \n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH, '.' for any
+ * character, groups (...), the repetitions * + ? {m} {m,} {m,n} {,n} (counts up to 1000), and
+ * '#' comments; a line break ends a rule except inside a group and after "::=" or '|'.
+ * Characters are Unicode code points, the output strict UTF-8. GRAFT_EINVAL with *errmsg
+ * (when errmsg is not NULL; free with graft_free) saying what and where (line and column, or
+ * the rule): a syntax error, a rule used and not defined or defined twice, no rule root, left
+ * recursion, token references (<...>), or a grammar too large. GRAFT_ENOMEM. */
+int graft_grammar_check(const char *grammar, size_t len, char **errmsg);
 
 typedef struct graft_generate_config {
     int32_t max_new_tokens;     /* tokens to sample at most (0: until the context is full) */
@@ -582,6 +606,10 @@ typedef struct graft_generate_config {
                                 bytes (compiled at submission: GRAFT_EINVAL when
                                 graft_json_schema_check refuses it) */
     size_t json_schema_len;
+    const char *grammar; /* GRAFT_OUTPUT_GRAMMAR: the GBNF grammar, grammar_len bytes
+                            (compiled at submission: GRAFT_EINVAL when graft_grammar_check
+                            refuses it) */
+    size_t grammar_len;
     const char *output_after; /* with a JSON output format, NULL or the text (1 to
                                  GRAFT_MAX_OUTPUT_AFTER bytes, NUL-terminated; copied) the
                                  format begins after, such as a thinking model's "</think>":

@@ -134,7 +134,9 @@ static int alloc_buffers(graft_engine *e)
     e->logits = graft__malloc(bytes);
     if (!e->active || !e->step_gens || !e->slots || !e->entries || !e->logits ||
         graft__json_mask_create(e->model->vocab, e->model->hp.n_vocab, &e->json_mask) !=
-            GRAFT_OK)
+            GRAFT_OK ||
+        graft__grammar_vocab_create(e->model->vocab, e->model->hp.n_vocab,
+                                    &e->grammar_vocab) != GRAFT_OK)
         return GRAFT_ENOMEM;
     return graft__sessions_init(e);
 }
@@ -167,6 +169,7 @@ static void free_parts(graft_engine *e)
     graft__free(e->entries);
     graft__free(e->logits);
     graft__json_mask_free(e->json_mask);
+    graft__grammar_vocab_free(e->grammar_vocab);
     graft__free(e);
 }
 

@@ -20,6 +20,9 @@
  *                 to one JSON object (json_output.h): the recognizer, the alternatives of
  *                 unions it follows at once, the schemas it follows, and the vocabulary
  *                 indexed by bytes to mask the tokens that cannot continue it
+ *   grammar_parse.c, grammar_match.c, grammar_mask.c  holding a generation to a GBNF
+ *                 grammar (grammar.h): the grammar compiled, its recognizer, and the
+ *                 vocabulary sorted by bytes to mask the tokens that cannot continue it
  *
  * Commands name their session by id (session_table.c), looked up when they run: a command
  * never holds a pointer that a command earlier in the queue (a close) can free.
@@ -36,6 +39,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "engine/grammar.h"
 #include "engine/json_output.h"
 #include "kv/kv.h"
 #include "model/model.h"
@@ -176,6 +180,12 @@ struct graft_generation {
     graft__json_schema *schema;     /* GRAFT_OUTPUT_JSON_SCHEMA: the schema, compiled */
     graft__json_recognizer json_text; /* what it generated so far, when json */
     graft__json_preamble preamble;    /* the text the JSON text begins after, when json */
+    graft__grammar *grammar;          /* GRAFT_OUTPUT_GRAMMAR: the grammar, compiled, ... */
+    graft__grammar_run *grammar_text; /* ... and what it generated so far */
+    int32_t *ends;       /* with a grammar: the tokens that end the generation (the stop
+                            tokens, and the end-of-generation ones unless ignored) ... */
+    float *end_logits;   /* ... and room for their logits while the mask is applied */
+    int32_t n_ends;
     graft__thought_budget thought;    /* the thought's budget, when there is one */
     graft_update_cb on_update;
     graft_settled_cb on_settled;
@@ -274,6 +284,7 @@ struct graft_engine {
     graft__slot *slots;          /* (max_sessions) */
     float *logits;               /* (max_sessions, n_vocab) */
     graft__json_mask *json_mask; /* for generations held to JSON */
+    graft__grammar_vocab *grammar_vocab; /* for generations held to a grammar */
     graft_engine_metrics counters; /* the counting fields of the metrics */
     graft__logits_tap tap;
     void *tap_user;

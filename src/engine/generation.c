@@ -19,6 +19,7 @@
  * written before the release store of `finish`, so a reader that sees a finish reason sees
  * them.
  */
+#include <math.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -42,6 +43,10 @@ static void gen_destroy(graft_generation *gen)
     graft__free(gen->error);
     graft_sampler_free(gen->sampler);
     graft__json_schema_free(gen->schema);
+    graft__grammar_free(gen->grammar);
+    graft__grammar_run_free(gen->grammar_text);
+    graft__free(gen->ends);
+    graft__free(gen->end_logits);
     graft__thought_budget_free(&gen->thought);
     pthread_cond_destroy(&gen->cv);
     pthread_mutex_destroy(&gen->mu);
@@ -78,7 +83,11 @@ static int check_args(const graft_session *s, const int32_t *tokens, size_t n,
         (c->top_logprobs > 0 && !c->logprobs && !c->prompt_logprobs))
         return GRAFT_EINVAL;
     if (c->output_format != GRAFT_OUTPUT_TEXT && c->output_format != GRAFT_OUTPUT_JSON_OBJECT &&
-        (c->output_format != GRAFT_OUTPUT_JSON_SCHEMA || c->json_schema == NULL))
+        (c->output_format != GRAFT_OUTPUT_JSON_SCHEMA || c->json_schema == NULL) &&
+        (c->output_format != GRAFT_OUTPUT_GRAMMAR || c->grammar == NULL))
+        return GRAFT_EINVAL;
+    const bool grammar = c->output_format == GRAFT_OUTPUT_GRAMMAR;
+    if (grammar && (c->output_after != NULL || c->thought_budget != 0))
         return GRAFT_EINVAL;
     if (c->output_after != NULL &&
         (c->output_format == GRAFT_OUTPUT_TEXT || c->output_after[0] == '\0' ||
@@ -105,6 +114,50 @@ static int32_t *copy_tokens(const int32_t *tokens, size_t n)
     if (copy != NULL && n > 0)
         memcpy(copy, tokens, n * sizeof *copy);
     return copy;
+}
+
+/* The grammar compiled, its recognizer, and the tokens that end the generation. */
+static int grammar_new(graft_generation *gen, const graft_engine *e,
+                       const graft_generate_config *c)
+{
+    int rc = graft__grammar_compile(c->grammar, c->grammar_len, &gen->grammar, NULL);
+    if (rc == GRAFT_OK)
+        rc = graft__grammar_run_create(gen->grammar,
+                                       graft__grammar_vocab_max_len(e->grammar_vocab),
+                                       &gen->grammar_text);
+    if (rc != GRAFT_OK)
+        return rc;
+    const int32_t n_vocab = e->model->hp.n_vocab;
+    int32_t n = (int32_t)c->n_stop_tokens;
+    for (int32_t t = 0; !c->ignore_eog && t < n_vocab; t++)
+        n += graft_token_is_eog(e->model, t) != 0;
+    gen->ends = graft__malloc((size_t)(n > 0 ? n : 1) * sizeof *gen->ends);
+    gen->end_logits = graft__malloc((size_t)(n > 0 ? n : 1) * sizeof *gen->end_logits);
+    if (gen->ends == NULL || gen->end_logits == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t i = 0; i < c->n_stop_tokens; i++)
+        gen->ends[gen->n_ends++] = c->stop_tokens[i];
+    for (int32_t t = 0; !c->ignore_eog && t < n_vocab; t++)
+        if (graft_token_is_eog(e->model, t))
+            gen->ends[gen->n_ends++] = t;
+    return GRAFT_OK;
+}
+
+/* Masks the tokens that cannot continue the grammar's text, the end tokens left as they were
+ * where it is a whole match; how many are left, or -1 on the recognizer's overflow. */
+static int32_t grammar_mask(const graft_engine *e, graft_generation *gen, float *logits)
+{
+    graft__grammar_run *run = gen->grammar_text;
+    for (int32_t i = 0; i < gen->n_ends; i++)
+        gen->end_logits[i] = logits[gen->ends[i]];
+    int32_t allowed = graft__grammar_mask_apply(e->grammar_vocab, run, logits);
+    if (allowed < 0 || !graft__grammar_run_accepts(run, &run->at))
+        return allowed;
+    for (int32_t i = 0; i < gen->n_ends; i++) {
+        allowed += logits[gen->ends[i]] == -INFINITY && gen->end_logits[i] != -INFINITY;
+        logits[gen->ends[i]] = gen->end_logits[i];
+    }
+    return allowed;
 }
 
 /* Allocates the generation and its buffers; GRAFT_ENOMEM or GRAFT_EINVAL (sampling). */
@@ -148,6 +201,8 @@ static int gen_new(graft_session *s, const int32_t *tokens, size_t n,
                  ? GRAFT_OK
                  : graft__json_schema_compile(c->json_schema, c->json_schema_len, &gen->schema,
                                               NULL);
+    if (rc == GRAFT_OK && c->output_format == GRAFT_OUTPUT_GRAMMAR)
+        rc = grammar_new(gen, e, c);
     if (rc == GRAFT_OK)
         rc = graft__thought_budget_init(&gen->thought, e->model->vocab, c->thought_budget,
                                         c->thought_close, c->thought_opens);
@@ -185,7 +240,8 @@ int graft_session_generate(graft_session *s, const int32_t *tokens, size_t n,
     gen->ignore_eog = c->ignore_eog != 0;
     gen->max_new = c->max_new_tokens;
     gen->prefill_only = c->prefill_only != 0;
-    gen->json = c->output_format != GRAFT_OUTPUT_TEXT;
+    gen->json = c->output_format == GRAFT_OUTPUT_JSON_OBJECT ||
+                c->output_format == GRAFT_OUTPUT_JSON_SCHEMA;
     graft__json_recognizer_init(&gen->json_text, gen->schema);
     graft__json_preamble_init(&gen->preamble, c->output_after, c->output_opens);
     gen->on_update = on_update;
@@ -290,6 +346,15 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
                           "no token of the vocabulary can continue the JSON object");
         return;
     }
+    int32_t grammar_allowed = gen->grammar_text != NULL ? grammar_mask(e, gen, logits) : 1;
+    if (grammar_allowed <= 0) {
+        graft__gen_settle(e, gen, GRAFT_FINISH_FAILED, GRAFT_ERANGE,
+                          grammar_allowed < 0
+                              ? "the grammar makes the text ambiguous beyond the recognizer's "
+                                "bounds"
+                              : "no token of the vocabulary can continue the grammar's text");
+        return;
+    }
     if (!forced)
         token = graft_sampler_sample(gen->sampler, logits, s->tokens, (size_t)position);
     graft__thought_budget_feed(&gen->thought, e->model->vocab, token, forced);
@@ -304,6 +369,8 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
                      (before_json ? graft__json_mask_feed_preamble(e->json_mask, &gen->preamble,
                                                                    &gen->json_text, token)
                                   : graft__json_mask_feed(e->json_mask, &gen->json_text, token));
+    if (gen->grammar_text != NULL)
+        continues = graft__grammar_mask_feed(e->grammar_vocab, gen->grammar_text, token);
     GRAFT_ASSERT(continues);
     GRAFT_ASSERT(gen->n_out < gen->cap_out);
     if (gen->logprobs != NULL)
@@ -313,7 +380,9 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     gen->has_pending = true;
     if (gen->on_update != NULL)
         gen->on_update(gen, &gen->out[gen->n_out - 1], 1, gen->user);
-    if (gen->json && gen->preamble.over && graft__json_recognizer_done(&gen->json_text))
+    if ((gen->json && gen->preamble.over && graft__json_recognizer_done(&gen->json_text)) ||
+        (gen->grammar_text != NULL &&
+         graft__grammar_run_complete(gen->grammar_text, &gen->grammar_text->at)))
         graft__gen_settle(e, gen, GRAFT_FINISH_STOP, GRAFT_OK, NULL);
     else if (gen->n_out == gen->max_new || position >= e->opts.max_context)
         graft__gen_settle(e, gen, GRAFT_FINISH_LENGTH, GRAFT_OK, NULL);

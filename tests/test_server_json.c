@@ -280,7 +280,7 @@ static void test_string_formats(void **state)
 }
 
 /* llama-server's /completion with its json_schema field: the content is an instance; its
- * grammar field (GBNF) is refused rather than ignored. */
+ * grammar field (GBNF, test_server_grammar.c) cannot go beside it. */
 static void test_llama_json_schema(void **state)
 {
     (void)state;
@@ -297,7 +297,8 @@ static void test_llama_json_schema(void **state)
     json_decref(j);
     graft_test_response_free(&r);
     r = graft_test_request(&json_server, "POST", "/completion",
-                           "{\"prompt\": \"Once\", \"grammar\": \"root ::= \\\"a\\\"\"}");
+                           "{\"prompt\": \"Once\", \"grammar\": \"root ::= \\\"a\\\"\", "
+                           "\"json_schema\": {\"type\": \"object\"}}");
     free(graft_test_expect_error(&r, 400, "grammar"));
     graft_test_response_free(&r);
 }

@@ -530,6 +530,8 @@ static int start_choice(completion *c, choice *ch)
     cfg.output_format = r->output_format;
     cfg.json_schema = r->json_schema;
     cfg.json_schema_len = r->json_schema ? strlen(r->json_schema) : 0;
+    cfg.grammar = r->grammar;
+    cfg.grammar_len = r->grammar_len;
     cfg.output_after = r->output_after;
     cfg.output_opens = r->output_opens;
     cfg.thought_budget = r->thought_budget;

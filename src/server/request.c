@@ -9,7 +9,8 @@
  * frequency_penalty, logit_bias, logprobs / top_logprobs (chat: a flag and a count; completions:
  * the legacy count), tools and tool_choice (auto, none, required or a named function),
  * parallel_tool_calls, response_format (text, json_object, json_schema) or llama-server's
- * json_schema, stop, stream, stream_options.include_usage, ignore_eos, return_tokens, session_id,
+ * json_schema, llama-server's grammar (GBNF), stop, stream, stream_options.include_usage,
+ * ignore_eos, return_tokens, session_id,
  * echo (completions: the prompt comes back before the answer; max_tokens 0 then asks for the prompt
  * alone), reasoning_format (chat: whether a thinking model's thought is split off, reasoning.c),
  * thinking_token_budget (chat: the tokens a thinking model's thought may take before it is closed),
@@ -33,7 +34,7 @@
 
 /* Fields a client may send that graft cannot honour yet, refused when set to anything but
  * their neutral value. */
-static const char *const unsupported[] = {"functions", "function_call", "best_of", "grammar"};
+static const char *const unsupported[] = {"functions", "function_call", "best_of"};
 
 int graft__refuse(char **param, char **message, const char *path, const char *fmt, ...)
 {
@@ -499,6 +500,35 @@ static int parse_response_format(const json_t *body, graft__completion_request *
     return GRAFT_OK;
 }
 
+/* llama-server's grammar: a GBNF grammar the output is held to (an empty one: none). */
+static int parse_grammar(const json_t *body, graft__completion_request *r, char **param,
+                         char **message)
+{
+    const json_t *v = json_object_get(body, "grammar");
+    if (v == NULL || json_is_null(v) || (json_is_string(v) && json_string_length(v) == 0))
+        return GRAFT_OK;
+    if (!json_is_string(v))
+        return graft__refuse(param, message, "grammar", "'grammar' must be a string");
+    if (r->output_format != GRAFT_OUTPUT_TEXT)
+        return graft__refuse(param, message, "grammar",
+                             r->forced_call ? "a forced tool call's output is the call: it "
+                                              "cannot also follow a grammar"
+                                            : "'grammar' cannot go with 'response_format' or "
+                                              "'json_schema'");
+    r->grammar_len = json_string_length(v);
+    r->grammar = malloc(r->grammar_len);
+    if (r->grammar == NULL)
+        return GRAFT_ENOMEM;
+    memcpy(r->grammar, json_string_value(v), r->grammar_len);
+    char *why = NULL;
+    int rc = graft_grammar_check(r->grammar, r->grammar_len, &why);
+    if (rc == GRAFT_EINVAL)
+        graft__refuse(param, message, "grammar", "%s", why ? why : "the grammar is not valid");
+    graft_free(why);
+    r->output_format = GRAFT_OUTPUT_GRAMMAR;
+    return rc;
+}
+
 /* The lengths, and echo: the completions API may ask for the prompt back, then with
  * max_tokens 0 for the prompt alone. */
 static int parse_lengths(const json_t *body, graft__completion_request *r, char **param,
@@ -640,6 +670,10 @@ static int shape_thought(const json_t *body, const graft__chat *chat,
         rc = get_int(body, "thinking_token_budget", 1, INT32_MAX, &budget, param, message);
     if (rc != GRAFT_OK || chat->thought_tags == NULL)
         return rc;
+    if (budget > 0 && r->output_format == GRAFT_OUTPUT_GRAMMAR)
+        return graft__refuse(param, message, "thinking_token_budget",
+                             "'thinking_token_budget' cannot go with 'grammar': the grammar "
+                             "holds the whole answer, thought included");
     r->thought_tags = split ? chat->thought_tags : NULL;
     r->thought_opened = graft__reasoning_opened(chat->thought_tags, r->prompt_text);
     if (r->thought_opened && r->forced_call) {
@@ -651,7 +685,7 @@ static int shape_thought(const json_t *body, const graft__chat *chat,
     r->thought_budget = (int32_t)budget;
     r->thought_close = chat->thought_tags->close;
     r->thought_opens = r->thought_opened ? NULL : chat->thought_tags->open;
-    if (r->output_format == GRAFT_OUTPUT_TEXT)
+    if (r->output_format == GRAFT_OUTPUT_TEXT || r->output_format == GRAFT_OUTPUT_GRAMMAR)
         return GRAFT_OK;
     r->output_after = chat->thought_tags->close;
     r->output_opens = r->thought_opened ? NULL : chat->thought_tags->open;
@@ -699,6 +733,7 @@ int graft__request_parse(const json_t *body, graft__prompt_kind kind,
              (rc = parse_choices(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_tools(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_response_format(body, r, param, message)) == GRAFT_OK &&
+             (rc = parse_grammar(body, r, param, message)) == GRAFT_OK &&
              (rc = parse_flags(body, r, param, message)) == GRAFT_OK) {
         if (kind == GRAFT__PROMPT_CHAT)
             rc = chat_template == NULL ? GRAFT_EUNSUPPORTED
@@ -722,5 +757,6 @@ void graft__request_free(graft__completion_request *r)
     free(r->session_id);
     free(r->logit_bias);
     free(r->json_schema);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }

@@ -272,6 +272,8 @@ typedef struct graft__completion_request {
                                call (output_format and json_schema hold it to the call) */
     graft_output_format output_format; /* response_format, json_schema or a forced call */
     char *json_schema;      /* the schema of GRAFT_OUTPUT_JSON_SCHEMA, compact JSON */
+    char *grammar;          /* the GBNF grammar of GRAFT_OUTPUT_GRAMMAR, grammar_len bytes */
+    size_t grammar_len;
     const struct graft__reasoning_tags *thought_tags; /* chat: the tags its answer's thought
                                                          is split off by, or NULL: not split */
     bool thought_opened;    /* the prompt opened a thought: the answer begins inside it */

@@ -39,7 +39,7 @@
 #include "graft.h"
 #include "models.h"
 
-enum { CONTEXT = 256, MAX_NEW = 160, MAX_TOKEN_BYTES = 256, BOS = 1 };
+enum { CONTEXT = 256, MAX_NEW = 160, BOS = 1 };
 
 /* A schema of every kind of node: properties in order, optional ones, an integer, an enum
  * of mixed scalars, a nullable string, an array with bounds, a free value, a recursion. */
@@ -116,19 +116,11 @@ static const struct {
                     "\"bark\": 2}], \"id\": 150, \"tag\": \"ab\"}"},
 };
 
-/* The bytes of token t (at most MAX_TOKEN_BYTES are used) and their count. */
-static size_t token_bytes(const graft_model *m, int32_t t, char *buf)
-{
-    int len = graft__token_bytes(m->vocab, t, buf, MAX_TOKEN_BYTES);
-    assert_true(len >= 0 && len <= MAX_TOKEN_BYTES);
-    return (size_t)len;
-}
-
 /* Brute force: whether all of t's bytes, one or more, can follow r. */
 static bool token_follows(const graft_model *m, const graft__json_recognizer *r, int32_t t)
 {
-    char buf[MAX_TOKEN_BYTES];
-    size_t n = token_bytes(m, t, buf);
+    char buf[GRAFT_TEST_TOKEN_BYTES];
+    size_t n = graft_test_token_bytes(m, t, buf);
     graft__json_recognizer probe = *r;
     for (size_t i = 0; i < n; i++)
         if (!graft__json_recognizer_feed(&probe, (uint8_t)buf[i]))
@@ -136,18 +128,11 @@ static bool token_follows(const graft_model *m, const graft__json_recognizer *r,
     return n > 0;
 }
 
-static int32_t vocab_size(const graft_model *m)
-{
-    graft_model_info info;
-    graft_model_get_info(m, &info);
-    return info.n_vocab;
-}
-
 /* At each `stride`-th prefix of each text, the mask leaves exactly the tokens brute force
  * allows, at their logits, and counts them. */
 static void check_mask(const graft_model *m, int stride)
 {
-    const int32_t n_vocab = vocab_size(m);
+    const int32_t n_vocab = graft_test_vocab_size(m);
     graft__json_mask *mask = NULL;
     assert_int_equal(graft__json_mask_create(m->vocab, n_vocab, &mask), GRAFT_OK);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
@@ -237,8 +222,8 @@ static bool json_prefix(const char *text, size_t len)
 static bool preamble_follows(const graft_model *m, const char *tag, const char *open,
                              const char *text, size_t len, int32_t t)
 {
-    char joined[512 + MAX_TOKEN_BYTES + 1];
-    size_t n = token_bytes(m, t, joined + len);
+    char joined[512 + GRAFT_TEST_TOKEN_BYTES + 1];
+    size_t n = graft_test_token_bytes(m, t, joined + len);
     if (n == 0)
         return false;
     memcpy(joined, text, len);
@@ -287,7 +272,7 @@ static void check_preamble_mask(const char *rel, size_t stride)
     assert_int_equal(graft_model_load_vocab(graft_test_model_path(path, sizeof path, rel), &m,
                                             NULL),
                      GRAFT_OK);
-    const int32_t n_vocab = vocab_size(m);
+    const int32_t n_vocab = graft_test_vocab_size(m);
     graft__json_mask *mask = NULL;
     assert_int_equal(graft__json_mask_create(m->vocab, n_vocab, &mask), GRAFT_OK);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
@@ -296,8 +281,8 @@ static void check_preamble_mask(const char *rel, size_t stride)
     for (int b = 0; b < 256; b++)
         byte_token[b] = -1;
     for (int32_t t = n_vocab - 1; t >= 0; t--) {
-        char buf[MAX_TOKEN_BYTES];
-        if (token_bytes(m, t, buf) == 1)
+        char buf[GRAFT_TEST_TOKEN_BYTES];
+        if (graft_test_token_bytes(m, t, buf) == 1)
             byte_token[(uint8_t)buf[0]] = t;
     }
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -365,7 +350,7 @@ static int setup(void **state)
     stories = graft_test_load_model("stories260K.gguf");
     if (stories == NULL)
         return -1;
-    n_vocab = vocab_size(stories);
+    n_vocab = graft_test_vocab_size(stories);
     return 0;
 }
 
@@ -402,9 +387,9 @@ static graft_generate_config json_config(float temperature, uint64_t seed,
     c.sampling.seed = seed;
     c.output_format = GRAFT_OUTPUT_JSON_OBJECT;
     *n_bias = 0;
-    char buf[MAX_TOKEN_BYTES];
+    char buf[GRAFT_TEST_TOKEN_BYTES];
     for (int32_t t = 0; t < n_vocab; t++) {
-        size_t n = token_bytes(stories, t, buf);
+        size_t n = graft_test_token_bytes(stories, t, buf);
         if (n == 1 && (buf[0] == '"' || buf[0] == '}' || buf[0] == ':'))
             bias[(*n_bias)++] = (graft_logit_bias){t, buf[0] == '}' ? 15.0f : 6.0f};
     }
@@ -421,8 +406,8 @@ static size_t text_of(const int32_t *tokens, size_t n, char *text, size_t cap)
 {
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {
-        char buf[MAX_TOKEN_BYTES];
-        size_t b = token_bytes(stories, tokens[i], buf);
+        char buf[GRAFT_TEST_TOKEN_BYTES];
+        size_t b = graft_test_token_bytes(stories, tokens[i], buf);
         assert_true(len + b < cap);
         memcpy(text + len, buf, b);
         len += b;
@@ -441,13 +426,13 @@ static void check_output(graft_generation *gen)
     graft__json_recognizer_init(&s, NULL);
     for (size_t i = 0; i < n; i++) {
         assert_true(token_follows(stories, &s, out[i]));
-        char buf[MAX_TOKEN_BYTES];
-        size_t b = token_bytes(stories, out[i], buf);
+        char buf[GRAFT_TEST_TOKEN_BYTES];
+        size_t b = graft_test_token_bytes(stories, out[i], buf);
         for (size_t j = 0; j < b; j++)
             graft__json_recognizer_feed(&s, (uint8_t)buf[j]);
         assert_true(i + 1 == n || !graft__json_recognizer_done(&s));
     }
-    char text[MAX_NEW * MAX_TOKEN_BYTES];
+    char text[MAX_NEW * GRAFT_TEST_TOKEN_BYTES];
     size_t len = text_of(out, n, text, sizeof text);
     if (graft_generation_finish_reason(gen) == GRAFT_FINISH_STOP) {
         assert_true(graft__json_recognizer_done(&s));
@@ -490,7 +475,7 @@ static void check_greedy_picks(const char *after)
     size_t n = 0;
     const int32_t *out = graft_generation_tokens(gen, &n);
     assert_int_equal(r.n, (int)n);
-    char text[MAX_NEW * MAX_TOKEN_BYTES];
+    char text[MAX_NEW * GRAFT_TEST_TOKEN_BYTES];
     size_t len = 0, free_tokens = 0;
     text[0] = '\0';
     graft__json_recognizer syn;
@@ -517,7 +502,7 @@ static void check_greedy_picks(const char *after)
         free_tokens += before;
         assert_true(before ? graft__json_mask_feed_preamble(e->json_mask, &pre, &syn, out[i])
                            : graft__json_mask_feed(e->json_mask, &syn, out[i]));
-        len += token_bytes(stories, out[i], text + len);
+        len += graft_test_token_bytes(stories, out[i], text + len);
         text[len] = '\0';
     }
     if (after != NULL) {
@@ -549,34 +534,12 @@ static void test_json_after_a_tag(void **state)
     check_greedy_picks(".");
 }
 
-typedef struct run {
-    graft_session *session;
-    graft_generation *gen;
-} run;
+typedef graft_test_gen run;
 
+/* A generation of the prompt with c, on a session of its own. */
 static void start(graft_engine *e, run *r, const graft_generate_config *c)
 {
-    r->session = graft_test_open_session(e);
-    assert_int_equal(graft_session_generate(r->session, prompt,
-                                            sizeof prompt / sizeof prompt[0], c, NULL, NULL,
-                                            NULL, &r->gen),
-                     GRAFT_OK);
-}
-
-static void release(run *r)
-{
-    graft_generation_free(r->gen);
-    graft_session_close(r->session);
-}
-
-static void assert_same_tokens(graft_generation *a, graft_generation *b)
-{
-    size_t na = 0, nb = 0;
-    const int32_t *ta = graft_generation_tokens(a, &na);
-    const int32_t *tb = graft_generation_tokens(b, &nb);
-    assert_int_equal(na, nb);
-    assert_memory_equal(ta, tb, na * sizeof *ta);
-    assert_int_equal(graft_generation_finish_reason(a), graft_generation_finish_reason(b));
+    graft_test_gen_start(e, r, prompt, sizeof prompt / sizeof prompt[0], c);
 }
 
 /* Sampled JSON generations, seeds 1..SEEDS: each alone, then all at once beside a plain
@@ -608,13 +571,13 @@ static void test_sampled_json_is_well_formed_and_batch_invariant(void **state)
         start(e, &together[k], &c[k]);
     for (int k = 0; k < SEEDS; k++) {
         assert_int_equal(graft_generation_wait(together[k].gen), GRAFT_OK);
-        assert_same_tokens(alone[k].gen, together[k].gen);
+        graft_test_assert_same_tokens(alone[k].gen, together[k].gen);
     }
     assert_int_equal(graft_generation_wait(text_run.gen), GRAFT_OK);
-    release(&text_run);
+    graft_test_gen_release(&text_run);
     for (int k = 0; k < SEEDS; k++) {
-        release(&alone[k]);
-        release(&together[k]);
+        graft_test_gen_release(&alone[k]);
+        graft_test_gen_release(&together[k]);
     }
     graft_test_engine_end(e);
 }
@@ -678,7 +641,7 @@ static void sample_instances(const char *schema, bool (*is_instance)(const json_
         assert_int_equal(graft_generation_wait(r.gen), GRAFT_OK);
         size_t n = 0;
         const int32_t *out = graft_generation_tokens(r.gen, &n);
-        char text[MAX_NEW * MAX_TOKEN_BYTES];
+        char text[MAX_NEW * GRAFT_TEST_TOKEN_BYTES];
         size_t len = text_of(out, n, text, sizeof text);
         if (graft_generation_finish_reason(r.gen) == GRAFT_FINISH_STOP) {
             json_t *v = json_loadb(text, len, 0, NULL);
@@ -691,9 +654,9 @@ static void sample_instances(const char *schema, bool (*is_instance)(const json_
         }
         start(e, &again, &c);
         assert_int_equal(graft_generation_wait(again.gen), GRAFT_OK);
-        assert_same_tokens(r.gen, again.gen);
-        release(&r);
-        release(&again);
+        graft_test_assert_same_tokens(r.gen, again.gen);
+        graft_test_gen_release(&r);
+        graft_test_gen_release(&again);
     }
     assert_true(instances >= SEEDS / 2);
     graft_test_engine_end(e);
@@ -920,10 +883,10 @@ static void test_length_and_bad_format(void **state)
     size_t n = 0;
     const int32_t *out = graft_generation_tokens(r.gen, &n);
     assert_int_equal(n, 3);
-    char text[4 * MAX_TOKEN_BYTES];
+    char text[4 * GRAFT_TEST_TOKEN_BYTES];
     text_of(out, n, text, sizeof text);
     assert_true(strchr(text, '{') != NULL);
-    release(&r);
+    graft_test_gen_release(&r);
     c.output_format = GRAFT_OUTPUT_JSON_SCHEMA; /* without a schema */
     graft_session *s = graft_test_open_session(e);
     graft_generation *gen = NULL;

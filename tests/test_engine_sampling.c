@@ -345,18 +345,7 @@ static graft_engine *new_engine(void)
     return graft_test_engine(stories, &o);
 }
 
-typedef struct run {
-    graft_session *session;
-    graft_generation *gen;
-} run;
-
-static void start(graft_engine *e, run *r, const int32_t *prompt, size_t n,
-                  const graft_generate_config *c)
-{
-    assert_int_equal(graft_session_open(e, &r->session, NULL), GRAFT_OK);
-    assert_int_equal(graft_session_generate(r->session, prompt, n, c, NULL, NULL, NULL, &r->gen),
-                     GRAFT_OK);
-}
+typedef graft_test_gen run;
 
 static void finish(run *r)
 {
@@ -367,14 +356,8 @@ static void finish(run *r)
 static void run_whole(graft_engine *e, run *r, const int32_t *prompt, size_t n,
                       const graft_generate_config *c)
 {
-    start(e, r, prompt, n, c);
+    graft_test_gen_start(e, r, prompt, n, c);
     finish(r);
-}
-
-static void release(run *r)
-{
-    graft_generation_free(r->gen);
-    graft_session_close(r->session);
 }
 
 /* The prompt the log-probability tests generate after. */
@@ -452,13 +435,13 @@ static void test_logprobs_match_cold_logits(void **state)
     const graft_token_logprob *lp = NULL;
     size_t n = 0;
     assert_int_equal(graft_generation_logprobs(r.gen, n_out, &lp, &n), GRAFT_EINVAL);
-    release(&r);
+    graft_test_gen_release(&r);
 
     /* without logprobs asked for there are none */
     graft_generate_config plain = graft_test_greedy(4);
     run_whole(e, &r, prompt, 6, &plain);
     assert_int_equal(graft_generation_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
-    release(&r);
+    graft_test_gen_release(&r);
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
@@ -500,8 +483,8 @@ static void test_logprobs_without_alternatives(void **state)
         assert_memory_equal(lp, with, sizeof *lp);
         expect_logprobs_match_cold(prompt, i + 1, prompt[i + 1], lp, n);
     }
-    release(&a);
-    release(&b);
+    graft_test_gen_release(&a);
+    graft_test_gen_release(&b);
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
@@ -517,7 +500,7 @@ static void test_bias_changes_pick_not_logprobs(void **state)
     run_whole(e, &r, prompt, 4, &c);
     size_t n_out = 0;
     int32_t favourite = graft_generation_tokens(r.gen, &n_out)[0];
-    release(&r);
+    graft_test_gen_release(&r);
 
     graft_logit_bias ban = {favourite, -100.0f};
     c.logit_bias = &ban;
@@ -532,7 +515,7 @@ static void test_bias_changes_pick_not_logprobs(void **state)
     assert_int_equal(lp[1].token, favourite); /* still the model's most likely */
     assert_int_equal(lp[2].token, second);     /* greedy took the next one */
     expect_logprobs_match_cold(prompt, 4, second, lp, n);
-    release(&r);
+    graft_test_gen_release(&r);
 
     graft_logit_bias outside = {n_vocab, 1.0f};
     c.logit_bias = &outside;
@@ -578,7 +561,7 @@ static void test_logprobs_batch_invariant(void **state)
     run others[3], again;
     graft_generate_config oc = with_logprobs(2);
     for (int i = 0; i < 3; i++)
-        start(e, &others[i], prompt + 1 + i, (size_t)(10 + 9 * i), &oc);
+        graft_test_gen_start(e, &others[i], prompt + 1 + i, (size_t)(10 + 9 * i), &oc);
     run_whole(e, &again, prompt, 40, &c);
     for (int i = 0; i < 3; i++)
         finish(&others[i]);
@@ -596,10 +579,10 @@ static void test_logprobs_batch_invariant(void **state)
         assert_int_equal(ka, kb);
         assert_memory_equal(la, lb, ka * sizeof *la);
     }
-    release(&alone);
-    release(&again);
+    graft_test_gen_release(&alone);
+    graft_test_gen_release(&again);
     for (int i = 0; i < 3; i++)
-        release(&others[i]);
+        graft_test_gen_release(&others[i]);
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
@@ -670,7 +653,7 @@ static void test_prompt_logprobs_match_cold_logits(void **state)
     graft_token_logprob kept[1 + TOP];
     assert_int_equal(graft_generation_prompt_logprobs(r.gen, 3, &lp, &n), GRAFT_OK);
     memcpy(kept, lp, sizeof kept);
-    release(&r);
+    graft_test_gen_release(&r);
 
     /* sampling after the prompt: the log-probabilities are there at the first update */
     graft_generate_config sampled = graft_test_greedy(3);
@@ -688,17 +671,17 @@ static void test_prompt_logprobs_match_cold_logits(void **state)
     graft_generation_tokens(r.gen, &n_out);
     assert_int_equal(n_out, 3);
     assert_int_equal(graft_generation_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
-    release(&r);
+    graft_test_gen_release(&r);
 
     /* without prompt_logprobs there are none; a one-token prompt has none to give */
     graft_generate_config plain = graft_test_greedy(2);
     run_whole(e, &r, prompt, N, &plain);
     assert_int_equal(graft_generation_prompt_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
-    release(&r);
+    graft_test_gen_release(&r);
     run_whole(e, &r, prompt, 1, &c);
     assert_int_equal(graft_generation_finish_reason(r.gen), GRAFT_FINISH_LENGTH);
     assert_int_equal(graft_generation_prompt_logprobs(r.gen, 0, &lp, &n), GRAFT_EINVAL);
-    release(&r);
+    graft_test_gen_release(&r);
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
@@ -721,7 +704,7 @@ static void test_prompt_logprobs_equal_sampled_ones(void **state)
 
     run fed;
     graft_generate_config pc = prompt_logprobs_only(3);
-    start(e, &fed, all, 6 + N_GEN, &pc);
+    graft_test_gen_start(e, &fed, all, 6 + N_GEN, &pc);
     finish(&fed);
     for (size_t i = 0; i < N_GEN; i++) {
         const graft_token_logprob *sampled = NULL, *given = NULL;
@@ -731,8 +714,8 @@ static void test_prompt_logprobs_equal_sampled_ones(void **state)
         assert_int_equal(ns, ng);
         assert_memory_equal(sampled, given, ns * sizeof *given);
     }
-    release(&r);
-    release(&fed);
+    graft_test_gen_release(&r);
+    graft_test_gen_release(&fed);
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
@@ -760,8 +743,8 @@ static void test_prompt_logprobs_chunk_and_batch_invariant(void **state)
         graft_generate_config oc = with_logprobs(2);
         int32_t n_others = sessions[k] - 1;
         for (int32_t i = 0; i < n_others; i++)
-            start(small, &others[i], prompt + 1 + i, (size_t)(3 + 17 * i), &oc);
-        start(small, &again, prompt, N, &c);
+            graft_test_gen_start(small, &others[i], prompt + 1 + i, (size_t)(3 + 17 * i), &oc);
+        graft_test_gen_start(small, &again, prompt, N, &c);
         finish(&again);
         for (size_t i = 0; i + 1 < N; i++) {
             const graft_token_logprob *la = NULL, *lb = NULL;
@@ -773,12 +756,12 @@ static void test_prompt_logprobs_chunk_and_batch_invariant(void **state)
         }
         for (int32_t i = 0; i < n_others; i++) {
             finish(&others[i]);
-            release(&others[i]);
+            graft_test_gen_release(&others[i]);
         }
-        release(&again);
+        graft_test_gen_release(&again);
         assert_int_equal(graft_engine_free(small), GRAFT_OK);
     }
-    release(&alone);
+    graft_test_gen_release(&alone);
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 

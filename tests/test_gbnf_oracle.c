@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "byte_buffer.h"
-#include "gbnf_oracle.h"
+#include "gbnf_fixtures.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -31,14 +31,6 @@ typedef struct {
     char want;        /* 'M', 'P' or 'N', as above */
 } probe;
 
-static gbnf_oracle *must_parse(const char *grammar)
-{
-    char err[256];
-    gbnf_oracle *g = gbnf_oracle_parse(grammar, err, sizeof err);
-    if (g == NULL)
-        fail_msg("grammar refused (%s):\n%s", err, grammar);
-    return g;
-}
 
 static void report(const char *grammar, const char *what, const char *t, size_t n)
 {
@@ -67,7 +59,7 @@ static void check_bytes(const gbnf_oracle *g, const char *grammar, const char *t
 
 static void check_grammar(const char *grammar, const probe *probes, size_t n)
 {
-    gbnf_oracle *g = must_parse(grammar);
+    gbnf_oracle *g = gbnf_test_oracle(grammar);
     for (size_t i = 0; i < n; i++)
         check_bytes(g, grammar, probes[i].text, strlen(probes[i].text), probes[i].want);
     gbnf_oracle_free(g);
@@ -138,7 +130,7 @@ static void test_any(void **state)
           {"ax", 'M'}, {"\nx", 'M'}, {"\xc3\xa9x", 'M'}, {"\xf0\x9f\x98\x80x", 'M'},
           {"x", 'P'}, {"xx", 'M'}, {"", 'P'}, {"ab", 'N'}, {"\xe2", 'P'}, {"axx", 'N'});
     const char *grammar = "root ::= .";
-    gbnf_oracle *g = must_parse(grammar);
+    gbnf_oracle *g = gbnf_test_oracle(grammar);
     check_bytes(g, grammar, "\0", 1, 'M');
     check_bytes(g, grammar, "\0\0", 2, 'N');
     gbnf_oracle_free(g);
@@ -148,7 +140,7 @@ static void test_nul_bytes(void **state)
 {
     (void)state;
     const char *grammar = "root ::= \"a\\x00b\" [^\\x00]";
-    gbnf_oracle *g = must_parse(grammar);
+    gbnf_oracle *g = gbnf_test_oracle(grammar);
     check_bytes(g, grammar, "a\0bc", 4, 'M');
     check_bytes(g, grammar, "a\0", 2, 'P');
     check_bytes(g, grammar, "a\0b\0", 4, 'N');
@@ -192,7 +184,7 @@ static void test_repetitions(void **state)
     CHECK("root ::= (\"a\"?){0,3} \"b\"", {"b", 'M'}, {"aaab", 'M'}, {"aaaab", 'N'});
     /* A long exact run: 100 is a match, 99 a prefix, 101 neither. */
     const char *grammar = "root ::= \"a\"{100}";
-    gbnf_oracle *g = must_parse(grammar);
+    gbnf_oracle *g = gbnf_test_oracle(grammar);
     char run[101];
     memset(run, 'a', sizeof run);
     check_bytes(g, grammar, run, 100, 'M');
@@ -295,33 +287,8 @@ static void test_layout(void **state)
 
 /* ---- llama.cpp's JSON grammar ---------------------------------------------------------------- */
 
-static const char json_grammar[] =
-    "root   ::= object\n"
-    "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
-    "\n"
-    "object ::=\n"
-    "  \"{\" ws (\n"
-    "            string \":\" ws value\n"
-    "    (\",\" ws string \":\" ws value)*\n"
-    "  )? \"}\" ws\n"
-    "\n"
-    "array  ::=\n"
-    "  \"[\" ws (\n"
-    "            value\n"
-    "    (\",\" ws value)*\n"
-    "  )? \"]\" ws\n"
-    "\n"
-    "string ::=\n"
-    "  \"\\\"\" (\n"
-    "    [^\"\\\\\\x7F\\x00-\\x1F] |\n"
-    "    \"\\\\\" ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4}) # escapes\n"
-    "  )* \"\\\"\" ws\n"
-    "\n"
-    "number ::= (\"-\"? ([0-9] | [1-9] [0-9]{0,15})) (\".\" [0-9]+)? "
-    "([eE] [-+]? [0-9] [1-9]{0,15})? ws\n"
-    "\n"
-    "# Optional space: by convention, applied in this grammar after literal chars when allowed\n"
-    "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n";
+/* tests/grammars/json.gbnf, read by the group setup. */
+static char *json_grammar;
 
 static void test_json(void **state)
 {
@@ -345,7 +312,7 @@ static void test_json(void **state)
 static void test_json_long(void **state)
 {
     (void)state;
-    gbnf_oracle *g = must_parse(json_grammar);
+    gbnf_oracle *g = gbnf_test_oracle(json_grammar);
     graft_test_bytes b = {0};
     graft_test_put_str(&b, "{\"items\": [");
     for (int i = 0; i < 20; i++)
@@ -408,7 +375,7 @@ static void test_invalid_utf8(void **state)
           {"\xe2\x82x", 'N'}, {"\xf0\x9f\x98x", 'N'}, {"\xc3\xa9\xc3", 'P'},
           {"\xc3\xc3", 'N'}, {"\xed\x9f\xbf", 'M'}, {"\xee\x80\x80", 'M'});
     /* matches() on a truncated text is false even where the prefix is viable. */
-    gbnf_oracle *g = must_parse("root ::= [^a]*");
+    gbnf_oracle *g = gbnf_test_oracle("root ::= [^a]*");
     assert_false(gbnf_oracle_matches(g, "\xc3", 1));
     assert_true(gbnf_oracle_viable_prefix(g, NULL, 0));
     assert_true(gbnf_oracle_matches(g, NULL, 0));
@@ -523,6 +490,20 @@ static void test_parse_errors(void **state)
     gbnf_oracle_free(NULL);
 }
 
+static int setup(void **state)
+{
+    (void)state;
+    json_grammar = gbnf_test_grammar("json.gbnf");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    free(json_grammar);
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -542,5 +523,5 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_parse_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gbnf_oracle.h"
+#include "gbnf_fixtures.h"
 #include "graft.h"
 #include "serve_client.h"
 
@@ -45,15 +45,6 @@ static int teardown(void **state)
 {
     (void)state;
     return graft_test_serve_end(&grammar_server);
-}
-
-static gbnf_oracle *oracle_of(const char *grammar)
-{
-    char err[256];
-    gbnf_oracle *o = gbnf_oracle_parse(grammar, err, sizeof err);
-    if (o == NULL)
-        fail_msg("the oracle refuses a test grammar: %s", err);
-    return o;
 }
 
 /* text by the oracle: a whole match when the answer stopped, else a match's beginning. */
@@ -116,7 +107,7 @@ static json_t *completion(const gbnf_oracle *o, const char *grammar, const char 
 static void test_completion_follows_the_grammar(void **state)
 {
     (void)state;
-    gbnf_oracle *o = oracle_of(SENTENCE);
+    gbnf_oracle *o = gbnf_test_oracle(SENTENCE);
     int stopped = 0;
     for (int seed = 1; seed <= 4; seed++) {
         char fields[256];
@@ -141,7 +132,7 @@ static void test_completion_follows_the_grammar(void **state)
 static void test_openai_endpoints_follow_the_grammar(void **state)
 {
     (void)state;
-    gbnf_oracle *o = oracle_of(SENTENCE);
+    gbnf_oracle *o = gbnf_test_oracle(SENTENCE);
     static const struct {
         const char *path, *fields;
     } cases[] = {
@@ -179,7 +170,7 @@ static void test_openai_endpoints_follow_the_grammar(void **state)
 static void test_grammar_is_not_ignored(void **state)
 {
     (void)state;
-    gbnf_oracle *o = oracle_of(PHONE);
+    gbnf_oracle *o = gbnf_test_oracle(PHONE);
     const char *fields = "{\"prompt\": \"Once upon a time\", \"n_predict\": 12, "
                          "\"temperature\": 0}";
     response plain = graft_test_request(&grammar_server, "POST", "/completion", fields);

@@ -31,6 +31,7 @@
  * Earley chart; the public calls.
  */
 #include "gbnf_oracle.h"
+#include "util/util.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -362,17 +363,6 @@ static void skip_space(parser *ps, bool newline_ok)
     }
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Reads one character of a literal or class (an escape, or a raw UTF-8 character) into *cp.
  * The caller has checked that it is not the end of the text. */
 static bool parse_char(parser *ps, uint32_t *cp)
@@ -406,7 +396,7 @@ static bool parse_char(parser *ps, uint32_t *cp)
     }
     uint64_t v = 0;
     for (unsigned i = 0; i < digits; i++) {
-        int d = hex_value(at[2 + i]);
+        int d = graft__hex_digit((unsigned char)at[2 + i]);
         if (d < 0)
             return fail(ps, at, "escape '\\%c' needs %u hex digits", at[1], digits);
         v = v << 4 | (unsigned)d;

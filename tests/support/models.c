@@ -13,6 +13,8 @@
 #include "fixtures.h"
 #include "gguf/gguf.h"
 #include "models.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 graft_model *graft_test_load_model(const char *rel)
 {
@@ -129,6 +131,44 @@ graft_generate_config graft_test_greedy(int32_t max_new)
     c.ignore_eog = 1;
     c.sampling.temperature = 0.0f;
     return c;
+}
+
+int32_t graft_test_vocab_size(const graft_model *m)
+{
+    graft_model_info info;
+    graft_model_get_info(m, &info);
+    return info.n_vocab;
+}
+
+size_t graft_test_token_bytes(const graft_model *m, int32_t t, char *buf)
+{
+    int len = graft__token_bytes(m->vocab, t, buf, GRAFT_TEST_TOKEN_BYTES);
+    assert_true(len >= 0 && len <= GRAFT_TEST_TOKEN_BYTES);
+    return (size_t)len;
+}
+
+void graft_test_gen_start(graft_engine *e, graft_test_gen *r, const int32_t *prompt, size_t n,
+                          const graft_generate_config *c)
+{
+    r->session = graft_test_open_session(e);
+    assert_int_equal(graft_session_generate(r->session, prompt, n, c, NULL, NULL, NULL, &r->gen),
+                     GRAFT_OK);
+}
+
+void graft_test_gen_release(graft_test_gen *r)
+{
+    graft_generation_free(r->gen);
+    graft_session_close(r->session);
+}
+
+void graft_test_assert_same_tokens(graft_generation *a, graft_generation *b)
+{
+    size_t na = 0, nb = 0;
+    const int32_t *ta = graft_generation_tokens(a, &na);
+    const int32_t *tb = graft_generation_tokens(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ta, tb, na * sizeof *ta);
+    assert_int_equal(graft_generation_finish_reason(a), graft_generation_finish_reason(b));
 }
 
 int graft_test_run(graft_session *s, const int32_t *tokens, int32_t n, int32_t max_new)

@@ -51,6 +51,26 @@ void graft_test_engine_end(graft_engine *e);
 
 /* Greedy sampling of at most max_new tokens, end of generation ignored. */
 graft_generate_config graft_test_greedy(int32_t max_new);
+
+/* The model's vocabulary size. */
+int32_t graft_test_vocab_size(const graft_model *m);
+/* The bytes of token t into buf (GRAFT_TEST_TOKEN_BYTES at most, which a token of the test
+ * vocabularies never exceeds) and their count (0: none, a control token). */
+enum { GRAFT_TEST_TOKEN_BYTES = 256 };
+size_t graft_test_token_bytes(const graft_model *m, int32_t t, char *buf);
+
+/* A generation on a session of its own. */
+typedef struct graft_test_gen {
+    graft_session *session;
+    graft_generation *gen;
+} graft_test_gen;
+/* Opens a session on e and submits prompt[0, n) with c there (no callbacks). */
+void graft_test_gen_start(graft_engine *e, graft_test_gen *r, const int32_t *prompt, size_t n,
+                          const graft_generate_config *c);
+/* Frees the generation and closes its session. */
+void graft_test_gen_release(graft_test_gen *r);
+/* Two settled generations gave the same tokens and finish reason. */
+void graft_test_assert_same_tokens(graft_generation *a, graft_generation *b);
 /* Runs tokens[0, n) on s greedily (graft_test_greedy) with no callbacks to its end; returns
  * its status. */
 int graft_test_run(graft_session *s, const int32_t *tokens, int32_t n, int32_t max_new);

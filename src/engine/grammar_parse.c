@@ -220,7 +220,8 @@ static int by_lo(const void *a, const void *b)
 static bool add_class(parser *ps, elem_list *list, graft__grammar_range *raw, size_t n,
                       bool negated)
 {
-    qsort(raw, n, sizeof *raw, by_lo);
+    if (n > 1)
+        qsort(raw, n, sizeof *raw, by_lo);
     size_t merged = 0;
     for (size_t i = 0; i < n; i++) {
         if (merged > 0 && raw[i].lo <= raw[merged - 1].hi + 1) {
@@ -558,12 +559,14 @@ void graft__grammar_free(graft__grammar *g)
 /* The rules' bodies one after another, and where each alternative begins. */
 static int flatten(parser *ps, graft__grammar *g)
 {
-    size_t n_alts = 0;
-    for (size_t r = 0; r < ps->n_rules; r++)
+    size_t n_alts = 0, n_elems = 0;
+    for (size_t r = 0; r < ps->n_rules; r++) {
+        n_elems += ps->rules[r].body.n;
         for (size_t i = 0; i < ps->rules[r].body.n; i++)
             n_alts += ps->rules[r].body.items[i].kind != GRAFT__GRAMMAR_REF &&
                       ps->rules[r].body.items[i].kind != GRAFT__GRAMMAR_CLASS;
-    g->elems = graft__malloc((ps->n_elems ? ps->n_elems : 1) * sizeof *g->elems);
+    }
+    g->elems = graft__malloc((n_elems ? n_elems : 1) * sizeof *g->elems);
     g->alt_at = graft__malloc((n_alts ? n_alts : 1) * sizeof *g->alt_at);
     g->rule_alts = graft__malloc((ps->n_rules + 1) * sizeof *g->rule_alts);
     if (g->elems == NULL || g->alt_at == NULL || g->rule_alts == NULL)

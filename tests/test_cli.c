@@ -640,6 +640,39 @@ static void test_run_json(void **state)
     USAGE_ERROR("exclude each other", "run", "--json", "--json-schema", schema);
 }
 
+/* --grammar-file: each continuation is a phone number (the story model never writes one),
+ * ending as the grammar can go no further, before -n; a grammar that does not compile says
+ * where, and the output formats exclude each other. */
+static void test_run_grammar(void **state)
+{
+    (void)state;
+    char grammar[1024], bad[1024];
+    write_file(grammar, sizeof grammar, "cli-phone.gbnf",
+               "# a phone number\nroot ::= [0-9]{3} \"-\" [0-9]{4}\n");
+    write_file(bad, sizeof bad, "cli-bad.gbnf", "root ::= digit\n");
+    cli_result r = GRAFT("run", "-m", stories(), "-p", "Once", "-p", "Twice", "--temp", "1",
+                         "--seed", "3", "-n", "60", "--grammar-file", grammar);
+    expect_status(&r, 0);
+    char *save = NULL;
+    int lines = 0;
+    for (char *line = strtok_r(r.out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        const char *prompt = lines == 0 ? "Once" : "Twice";
+        size_t n = strlen(prompt);
+        assert_int_equal(strncmp(line, prompt, n), 0);
+        const char *number = line + n;
+        if (strlen(number) != 8 || number[3] != '-' ||
+            strspn(number, "0123456789") != 3 || strspn(number + 4, "0123456789") != 4)
+            fail_msg("not a phone number: \"%s\"", number);
+        lines++;
+    }
+    assert_int_equal(lines, 2);
+    assert_null(strstr(r.err, "eval: 60 tokens"));
+    result_free(&r);
+    FAILURE("line 1, column 10: rule 'digit' is used but not defined", "run", "-m", stories(),
+            "--grammar-file", bad);
+    USAGE_ERROR("exclude each other", "run", "--json", "--grammar-file", grammar);
+}
+
 static void test_run_prompt_cache(void **state)
 {
     (void)state;
@@ -1077,6 +1110,7 @@ int main(void)
         cmocka_unit_test(test_logits_out),
         cmocka_unit_test(test_run_engine_options),
         cmocka_unit_test(test_run_json),
+        cmocka_unit_test(test_run_grammar),
         cmocka_unit_test(test_run_prompt_cache),
         cmocka_unit_test(test_run_chat),
         cmocka_unit_test(test_synth_archs),

@@ -83,6 +83,10 @@ static const char run_usage[] =
     "                          closes\n"
     "  --json-schema FILE      the same, and the object is an instance of the JSON schema in\n"
     "                          FILE (the subset the README lists; others are refused)\n"
+    "  --grammar-file FILE     each continuation matches the GBNF grammar in FILE (llama.cpp's\n"
+    "                          syntax; rule root): tokens that cannot continue a match are\n"
+    "                          never sampled; the end of generation comes only after a\n"
+    "                          whole match, and a match nothing can follow ends it\n"
     "  --kernels K             scalar, avx2, avxvnni or avx512 (default: $GRAFT_KERNELS, else the best)\n"
     "  --logits-out FILE       write the last prompt position's logits (n_vocab float32,\n"
     "                          little-endian) to FILE; one prompt only\n"
@@ -95,6 +99,7 @@ typedef struct run_options {
     const char *logits_out;
     const char *kernels;
     const char *json_schema_file; /* --json-schema */
+    const char *grammar_file;     /* --grammar-file */
     int json;                     /* --json */
     int32_t n_predict;
     int32_t n_ctx;
@@ -118,11 +123,14 @@ typedef struct run_state {
     size_t cache_mem;
     char *json_schema; /* --json-schema's text */
     size_t json_schema_len;
+    char *grammar;     /* --grammar-file's text */
+    size_t grammar_len;
 } run_state;
 
 static void run_free(run_state *s)
 {
     free(s->json_schema);
+    free(s->grammar);
     graft_prefix_cache_free(s->cache);
     graft_engine_free(s->engine);
     graft_model_free(s->model);
@@ -140,8 +148,9 @@ static int check_combinations(const run_options *o)
         graft__cli_error("run", "option %s needs --prompt-cache", cache_opt);
         return GRAFT_CLI_USAGE;
     }
-    if (o->json && o->json_schema_file != NULL) {
-        graft__cli_error("run", "options --json and --json-schema exclude each other");
+    if (o->json + (o->json_schema_file != NULL) + (o->grammar_file != NULL) > 1) {
+        graft__cli_error("run", "options --json, --json-schema and --grammar-file exclude each "
+                         "other");
         return GRAFT_CLI_USAGE;
     }
     if (o->logits_out != NULL && (o->prompts.n > 1 || o->prompt_file != NULL)) {
@@ -184,6 +193,7 @@ static int parse_run_options(int argc, char **argv, run_options *o)
         {"--logits-out", NULL, GRAFT_CLI_STRING, &o->logits_out, 0, 0, 0},
         {"--json", NULL, GRAFT_CLI_FLAG, &o->json, 0, 0, 1},
         {"--json-schema", NULL, GRAFT_CLI_STRING, &o->json_schema_file, 0, 0, 0},
+        {"--grammar-file", NULL, GRAFT_CLI_STRING, &o->grammar_file, 0, 0, 0},
     };
     const graft__cli_command cmd = {"run", run_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
@@ -428,9 +438,12 @@ static int submit(const run_options *o, run_state *s, graft__run_turn *turn,
     config.sampling = o->sampling;
     config.output_format = o->json                 ? GRAFT_OUTPUT_JSON_OBJECT
                            : s->json_schema != NULL ? GRAFT_OUTPUT_JSON_SCHEMA
+                           : s->grammar != NULL     ? GRAFT_OUTPUT_GRAMMAR
                                                     : GRAFT_OUTPUT_TEXT;
     config.json_schema = s->json_schema;
     config.json_schema_len = s->json_schema_len;
+    config.grammar = s->grammar;
+    config.grammar_len = s->grammar_len;
     rc = graft_session_generate(turn->session, p->tokens + turn->reused,
                                 p->n - (size_t)turn->reused, &config, on_update, on_settled,
                                 user, gen);
@@ -539,19 +552,20 @@ static int run_prompts(const run_options *o, run_state *s)
     return rc;
 }
 
-/* --json-schema's file, checked to be a schema the engine can hold output to. */
-static int load_json_schema(const run_options *o, run_state *s)
+/* The file of option `option` (path NULL: not given) into *text, checked by `check` to be
+ * something the engine can hold output to (a JSON schema, a grammar). */
+static int load_format(const char *option, const char *path,
+                       int (*check)(const char *, size_t, char **), char **text, size_t *len)
 {
-    if (o->json_schema_file == NULL)
+    if (path == NULL)
         return GRAFT_CLI_OK;
-    s->json_schema = graft__cli_read_file("run", o->json_schema_file, &s->json_schema_len);
-    if (s->json_schema == NULL)
+    *text = graft__cli_read_file("run", path, len);
+    if (*text == NULL)
         return GRAFT_CLI_FAILED;
     char *why = NULL;
-    int rc = graft_json_schema_check(s->json_schema, s->json_schema_len, &why);
+    int rc = check(*text, *len, &why);
     if (rc != GRAFT_OK)
-        graft__cli_error("run", "--json-schema %s: %s", o->json_schema_file,
-                         why ? why : graft_status_str(rc));
+        graft__cli_error("run", "%s %s: %s", option, path, why ? why : graft_status_str(rc));
     graft_free(why);
     return rc == GRAFT_OK ? GRAFT_CLI_OK : GRAFT_CLI_FAILED;
 }
@@ -565,7 +579,11 @@ int graft__cli_run(int argc, char **argv)
         return rc;
     }
     run_state s = {0};
-    rc = load_json_schema(&o, &s);
+    rc = load_format("--json-schema", o.json_schema_file, graft_json_schema_check,
+                     &s.json_schema, &s.json_schema_len);
+    if (rc == GRAFT_CLI_OK)
+        rc = load_format("--grammar-file", o.grammar_file, graft_grammar_check, &s.grammar,
+                         &s.grammar_len);
     if (rc == GRAFT_CLI_OK)
         rc = load_model(&o, &s);
     if (rc == GRAFT_CLI_OK)

@@ -29,16 +29,12 @@
 enum { CONTEXT = 256, MAX_NEW = 48, MAX_TEXT = 8192, BOS = 1 };
 
 static graft_model *stories;
-static int32_t n_vocab;
 
 static int setup(void **state)
 {
     (void)state;
     stories = graft_test_load_model("stories260K.gguf");
-    if (stories == NULL)
-        return -1;
-    n_vocab = graft_test_vocab_size(stories);
-    return 0;
+    return stories != NULL ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -156,6 +152,7 @@ static void test_sampled_generations_match_and_batch_invariant(void **state)
 /* Every logits row the engine samples from (its tap, before the mask). */
 typedef struct rows {
     float *logits; /* (MAX_NEW + 1, n_vocab) */
+    int32_t n_vocab;
     int n;
 } rows;
 
@@ -164,8 +161,8 @@ static void record_row(graft_generation *gen, const float *logits, void *user)
     (void)gen;
     rows *r = user;
     if (r->n <= MAX_NEW)
-        memcpy(r->logits + (size_t)r->n++ * (size_t)n_vocab, logits,
-               (size_t)n_vocab * sizeof *logits);
+        memcpy(r->logits + (size_t)r->n++ * (size_t)r->n_vocab, logits,
+               (size_t)r->n_vocab * sizeof *logits);
 }
 
 /* Greedy: each pick is the token of highest logit among those the oracle allows after the
@@ -176,7 +173,9 @@ static void test_greedy_picks_best_allowed_token(void **state)
     (void)state;
     graft_engine_options o = graft_test_engine_options(1, CONTEXT);
     graft_engine *e = graft_test_engine(stories, &o);
-    rows r = {.logits = malloc((size_t)(MAX_NEW + 1) * (size_t)n_vocab * sizeof(float))};
+    const int32_t n_vocab = graft_test_vocab_size(stories);
+    rows r = {.logits = malloc((size_t)(MAX_NEW + 1) * (size_t)n_vocab * sizeof(float)),
+              .n_vocab = n_vocab};
     assert_non_null(r.logits);
     for (int g = 0; g < N_STORY; g++) {
         gbnf_oracle *oracle = gbnf_test_oracle(story_grammars[g]);
@@ -228,7 +227,7 @@ static void test_end_of_generation_only_on_a_match(void **state)
     graft_engine_options o = graft_test_engine_options(1, CONTEXT);
     graft_engine *e = graft_test_engine(stories, &o);
     int32_t eos = -1;
-    for (int32_t t = 0; t < n_vocab && eos < 0; t++)
+    for (int32_t t = 0; t < graft_test_vocab_size(stories) && eos < 0; t++)
         if (graft_token_is_eog(stories, t))
             eos = t;
     assert_true(eos >= 0);

@@ -261,15 +261,6 @@ bool graft__grammar_run_complete(const graft__grammar_run *run, const graft__gra
 
 void graft__grammar_run_free(graft__grammar_run *run)
 {
-    if (run == NULL)
-        return;
-    graft__free(run->nodes);
-    graft__free(run->spare);
-    graft__free(run->sets);
-    graft__free(run->work);
-    graft__free(run->trail);
-    graft__free(run->trail_nodes);
-    graft__free(run->trail_sets);
     graft__free(run);
 }
 
@@ -277,24 +268,23 @@ int graft__grammar_run_create(const graft__grammar *g, uint32_t trail_len,
                               graft__grammar_run **out)
 {
     *out = NULL;
-    graft__grammar_run *run = graft__calloc(1, sizeof *run);
+    /* One block: the struct, then its arrays, each of 4-byte items after 8-byte ones. */
+    const size_t trail = (size_t)trail_len + 1, nodes = GRAFT__GRAMMAR_NODES;
+    size_t bytes = sizeof(graft__grammar_run) + 2 * nodes * sizeof(graft__grammar_node) +
+                   nodes * sizeof(uint32_t) + GRAFT__GRAMMAR_MAX_WORK * sizeof(uint32_t) +
+                   trail * (sizeof(graft__grammar_at) + 2 * sizeof(uint32_t));
+    graft__grammar_run *run = graft__malloc(bytes);
     if (run == NULL)
         return GRAFT_ENOMEM;
-    size_t trail = (size_t)trail_len + 1;
-    run->g = g;
-    run->nodes = graft__malloc(GRAFT__GRAMMAR_NODES * sizeof *run->nodes);
-    run->spare = graft__malloc(GRAFT__GRAMMAR_NODES * sizeof *run->spare);
-    run->sets = graft__malloc(GRAFT__GRAMMAR_NODES * sizeof *run->sets);
-    run->work = graft__malloc(GRAFT__GRAMMAR_MAX_WORK * sizeof *run->work);
-    run->trail = graft__malloc(trail * sizeof *run->trail);
-    run->trail_nodes = graft__malloc(trail * sizeof *run->trail_nodes);
-    run->trail_sets = graft__malloc(trail * sizeof *run->trail_sets);
+    *run = (graft__grammar_run){.g = g};
+    run->nodes = (graft__grammar_node *)(run + 1); /* the struct's size keeps them aligned */
+    run->spare = run->nodes + nodes;
+    run->sets = (uint32_t *)(run->spare + nodes);
+    run->work = run->sets + nodes;
+    run->trail = (graft__grammar_at *)(run->work + GRAFT__GRAMMAR_MAX_WORK);
+    run->trail_nodes = (uint32_t *)(run->trail + trail);
+    run->trail_sets = run->trail_nodes + trail;
     run->trail_len = trail_len;
-    if (!run->nodes || !run->spare || !run->sets || !run->work || !run->trail ||
-        !run->trail_nodes || !run->trail_sets) {
-        graft__grammar_run_free(run);
-        return GRAFT_ENOMEM;
-    }
     run->nodes[0] = (graft__grammar_node){0, 0};
     run->n_nodes = 1;
     for (uint32_t k = g->rule_alts[g->root]; k < g->rule_alts[g->root + 1]; k++)

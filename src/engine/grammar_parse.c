@@ -547,17 +547,12 @@ static bool parse_rule(parser *ps)
 
 void graft__grammar_free(graft__grammar *g)
 {
-    if (g == NULL)
-        return;
-    graft__free(g->elems);
-    graft__free(g->ranges);
-    graft__free(g->alt_at);
-    graft__free(g->rule_alts);
     graft__free(g);
 }
 
-/* The rules' bodies one after another, and where each alternative begins. */
-static int flatten(parser *ps, graft__grammar *g)
+/* The grammar in one block (the struct, then its arrays of 4-byte items): the rules' bodies
+ * one after another, where each alternative begins, and the classes' ranges. */
+static int flatten(parser *ps, uint32_t root, graft__grammar **out)
 {
     size_t n_alts = 0, n_elems = 0;
     for (size_t r = 0; r < ps->n_rules; r++) {
@@ -566,12 +561,20 @@ static int flatten(parser *ps, graft__grammar *g)
             n_alts += ps->rules[r].body.items[i].kind != GRAFT__GRAMMAR_REF &&
                       ps->rules[r].body.items[i].kind != GRAFT__GRAMMAR_CLASS;
     }
-    g->elems = graft__malloc((n_elems ? n_elems : 1) * sizeof *g->elems);
-    g->alt_at = graft__malloc((n_alts ? n_alts : 1) * sizeof *g->alt_at);
-    g->rule_alts = graft__malloc((ps->n_rules + 1) * sizeof *g->rule_alts);
-    if (g->elems == NULL || g->alt_at == NULL || g->rule_alts == NULL)
+    graft__grammar *g = graft__malloc(sizeof *g + n_elems * sizeof *g->elems +
+                                      ps->n_ranges * sizeof *g->ranges +
+                                      (n_alts + ps->n_rules + 1) * sizeof(uint32_t));
+    *out = g;
+    if (g == NULL)
         return GRAFT_ENOMEM;
-    g->n_rules = (uint32_t)ps->n_rules;
+    *g = (graft__grammar){.n_rules = (uint32_t)ps->n_rules, .root = root,
+                          .n_ranges = (uint32_t)ps->n_ranges};
+    g->elems = (graft__grammar_elem *)(g + 1); /* the struct's size keeps them aligned */
+    g->ranges = (graft__grammar_range *)(g->elems + n_elems);
+    g->alt_at = (uint32_t *)(g->ranges + ps->n_ranges);
+    g->rule_alts = g->alt_at + n_alts;
+    if (ps->n_ranges > 0)
+        memcpy(g->ranges, ps->ranges, ps->n_ranges * sizeof *g->ranges);
     uint32_t at = 0, alts = 0;
     for (size_t r = 0; r < ps->n_rules; r++) {
         const elem_list *body = &ps->rules[r].body;
@@ -585,9 +588,6 @@ static int flatten(parser *ps, graft__grammar *g)
     }
     g->rule_alts[ps->n_rules] = alts;
     g->n_elems = at;
-    g->ranges = ps->ranges;
-    g->n_ranges = (uint32_t)ps->n_ranges;
-    ps->ranges = NULL;
     return GRAFT_OK;
 }
 
@@ -678,8 +678,8 @@ static int check_left_recursion(parser *ps, const graft__grammar *g)
     return rc;
 }
 
-/* The rules read checked: each used one defined, root there. */
-static int check_rules(parser *ps, graft__grammar *g)
+/* The rules read checked: each used one defined, root there (*root). */
+static int check_rules(parser *ps, uint32_t *root)
 {
     for (size_t r = 0; r < ps->n_rules; r++) {
         if (!ps->rules[r].defined) {
@@ -688,14 +688,13 @@ static int check_rules(parser *ps, graft__grammar *g)
             return ps->status;
         }
     }
-    long root = -1;
-    for (size_t r = 0; r < ps->n_rules; r++)
-        if (strcmp(ps->rules[r].name, "root") == 0)
-            root = (long)r;
-    if (root < 0)
-        return graft__errmsg(ps->errmsg, GRAFT_EINVAL, "grammar: there is no rule 'root'");
-    g->root = (uint32_t)root;
-    return GRAFT_OK;
+    for (size_t r = 0; r < ps->n_rules; r++) {
+        if (strcmp(ps->rules[r].name, "root") == 0) {
+            *root = (uint32_t)r;
+            return GRAFT_OK;
+        }
+    }
+    return graft__errmsg(ps->errmsg, GRAFT_EINVAL, "grammar: there is no rule 'root'");
 }
 
 int graft__grammar_compile(const char *text, size_t len, graft__grammar **out, char **errmsg)
@@ -708,13 +707,12 @@ int graft__grammar_compile(const char *text, size_t len, graft__grammar **out, c
     while (ps.p < ps.end && parse_rule(&ps))
         ;
     graft__grammar *g = NULL;
+    uint32_t root = 0;
     int rc = ps.status;
-    if (rc == GRAFT_OK) {
-        g = graft__calloc(1, sizeof *g);
-        rc = g == NULL ? GRAFT_ENOMEM : check_rules(&ps, g);
-    }
     if (rc == GRAFT_OK)
-        rc = flatten(&ps, g);
+        rc = check_rules(&ps, &root);
+    if (rc == GRAFT_OK)
+        rc = flatten(&ps, root, &g);
     if (rc == GRAFT_OK)
         rc = check_left_recursion(&ps, g);
     if (rc == GRAFT_ENOMEM && (errmsg == NULL || *errmsg == NULL))

@@ -350,8 +350,8 @@ void graft__gen_deliver(graft_engine *e, graft_generation *gen, float *logits)
     if (grammar_allowed <= 0) {
         graft__gen_settle(e, gen, GRAFT_FINISH_FAILED, GRAFT_ERANGE,
                           grammar_allowed < 0
-                              ? "the grammar makes the text ambiguous beyond the recognizer's "
-                                "bounds"
+                              ? "following the grammar takes more than the recognizer's "
+                                "bounds (too many ways to parse the text)"
                               : "no token of the vocabulary can continue the grammar's text");
         return;
     }

@@ -74,14 +74,17 @@ void graft__grammar_free(graft__grammar *g);
  * UTF-8 (no overlong forms, surrogates or code points above U+10FFFF); in the middle of a
  * character, the text can go on when some code point it could still become can be matched.
  *
- * All memory is allocated when the run is created: a step that would need more stacks than
- * GRAFT__GRAMMAR_MAX_STACKS, more nodes than the run holds, or more than
- * GRAFT__GRAMMAR_MAX_WORK expansions (a grammar that makes a text ambiguous beyond reason)
- * fails and marks the run `overflow`. */
+ * All memory is allocated when the run is created, and the work of a feed or of a mask is
+ * bounded, so that no grammar can stall the engine thread: a step that would need more
+ * stacks than GRAFT__GRAMMAR_MAX_STACKS, more nodes than the run holds or more pending
+ * expansions than GRAFT__GRAMMAR_MAX_WORK, or a feed or mask whose expansions and stack
+ * comparisons pass GRAFT__GRAMMAR_BUDGET (a grammar that makes a text ambiguous beyond
+ * reason), fails and marks the run `overflow`. */
 enum {
-    GRAFT__GRAMMAR_MAX_STACKS = 1024,
+    GRAFT__GRAMMAR_MAX_STACKS = 256,
     GRAFT__GRAMMAR_MAX_WORK = 1 << 16,
-    GRAFT__GRAMMAR_NODES = 1 << 16
+    GRAFT__GRAMMAR_NODES = 1 << 16,
+    GRAFT__GRAMMAR_BUDGET = 1 << 25
 };
 
 /* Where a text stands: its stacks (sets[first, first + count) of the run), and the character
@@ -94,6 +97,7 @@ typedef struct graft__grammar_at {
 
 typedef struct graft__grammar_node {
     uint32_t pos, parent;
+    uint32_t hash; /* of the stack's elements, top to bottom: equal stacks hash alike */
 } graft__grammar_node;
 
 typedef struct graft__grammar_run {
@@ -104,6 +108,7 @@ typedef struct graft__grammar_run {
     uint32_t n_sets;
     uint32_t *work;
     graft__grammar_at at; /* the text fed so far (graft__grammar_run_feed) */
+    uint32_t spent;       /* the work of the current feed or mask, against the budget */
     bool overflow;
     /* A walk through a token's bytes (grammar_mask.c): where it stands after each byte, and
      * the nodes and stacks in use then; trail_len + 1 of each. */
@@ -119,7 +124,7 @@ int graft__grammar_run_create(const graft__grammar *g, uint32_t trail_len,
 void graft__grammar_run_free(graft__grammar_run *run);
 /* *to: where *from stands after byte; false when no text that goes on so can match (or on
  * overflow). Appends nodes and stacks to the run: a caller that probes saves n_nodes and
- * n_sets and puts them back. */
+ * n_sets and puts them back (and sets spent to 0 before a walk of its own). */
 bool graft__grammar_step(graft__grammar_run *run, const graft__grammar_at *from, uint8_t byte,
                          graft__grammar_at *to);
 /* Feeds bytes to the run's text (all or nothing): false when they cannot follow it. */

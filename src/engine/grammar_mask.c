@@ -124,6 +124,7 @@ int32_t graft__grammar_mask_apply(const graft__grammar_vocab *gv, graft__grammar
     for (int32_t i = gv->n_sorted; i < gv->n_vocab; i++)
         logits[gv->sorted[i]] = -INFINITY;
     const uint32_t n_nodes = run->n_nodes, n_sets = run->n_sets;
+    run->spent = 0;
     run->trail[0] = run->at;
     run->trail_nodes[0] = n_nodes;
     run->trail_sets[0] = n_sets;

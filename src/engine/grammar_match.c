@@ -53,12 +53,24 @@ static uint32_t new_node(graft__grammar_run *run, uint32_t pos, uint32_t parent)
         run->overflow = true;
         return 0;
     }
-    run->nodes[run->n_nodes] = (graft__grammar_node){pos, parent};
+    uint32_t below = run->nodes[parent].hash;
+    uint32_t hash = (pos + 1u) * 0x9E3779B1u ^ (below << 7 | below >> 25);
+    run->nodes[run->n_nodes] = (graft__grammar_node){pos, parent, hash};
     return run->n_nodes++;
+}
+
+/* Counts one unit of work: false (and overflow) once the feed or mask is over its budget. */
+static bool spend(graft__grammar_run *run)
+{
+    if (++run->spent > GRAFT__GRAMMAR_BUDGET)
+        run->overflow = true;
+    return !run->overflow;
 }
 
 static bool same_stack(const graft__grammar_run *run, uint32_t a, uint32_t b)
 {
+    if (run->nodes[a].hash != run->nodes[b].hash)
+        return false;
     while (a != b) {
         if (a == 0 || b == 0 || run->nodes[a].pos != run->nodes[b].pos)
             return false;
@@ -72,7 +84,7 @@ static bool same_stack(const graft__grammar_run *run, uint32_t a, uint32_t b)
 static void add_stack(graft__grammar_run *run, uint32_t first, uint32_t s)
 {
     for (uint32_t i = first; i < run->n_sets; i++)
-        if (same_stack(run, run->sets[i], s))
+        if (!spend(run) || same_stack(run, run->sets[i], s))
             return;
     if (run->n_sets - first >= GRAFT__GRAMMAR_MAX_STACKS || run->n_sets >= GRAFT__GRAMMAR_NODES) {
         run->overflow = true;
@@ -85,14 +97,10 @@ static void add_stack(graft__grammar_run *run, uint32_t first, uint32_t s)
 static void expand(graft__grammar_run *run, uint32_t first, uint32_t s)
 {
     const graft__grammar *g = run->g;
-    uint32_t n = 0, steps = 0;
+    uint32_t n = 0;
     run->work[n++] = s;
-    while (n > 0 && !run->overflow) {
+    while (n > 0 && spend(run)) {
         s = run->work[--n];
-        if (++steps > GRAFT__GRAMMAR_MAX_WORK) {
-            run->overflow = true;
-            break;
-        }
         if (s == 0) {
             add_stack(run, first, 0);
             continue;
@@ -208,7 +216,7 @@ static uint32_t copy_stack(graft__grammar_run *run, uint32_t s, uint32_t *n_spar
     uint32_t below = s == 0 ? 0 : run->nodes[s].parent;
     while (chain > 0) {
         graft__grammar_node *old = &run->nodes[run->work[--chain]];
-        run->spare[*n_spare] = (graft__grammar_node){old->pos, below};
+        run->spare[*n_spare] = (graft__grammar_node){old->pos, below, old->hash};
         old->pos |= COPIED;
         old->parent = below = (*n_spare)++;
     }
@@ -219,7 +227,7 @@ static uint32_t copy_stack(graft__grammar_run *run, uint32_t s, uint32_t *n_spar
 static void commit(graft__grammar_run *run, const graft__grammar_at *at)
 {
     uint32_t n_spare = 1;
-    run->spare[0] = (graft__grammar_node){0, 0};
+    run->spare[0] = (graft__grammar_node){0, 0, 0};
     for (uint32_t i = 0; i < at->count; i++)
         run->sets[at->first + i] = copy_stack(run, run->sets[at->first + i], &n_spare);
     memmove(run->sets, run->sets + at->first, at->count * sizeof *run->sets);
@@ -236,6 +244,7 @@ bool graft__grammar_run_feed(graft__grammar_run *run, const char *bytes, size_t 
 {
     uint32_t n_nodes = run->n_nodes, n_sets = run->n_sets;
     graft__grammar_at at = run->at;
+    run->spent = 0;
     for (size_t i = 0; i < len; i++) {
         if (!graft__grammar_step(run, &at, (uint8_t)bytes[i], &at)) {
             run->n_nodes = n_nodes, run->n_sets = n_sets;
@@ -285,7 +294,7 @@ int graft__grammar_run_create(const graft__grammar *g, uint32_t trail_len,
     run->trail_nodes = (uint32_t *)(run->trail + trail);
     run->trail_sets = run->trail_nodes + trail;
     run->trail_len = trail_len;
-    run->nodes[0] = (graft__grammar_node){0, 0};
+    run->nodes[0] = (graft__grammar_node){0, 0, 0};
     run->n_nodes = 1;
     for (uint32_t k = g->rule_alts[g->root]; k < g->rule_alts[g->root + 1]; k++)
         expand(run, 0, new_node(run, g->alt_at[k], 0));

@@ -123,8 +123,10 @@ static void expand(graft__grammar_run *run, uint32_t first, uint32_t s)
             run->overflow = true;
             break;
         }
-        for (uint32_t k = to; k > from; k--) /* the first alternative is expanded first */
-            run->work[n++] = new_node(run, g->alt_at[k - 1], rest);
+        for (uint32_t k = to; k > from; k--) { /* the first alternative is expanded first */
+            uint32_t at = g->alt_at[k - 1]; /* an empty one is `rest` at once */
+            run->work[n++] = ends_alternative(g, at) ? rest : new_node(run, at, rest);
+        }
     }
 }
 
@@ -197,7 +199,10 @@ bool graft__grammar_step(graft__grammar_run *run, const graft__grammar_at *from,
         uint32_t s = run->sets[was.first + i];
         if (s == 0 || !class_meets(g, &g->elems[run->nodes[s].pos], to->cp, to->cp))
             continue;
-        uint32_t next = new_node(run, run->nodes[s].pos + 1, run->nodes[s].parent);
+        graft__grammar_node node = run->nodes[s]; /* past the class; past the alternative */
+        uint32_t next = ends_alternative(g, node.pos + 1) ? node.parent
+                                                          : new_node(run, node.pos + 1,
+                                                                     node.parent);
         if (!run->overflow)
             expand(run, to->first, next);
     }

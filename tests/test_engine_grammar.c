@@ -45,6 +45,7 @@ static int teardown(void **state)
 }
 
 static const int32_t prompt[] = {BOS, 403, 407, 261, 378};
+enum { N_PROMPT = sizeof prompt / sizeof prompt[0] };
 
 /* Story-shaped grammars a model trained on stories gets through within MAX_NEW tokens. */
 static const char *const story_grammars[] = {
@@ -99,14 +100,6 @@ static void check_output(graft_generation *gen, const gbnf_oracle *o)
     }
 }
 
-typedef graft_test_gen run;
-
-/* A generation of the prompt with c, on a session of its own. */
-static void start(graft_engine *e, run *r, const graft_generate_config *c)
-{
-    graft_test_gen_start(e, r, prompt, sizeof prompt / sizeof prompt[0], c);
-}
-
 /* Sampled generations of each story grammar, seeds 1..SEEDS, alone and then all at once beside
  * a plain greedy generation: the same tokens either way, each output right by the oracle, and
  * most of them whole matches. */
@@ -117,13 +110,13 @@ static void test_sampled_generations_match_and_batch_invariant(void **state)
     graft_engine_options o = graft_test_engine_options(2 * N_STORY * SEEDS + 1, CONTEXT);
     graft_engine *e = graft_test_engine(stories, &o);
     graft_generate_config c[N_STORY][SEEDS];
-    run alone[N_STORY][SEEDS], together[N_STORY][SEEDS], text_run;
+    graft_test_gen alone[N_STORY][SEEDS], together[N_STORY][SEEDS], text_run;
     int stopped = 0;
     for (int g = 0; g < N_STORY; g++) {
         gbnf_oracle *oracle = gbnf_test_oracle(story_grammars[g]);
         for (int k = 0; k < SEEDS; k++) {
             c[g][k] = grammar_config(story_grammars[g], 1.0f, (uint64_t)k + 1);
-            start(e, &alone[g][k], &c[g][k]);
+            graft_test_gen_start(e, &alone[g][k], prompt, N_PROMPT, &c[g][k]);
             assert_int_equal(graft_generation_wait(alone[g][k].gen), GRAFT_OK);
             check_output(alone[g][k].gen, oracle);
             stopped += graft_generation_finish_reason(alone[g][k].gen) == GRAFT_FINISH_STOP;
@@ -132,10 +125,10 @@ static void test_sampled_generations_match_and_batch_invariant(void **state)
     }
     assert_true(stopped >= N_STORY * SEEDS / 2);
     graft_generate_config plain = graft_test_greedy(MAX_NEW);
-    start(e, &text_run, &plain);
+    graft_test_gen_start(e, &text_run, prompt, N_PROMPT, &plain);
     for (int g = 0; g < N_STORY; g++)
         for (int k = 0; k < SEEDS; k++)
-            start(e, &together[g][k], &c[g][k]);
+            graft_test_gen_start(e, &together[g][k], prompt, N_PROMPT, &c[g][k]);
     for (int g = 0; g < N_STORY; g++) {
         for (int k = 0; k < SEEDS; k++) {
             assert_int_equal(graft_generation_wait(together[g][k].gen), GRAFT_OK);
@@ -182,8 +175,8 @@ static void test_greedy_picks_best_allowed_token(void **state)
         r.n = 0;
         graft__engine_set_tap(e, record_row, &r);
         graft_generate_config c = grammar_config(story_grammars[g], 0.0f, 1);
-        run one;
-        start(e, &one, &c);
+        graft_test_gen one;
+        graft_test_gen_start(e, &one, prompt, N_PROMPT, &c);
         assert_int_equal(graft_generation_wait(one.gen), GRAFT_OK);
         graft__engine_set_tap(e, NULL, NULL);
         check_output(one.gen, oracle);
@@ -237,8 +230,8 @@ static void test_end_of_generation_only_on_a_match(void **state)
         c.logit_bias = &bias;
         c.n_logit_bias = 1;
         c.ignore_eog = ignore;
-        run one;
-        start(e, &one, &c);
+        graft_test_gen one;
+        graft_test_gen_start(e, &one, prompt, N_PROMPT, &c);
         assert_int_equal(graft_generation_wait(one.gen), GRAFT_OK);
         check_output(one.gen, oracle);
         size_t n = 0;

@@ -84,7 +84,8 @@ enum {
     GRAFT__GRAMMAR_MAX_STACKS = 256,
     GRAFT__GRAMMAR_MAX_WORK = 1 << 16,
     GRAFT__GRAMMAR_NODES = 1 << 16,
-    GRAFT__GRAMMAR_BUDGET = 1 << 25
+    GRAFT__GRAMMAR_BUDGET = 1 << 25,
+    GRAFT__GRAMMAR_LOOP_CACHE = 512
 };
 
 /* Where a text stands: its stacks (sets[first, first + count) of the run), and the character
@@ -106,7 +107,7 @@ typedef struct graft__grammar_run {
     uint32_t n_nodes;
     uint32_t *sets; /* the stacks of every state in use, committed first */
     uint32_t n_sets;
-    uint32_t *work;
+    uint32_t *work; /* pending expansions; in a commit, the nodes of a stack to copy */
     graft__grammar_at at; /* the text fed so far (graft__grammar_run_feed) */
     uint32_t spent;       /* the work of the current feed or mask, against the budget */
     bool overflow;
@@ -115,6 +116,11 @@ typedef struct graft__grammar_run {
     graft__grammar_at *trail;
     uint32_t *trail_nodes, *trail_sets;
     uint32_t trail_len;
+    /* For one mask: the code points known to lead from the committed stacks back to the same
+     * stacks, or not (free text), direct-mapped by code point (loop_cp: the code point + 1,
+     * 0 when the entry is empty). */
+    uint32_t loop_cp[GRAFT__GRAMMAR_LOOP_CACHE];
+    bool loops[GRAFT__GRAMMAR_LOOP_CACHE];
 } graft__grammar_run;
 
 /* The run of g before any byte, for walks of tokens of at most trail_len bytes; GRAFT_ENOMEM,
@@ -127,6 +133,8 @@ void graft__grammar_run_free(graft__grammar_run *run);
  * n_sets and puts them back (and sets spent to 0 before a walk of its own). */
 bool graft__grammar_step(graft__grammar_run *run, const graft__grammar_at *from, uint8_t byte,
                          graft__grammar_at *to);
+/* Whether stacks a and b (nodes of the run) hold the same elements, top to bottom. */
+bool graft__grammar_same_stack(const graft__grammar_run *run, uint32_t a, uint32_t b);
 /* Feeds bytes to the run's text (all or nothing): false when they cannot follow it. */
 bool graft__grammar_run_feed(graft__grammar_run *run, const char *bytes, size_t len);
 /* Whether the text fed is a whole match of root, ... */

@@ -10,6 +10,11 @@
  * when a prefix cannot follow, the tokens after it that share it are refused without a step.
  * Tokens without bytes (control tokens: BOS, end of turn) never continue a text; generation.c
  * lets the end tokens through where the text is a whole match.
+ *
+ * In free text (a string, a run of letters) most characters lead from the committed stacks
+ * to stacks equal to them. Such a step is found once per code point and mask, checked stack by
+ * stack, and from then on taken as the committed state itself: no node is made, and the
+ * tokens that go on in free text cost a table lookup per character.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -118,6 +123,58 @@ int graft__grammar_vocab_create(const graft__vocab *v, int32_t n_vocab,
     return GRAFT_OK;
 }
 
+/* Whether the stacks of *a and *b are the same (each set holds no stack twice). */
+static bool same_stacks(const graft__grammar_run *run, const graft__grammar_at *a,
+                        const graft__grammar_at *b)
+{
+    if (a->count != b->count)
+        return false;
+    for (uint32_t i = 0; i < a->count; i++) {
+        bool found = false;
+        for (uint32_t j = 0; j < b->count && !found; j++)
+            found = graft__grammar_same_stack(run, run->sets[a->first + i],
+                                              run->sets[b->first + j]);
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* graft__grammar_step, but a step from the committed stacks back to the same stacks is known
+ * by its code point after the first time, and lands on the committed stacks themselves. */
+static bool walk_step(graft__grammar_run *run, const graft__grammar_at *from, uint8_t byte,
+                      graft__grammar_at *to)
+{
+    const graft__grammar_at *committed = &run->at;
+    uint32_t cp = UINT32_MAX; /* the code point byte completes, if known here */
+    if (from->first == committed->first && from->count == committed->count) {
+        if (from->need == 0 && byte < 0x80)
+            cp = byte;
+        else if (from->need == 1 && byte >= from->lo && byte <= from->hi)
+            cp = from->cp << 6 | (byte & 0x3Fu);
+    }
+    if (cp == UINT32_MAX)
+        return graft__grammar_step(run, from, byte, to);
+    uint32_t slot = cp % GRAFT__GRAMMAR_LOOP_CACHE;
+    bool known = run->loop_cp[slot] == cp + 1;
+    if (known && run->loops[slot]) {
+        *to = (graft__grammar_at){.first = from->first, .count = from->count, .cp = cp,
+                                  .lo = 0x80, .hi = 0xBF};
+        return true;
+    }
+    uint32_t n_nodes = run->n_nodes, n_sets = run->n_sets;
+    bool ok = graft__grammar_step(run, from, byte, to);
+    if (known || !ok)
+        return ok;
+    run->loop_cp[slot] = cp + 1;
+    run->loops[slot] = same_stacks(run, to, committed);
+    if (run->loops[slot]) { /* the same stacks: the step's nodes are not needed */
+        run->n_nodes = n_nodes, run->n_sets = n_sets;
+        to->first = committed->first;
+    }
+    return true;
+}
+
 int32_t graft__grammar_mask_apply(const graft__grammar_vocab *gv, graft__grammar_run *run,
                                   float *logits)
 {
@@ -125,6 +182,7 @@ int32_t graft__grammar_mask_apply(const graft__grammar_vocab *gv, graft__grammar
         logits[gv->sorted[i]] = -INFINITY;
     const uint32_t n_nodes = run->n_nodes, n_sets = run->n_sets;
     run->spent = 0;
+    memset(run->loop_cp, 0, sizeof run->loop_cp);
     run->trail[0] = run->at;
     run->trail_nodes[0] = n_nodes;
     run->trail_sets[0] = n_sets;
@@ -138,8 +196,8 @@ int32_t graft__grammar_mask_apply(const graft__grammar_vocab *gv, graft__grammar
         if (d <= alive) { /* else it shares the byte that refused the token before */
             run->n_nodes = run->trail_nodes[d];
             run->n_sets = run->trail_sets[d];
-            while (d < len && graft__grammar_step(run, &run->trail[d], (uint8_t)bytes[d],
-                                                  &run->trail[d + 1])) {
+            while (d < len &&
+                   walk_step(run, &run->trail[d], (uint8_t)bytes[d], &run->trail[d + 1])) {
                 d++;
                 run->trail_nodes[d] = run->n_nodes;
                 run->trail_sets[d] = run->n_sets;

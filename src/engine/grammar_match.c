@@ -67,7 +67,7 @@ static bool spend(graft__grammar_run *run)
     return !run->overflow;
 }
 
-static bool same_stack(const graft__grammar_run *run, uint32_t a, uint32_t b)
+bool graft__grammar_same_stack(const graft__grammar_run *run, uint32_t a, uint32_t b)
 {
     if (run->nodes[a].hash != run->nodes[b].hash)
         return false;
@@ -84,7 +84,7 @@ static bool same_stack(const graft__grammar_run *run, uint32_t a, uint32_t b)
 static void add_stack(graft__grammar_run *run, uint32_t first, uint32_t s)
 {
     for (uint32_t i = first; i < run->n_sets; i++)
-        if (!spend(run) || same_stack(run, run->sets[i], s))
+        if (!spend(run) || graft__grammar_same_stack(run, run->sets[i], s))
             return;
     if (run->n_sets - first >= GRAFT__GRAMMAR_MAX_STACKS || run->n_sets >= GRAFT__GRAMMAR_NODES) {
         run->overflow = true;

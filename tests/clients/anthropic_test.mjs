@@ -22,8 +22,8 @@ import Anthropic from '@anthropic-ai/sdk';
 
 const [plainPort, thinkingPort] = process.argv.slice(2);
 const base = (port) => `http://127.0.0.1:${port}`;
-const client = new Anthropic({ baseURL: base(plainPort), apiKey: 'unused', maxRetries: 0 });
-const thinker = new Anthropic({ baseURL: base(thinkingPort), apiKey: 'unused', maxRetries: 0 });
+const client = new Anthropic({ baseURL: base(plainPort), apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+const thinker = new Anthropic({ baseURL: base(thinkingPort), apiKey: 'unused', maxRetries: 0, timeout: 60000 });
 const model = 'stories260K';
 
 let count = 0, passed = 0;

@@ -9,7 +9,8 @@
 // and parse) and a forced tool call; a thinking model's thought as reasoning_content and
 // as the Responses API's reasoning item (a second server, with QwQ's template); a request graft
 // refuses surfaces as the SDK's BadRequestError with the status and the field graft names;
-// fill in the middle with the completions API's suffix (a third server, a coder model).
+// fill in the middle with the completions API's suffix (a third server, a coder model);
+// llama-server's GBNF grammar field, sent in the body.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
@@ -17,7 +18,7 @@ import { LengthFinishReasonError } from 'openai/error';
 import { z } from 'zod';
 
 const port = process.argv[2];
-const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
 let passed = 0;
 async function check(name, fn) {
     await fn();
@@ -289,6 +290,21 @@ await check('response_format json_object: JSON.parse takes the answer, whole and
     assert.equal(streamed, content);
 });
 
+await check('grammar (llama-server\'s GBNF field, sent in the body): the answer is a match, whole and streamed', async () => {
+    const grammar = 'root ::= [0-9]{3} "-" [0-9]{4}\n';
+    const params = { model: 'stories260K', messages, max_tokens: 20, temperature: 1, seed: 7, grammar };
+    const answer = await client.chat.completions.create(params);
+    assert.match(answer.choices[0].message.content, /^[0-9]{3}-[0-9]{4}$/);
+    assert.equal(answer.choices[0].finish_reason, 'stop');
+    const stream = await client.chat.completions.create({ ...params, stream: true });
+    let text = '';
+    for await (const chunk of stream)
+        for (const c of chunk.choices) text += c.delta.content ?? '';
+    assert.equal(text, answer.choices[0].message.content);
+    await assert.rejects(client.chat.completions.create({ ...params, grammar: 'root ::= digit\n' }),
+        (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /line 1, column 10/.test(e.message));
+});
+
 await check('tool_choice naming a function: one call, its arguments held to the parameters', async () => {
     const tools = [{
         type: 'function',
@@ -412,7 +428,7 @@ await check('responses API: a forced function call, its output sent back', async
 });
 
 // QwQ's template opens a thought when enable_thinking is true; stories260K never closes it.
-const thinking = new OpenAI({ baseURL: `http://127.0.0.1:${process.argv[3]}/v1`, apiKey: 'unused', maxRetries: 0 });
+const thinking = new OpenAI({ baseURL: `http://127.0.0.1:${process.argv[3]}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
 const thinkingParams = {
     model: 'stories260K', max_tokens: 20, temperature: 0,
     chat_template_kwargs: { enable_thinking: true },
@@ -456,7 +472,7 @@ await check('a thinking template, responses API: a reasoning item, which the SDK
 });
 
 const coderUrl = `http://127.0.0.1:${process.argv[4]}`;
-const coder = new OpenAI({ baseURL: `${coderUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+const coder = new OpenAI({ baseURL: `${coderUrl}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
 await check('suffix fills in the middle: the prompt is [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>, streamed alike', async () => {
     const prefix = 'def area(w, h):\n    return ', suffix = '\n\nprint(area(3, 4))\n';
     const params = { model: 'coder', prompt: prefix, suffix, max_tokens: 8, temperature: 0 };

@@ -40,6 +40,8 @@ coder="$tmp/clients-coder-$$.gguf"
     --vocab "${GRAFT_MODELS_DIR:?GRAFT_MODELS_DIR is not set}/vocab/ggml-vocab-deepseek-coder.gguf" >/dev/null
 start coder -m "$coder"
 status=0
+# each client request times out after 60 s, so a request that hangs fails naming its check
+# (the "ok N" lines before it) well within ctest's limit
 node "$here/openai_test.mjs" "$plain_port" "$thinking_port" "$port" || status=$?
 node "$here/anthropic_test.mjs" "$plain_port" "$thinking_port" || status=$?
 rm -f "$coder"

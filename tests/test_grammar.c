@@ -259,6 +259,11 @@ static void test_recognizer_bounds(void **state)
     assert_true(run->overflow);
     graft__grammar_run_free(run);
     graft__grammar_free(g);
+    /* An empty symbol repeated is empty. */
+    assert_true(feed_text("root ::= \"a\" \"\"* \"\"{3} \"\"+ \"b\"\n", "ab", 2, &g, &run));
+    assert_true(graft__grammar_run_complete(run, &run->at));
+    graft__grammar_run_free(run);
+    graft__grammar_free(g);
     /* A text ambiguous more ways than the stacks' bound: where the first run of a's ends. */
     memset(text, 'a', LONG);
     bool fed = feed_text("root ::= \"a\"{0,1000} \"a\"{0,1000}\n", text, 1100, &g, &run);

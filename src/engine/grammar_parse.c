@@ -385,10 +385,13 @@ static bool optional_rule(parser *ps, long r, const graft__grammar_elem *sym, si
     return true;
 }
 
-/* Replaces the symbol list[from, n) with its repetition from min to max times. */
+/* Replaces the symbol list[from, n) with its repetition from min to max times (an empty
+ * symbol, such as "", repeated is itself). */
 static bool repeat(parser *ps, elem_list *list, size_t from, size_t owner, long min, long max)
 {
     size_t n = list->n - from;
+    if (n == 0)
+        return true;
     graft__grammar_elem *sym = graft__malloc(n * sizeof *sym);
     if (sym == NULL)
         return no_memory(ps);

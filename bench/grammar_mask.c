@@ -153,14 +153,15 @@ int main(int argc, char **argv)
     }
     graft_model_info info;
     graft_model_get_info(model, &info);
+    graft__token_table *tokens = NULL;
     graft__grammar_vocab *gv = NULL;
     graft__json_mask *mask = NULL;
+    int rc = graft__token_table_create(model->vocab, info.n_vocab, &tokens);
     double t0 = now_us();
-    int rc = graft__grammar_vocab_create(model->vocab, info.n_vocab, &gv);
+    rc = rc != GRAFT_OK ? rc : graft__grammar_vocab_create(tokens, &gv);
     double build_ms = (now_us() - t0) / 1e3;
     float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
-    if (rc != GRAFT_OK || logits == NULL ||
-        graft__json_mask_create(model->vocab, info.n_vocab, &mask) != GRAFT_OK) {
+    if (rc != GRAFT_OK || logits == NULL || graft__json_mask_create(tokens, &mask) != GRAFT_OK) {
         fprintf(stderr, "bench_grammar_mask: out of memory\n");
         return 1;
     }
@@ -177,6 +178,7 @@ int main(int argc, char **argv)
     free(logits);
     graft__json_mask_free(mask);
     graft__grammar_vocab_free(gv);
+    graft__token_table_free(tokens);
     graft_model_free(model);
     return 0;
 }

@@ -137,10 +137,12 @@ int main(int argc, char **argv)
     }
     graft_model_info info;
     graft_model_get_info(model, &info);
+    graft__token_table *tokens = NULL;
     graft__json_mask *mask = NULL;
     graft__json_schema *schema = NULL, *strings_schema = NULL, *unions_schema = NULL;
     double t0 = now_us();
-    int rc = graft__json_mask_create(model->vocab, info.n_vocab, &mask);
+    int rc = graft__token_table_create(model->vocab, info.n_vocab, &tokens);
+    rc = rc != GRAFT_OK ? rc : graft__json_mask_create(tokens, &mask);
     double build_ms = (now_us() - t0) / 1e3;
     float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
     if (rc != GRAFT_OK || logits == NULL ||
@@ -172,6 +174,7 @@ int main(int argc, char **argv)
     graft__json_schema_free(strings_schema);
     graft__json_schema_free(unions_schema);
     graft__json_mask_free(mask);
+    graft__token_table_free(tokens);
     graft_model_free(model);
     return 0;
 }

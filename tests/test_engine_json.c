@@ -133,8 +133,9 @@ static bool token_follows(const graft_model *m, const graft__json_recognizer *r,
 static void check_mask(const graft_model *m, int stride)
 {
     const int32_t n_vocab = graft_test_vocab_size(m);
+    graft__token_table *tokens = graft_test_token_table(m);
     graft__json_mask *mask = NULL;
-    assert_int_equal(graft__json_mask_create(m->vocab, n_vocab, &mask), GRAFT_OK);
+    assert_int_equal(graft__json_mask_create(tokens, &mask), GRAFT_OK);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
     assert_non_null(logits);
     for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
@@ -173,6 +174,7 @@ static void check_mask(const graft_model *m, int stride)
     }
     free(logits);
     graft__json_mask_free(mask);
+    graft__token_table_free(tokens);
 }
 
 /* check_mask on the tokenizer of a vocab-only file of the models folder. */
@@ -273,8 +275,9 @@ static void check_preamble_mask(const char *rel, size_t stride)
                                             NULL),
                      GRAFT_OK);
     const int32_t n_vocab = graft_test_vocab_size(m);
+    graft__token_table *tokens = graft_test_token_table(m);
     graft__json_mask *mask = NULL;
-    assert_int_equal(graft__json_mask_create(m->vocab, n_vocab, &mask), GRAFT_OK);
+    assert_int_equal(graft__json_mask_create(tokens, &mask), GRAFT_OK);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
     assert_non_null(logits);
     int32_t byte_token[256];
@@ -327,6 +330,7 @@ static void check_preamble_mask(const char *rel, size_t stride)
     }
     free(logits);
     graft__json_mask_free(mask);
+    graft__token_table_free(tokens);
     graft_model_free(m);
 }
 

@@ -128,13 +128,14 @@ static void walk_vocab(const char *rel, int walks, int steps, int sample)
     assert_int_equal(graft_model_load_vocab(graft_test_model_path(path, sizeof path, rel), &m,
                                             NULL),
                      GRAFT_OK);
+    graft__token_table *tokens = graft_test_token_table(m);
     graft__grammar_vocab *gv = NULL;
-    assert_int_equal(graft__grammar_vocab_create(m->vocab, graft_test_vocab_size(m), &gv),
-                     GRAFT_OK);
+    assert_int_equal(graft__grammar_vocab_create(tokens, &gv), GRAFT_OK);
     graft_test_rng_seed(7);
     for (int k = 0; k < N_GRAMMARS; k++)
         walk_grammar(m, gv, grammars[k], walks, steps, sample);
     graft__grammar_vocab_free(gv);
+    graft__token_table_free(tokens);
     graft_model_free(m);
 }
 

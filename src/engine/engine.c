@@ -133,10 +133,10 @@ static int alloc_buffers(graft_engine *e)
         return GRAFT_ENOMEM;
     e->logits = graft__malloc(bytes);
     if (!e->active || !e->step_gens || !e->slots || !e->entries || !e->logits ||
-        graft__json_mask_create(e->model->vocab, e->model->hp.n_vocab, &e->json_mask) !=
+        graft__token_table_create(e->model->vocab, e->model->hp.n_vocab, &e->tokens) !=
             GRAFT_OK ||
-        graft__grammar_vocab_create(e->model->vocab, e->model->hp.n_vocab,
-                                    &e->grammar_vocab) != GRAFT_OK)
+        graft__json_mask_create(e->tokens, &e->json_mask) != GRAFT_OK ||
+        graft__grammar_vocab_create(e->tokens, &e->grammar_vocab) != GRAFT_OK)
         return GRAFT_ENOMEM;
     return graft__sessions_init(e);
 }
@@ -170,6 +170,7 @@ static void free_parts(graft_engine *e)
     graft__free(e->logits);
     graft__json_mask_free(e->json_mask);
     graft__grammar_vocab_free(e->grammar_vocab);
+    graft__token_table_free(e->tokens);
     graft__free(e);
 }
 

@@ -283,7 +283,8 @@ struct graft_engine {
     graft__batch_entry *entries; /* (max_batch_tokens) */
     graft__slot *slots;          /* (max_sessions) */
     float *logits;               /* (max_sessions, n_vocab) */
-    graft__json_mask *json_mask; /* for generations held to JSON */
+    graft__token_table *tokens;          /* every token's bytes, read by the masks below */
+    graft__json_mask *json_mask;         /* for generations held to JSON */
     graft__grammar_vocab *grammar_vocab; /* for generations held to a grammar */
     graft_engine_metrics counters; /* the counting fields of the metrics */
     graft__logits_tap tap;

@@ -142,13 +142,13 @@ bool graft__grammar_run_accepts(const graft__grammar_run *run, const graft__gram
 /* ... and whether it is one that nothing can follow. */
 bool graft__grammar_run_complete(const graft__grammar_run *run, const graft__grammar_at *at);
 
-/* grammar_mask.c: the vocabulary's tokens with bytes, sorted by their bytes, each with the
+/* grammar_mask.c: the token table's tokens with bytes, sorted by their bytes, each with the
  * length of the bytes it shares with the one before: masking walks them as a trie, a prefix
  * stepped once for all the tokens that share it, and the tokens after a prefix that cannot
- * follow are refused without a step. Immutable once built; read by the engine thread. */
+ * follow are refused without a step. Immutable once built; read by the engine thread. The
+ * table must outlive it. */
 typedef struct graft__grammar_vocab graft__grammar_vocab;
-int graft__grammar_vocab_create(const graft__vocab *v, int32_t n_vocab,
-                                graft__grammar_vocab **out);
+int graft__grammar_vocab_create(const graft__token_table *tokens, graft__grammar_vocab **out);
 /* The most bytes a token has (a run's trail_len). */
 uint32_t graft__grammar_vocab_max_len(const graft__grammar_vocab *gv);
 void graft__grammar_vocab_free(graft__grammar_vocab *gv);

@@ -2,9 +2,9 @@
  * grammar_mask.c: which tokens can continue a text held to a GBNF grammar
  * (GRAFT_OUTPUT_GRAMMAR; graft__grammar_vocab, grammar.h).
  *
- * The engine builds one graft__grammar_vocab per model vocabulary when it starts: the tokens
- * that have bytes, sorted by their bytes, each with the length of the prefix it shares with
- * the one before. Walking them in that order is a walk of the vocabulary's trie: a token
+ * The engine builds one graft__grammar_vocab per model vocabulary when it starts, over its
+ * token table (tokenizer.h): the tokens that have bytes, sorted by their bytes, each with the
+ * length of the prefix it shares with the one before. Walking them in that order is a walk of the vocabulary's trie: a token
  * resumes from where the recognizer stood after the bytes it shares with the token before
  * (the run's trail), so a prefix is stepped once for all the tokens that begin with it, and
  * when a prefix cannot follow, the tokens after it that share it are refused without a step.
@@ -25,13 +25,10 @@
 
 /* One allocation: the struct, then its arrays (immutable once built). */
 struct graft__grammar_vocab {
-    int32_t n_vocab;
+    const graft__token_table *tokens; /* borrowed: it outlives this */
     int32_t n_sorted;  /* the tokens with bytes */
-    uint32_t max_len;  /* the most bytes a token has */
-    size_t *offset;    /* (n_vocab + 1) token t's bytes are [offset[t], offset[t + 1]) */
     int32_t *sorted;   /* (n_vocab) the tokens with bytes by their bytes, then the others */
     uint32_t *shared;  /* (n_sorted) the bytes sorted[i] shares with sorted[i - 1] (0 first) */
-    char *bytes;       /* every token's bytes, in id order */
 };
 
 typedef struct token_bytes {
@@ -58,57 +55,30 @@ void graft__grammar_vocab_free(graft__grammar_vocab *gv)
 
 uint32_t graft__grammar_vocab_max_len(const graft__grammar_vocab *gv)
 {
-    return gv->max_len;
+    return gv->tokens->max_len;
 }
 
-/* The block, its arrays placed after the struct, with every token's bytes. */
-static graft__grammar_vocab *alloc_with_bytes(const graft__vocab *v, int32_t n_vocab)
+int graft__grammar_vocab_create(const graft__token_table *tokens, graft__grammar_vocab **out)
 {
-    size_t total = 0, n = (size_t)n_vocab;
-    for (int32_t t = 0; t < n_vocab; t++) {
-        int len = graft__token_bytes(v, t, NULL, 0);
-        total += len > 0 ? (size_t)len : 0;
-    }
-    size_t arrays = (n + 1) * sizeof(size_t) + n * sizeof(int32_t) + n * sizeof(uint32_t);
-    graft__grammar_vocab *gv = graft__malloc(sizeof *gv + arrays + total);
-    if (gv == NULL)
-        return NULL;
-    gv->n_vocab = n_vocab;
-    gv->offset = (size_t *)(gv + 1); /* the struct's size keeps the arrays aligned */
-    gv->sorted = (int32_t *)(gv->offset + n + 1);
-    gv->shared = (uint32_t *)(gv->sorted + n);
-    gv->bytes = (char *)(gv->shared + n);
-    size_t at = 0;
-    for (int32_t t = 0; t < n_vocab; t++) {
-        gv->offset[t] = at;
-        int len = graft__token_bytes(v, t, gv->bytes + at, total - at);
-        at += len > 0 ? (size_t)len : 0;
-    }
-    gv->offset[n] = at;
-    return gv;
-}
-
-int graft__grammar_vocab_create(const graft__vocab *v, int32_t n_vocab,
-                                graft__grammar_vocab **out)
-{
-    graft__grammar_vocab *gv = alloc_with_bytes(v, n_vocab);
-    token_bytes *tb = graft__malloc(((size_t)n_vocab + 1) * sizeof *tb);
+    size_t n_vocab = (size_t)tokens->n_vocab;
+    graft__grammar_vocab *gv =
+        graft__malloc(sizeof *gv + n_vocab * (sizeof(int32_t) + sizeof(uint32_t)));
+    token_bytes *tb = graft__malloc((n_vocab + 1) * sizeof *tb);
     *out = gv;
     if (gv == NULL || tb == NULL) {
         graft__free(tb);
         return GRAFT_ENOMEM;
     }
+    gv->tokens = tokens;
+    gv->sorted = (int32_t *)(gv + 1); /* the struct's size keeps the arrays aligned */
+    gv->shared = (uint32_t *)(gv->sorted + n_vocab);
     int32_t n = 0, n_none = 0;
-    gv->max_len = 0;
-    for (int32_t t = 0; t < n_vocab; t++) {
-        size_t len = gv->offset[t + 1] - gv->offset[t];
-        if (len == 0) {
-            gv->sorted[n_vocab - 1 - n_none++] = t;
-            continue;
-        }
-        tb[n++] = (token_bytes){gv->bytes + gv->offset[t], len, t};
-        if (len > gv->max_len)
-            gv->max_len = (uint32_t)len;
+    for (int32_t t = 0; t < tokens->n_vocab; t++) {
+        size_t len = tokens->offset[t + 1] - tokens->offset[t];
+        if (len == 0)
+            gv->sorted[tokens->n_vocab - 1 - n_none++] = t;
+        else
+            tb[n++] = (token_bytes){tokens->bytes + tokens->offset[t], len, t};
     }
     qsort(tb, (size_t)n, sizeof *tb, by_bytes);
     for (int32_t i = 0; i < n; i++) {
@@ -178,7 +148,8 @@ static bool walk_step(graft__grammar_run *run, const graft__grammar_at *from, ui
 int32_t graft__grammar_mask_apply(const graft__grammar_vocab *gv, graft__grammar_run *run,
                                   float *logits)
 {
-    for (int32_t i = gv->n_sorted; i < gv->n_vocab; i++)
+    const graft__token_table *tokens = gv->tokens;
+    for (int32_t i = gv->n_sorted; i < tokens->n_vocab; i++)
         logits[gv->sorted[i]] = -INFINITY;
     const uint32_t n_nodes = run->n_nodes, n_sets = run->n_sets;
     run->spent = 0;
@@ -190,8 +161,8 @@ int32_t graft__grammar_mask_apply(const graft__grammar_vocab *gv, graft__grammar
     int32_t allowed = 0;
     for (int32_t i = 0; i < gv->n_sorted && !run->overflow; i++) {
         int32_t t = gv->sorted[i];
-        const char *bytes = gv->bytes + gv->offset[t];
-        uint32_t len = (uint32_t)(gv->offset[t + 1] - gv->offset[t]), d = gv->shared[i];
+        const char *bytes = tokens->bytes + tokens->offset[t];
+        uint32_t len = (uint32_t)(tokens->offset[t + 1] - tokens->offset[t]), d = gv->shared[i];
         bool ok = false;
         if (d <= alive) { /* else it shares the byte that refused the token before */
             run->n_nodes = run->trail_nodes[d];
@@ -218,8 +189,9 @@ int32_t graft__grammar_mask_apply(const graft__grammar_vocab *gv, graft__grammar
 bool graft__grammar_mask_feed(const graft__grammar_vocab *gv, graft__grammar_run *run,
                               int32_t token)
 {
-    if (token < 0 || token >= gv->n_vocab || gv->offset[token + 1] == gv->offset[token])
+    const graft__token_table *tokens = gv->tokens;
+    if (token < 0 || token >= tokens->n_vocab || tokens->offset[token + 1] == tokens->offset[token])
         return false;
-    return graft__grammar_run_feed(run, gv->bytes + gv->offset[token],
-                                   gv->offset[token + 1] - gv->offset[token]);
+    return graft__grammar_run_feed(run, tokens->bytes + tokens->offset[token],
+                                   tokens->offset[token + 1] - tokens->offset[token]);
 }

@@ -2,8 +2,8 @@
  * json_mask.c: which tokens can continue a JSON text, for generations held to
  * GRAFT_OUTPUT_JSON_OBJECT or GRAFT_OUTPUT_JSON_SCHEMA.
  *
- * The engine builds one graft__json_mask per model vocabulary when it starts, in one block:
- * every token's bytes, the tokens grouped by their first byte, and a flag for the tokens
+ * The engine builds one graft__json_mask per model vocabulary when it starts, over its token
+ * table (tokenizer.h), in one block: the tokens grouped by their first byte, and a flag for the tokens
  * that are plain string text. A mask then costs one probe of the recognizer per first byte
  * (a group whose first byte cannot follow is refused whole), and inside a string, where most
  * of the vocabulary can follow, a flag test per plain token (in a string held to a pattern,
@@ -32,11 +32,11 @@ struct graft__json_mask {
     int32_t n_vocab;
     int32_t first[257];   /* group b is by_first[first[b] .. first[b + 1]); the tokens
                              without bytes follow, by_first[first[256] .. n_vocab) */
-    size_t *offset;       /* (n_vocab + 1) token t's bytes are [offset[t], offset[t + 1]) */
+    const size_t *offset; /* the token table's: token t's bytes are [offset[t], offset[t + 1]) */
+    const char *bytes;    /* the token table's: every token's bytes, in id order */
     int32_t *by_first;    /* (n_vocab) the tokens grouped by first byte, in id order */
     uint8_t *plain;       /* (n_vocab) 1: complete UTF-8 characters, none of them '"', '\'
                              or a control byte, so the token can stand anywhere in a string */
-    char *bytes;          /* every token's bytes, in id order */
 };
 
 /* Whether n bytes are complete UTF-8 characters with no '"', '\' or byte below 0x20: fed to
@@ -58,39 +58,18 @@ void graft__json_mask_free(graft__json_mask *m)
     graft__free(m);
 }
 
-/* The mask's block, its arrays placed after the struct, with every token's bytes. */
-static graft__json_mask *alloc_with_bytes(const graft__vocab *v, int32_t n_vocab)
+int graft__json_mask_create(const graft__token_table *tokens, graft__json_mask **out)
 {
-    size_t total = 0, n = (size_t)n_vocab;
-    for (int32_t t = 0; t < n_vocab; t++) {
-        int len = graft__token_bytes(v, t, NULL, 0);
-        total += len > 0 ? (size_t)len : 0;
-    }
-    size_t arrays = (n + 1) * sizeof(size_t) + n * sizeof(int32_t) + n;
-    graft__json_mask *m = graft__malloc(sizeof *m + arrays + total);
-    if (m == NULL)
-        return NULL;
-    m->n_vocab = n_vocab;
-    m->offset = (size_t *)(m + 1); /* the struct's size keeps the arrays aligned */
-    m->by_first = (int32_t *)(m->offset + n + 1);
-    m->plain = (uint8_t *)(m->by_first + n);
-    m->bytes = (char *)(m->plain + n);
-    size_t at = 0;
-    for (int32_t t = 0; t < n_vocab; t++) {
-        m->offset[t] = at;
-        int len = graft__token_bytes(v, t, m->bytes + at, total - at);
-        at += len > 0 ? (size_t)len : 0;
-    }
-    m->offset[n] = at;
-    return m;
-}
-
-int graft__json_mask_create(const graft__vocab *v, int32_t n_vocab, graft__json_mask **out)
-{
-    graft__json_mask *m = alloc_with_bytes(v, n_vocab);
+    int32_t n_vocab = tokens->n_vocab;
+    graft__json_mask *m = graft__malloc(sizeof *m + (size_t)n_vocab * (sizeof(int32_t) + 1));
     *out = m;
     if (m == NULL)
         return GRAFT_ENOMEM;
+    m->n_vocab = n_vocab;
+    m->offset = tokens->offset;
+    m->bytes = tokens->bytes;
+    m->by_first = (int32_t *)(m + 1); /* the struct's size keeps the arrays aligned */
+    m->plain = (uint8_t *)(m->by_first + n_vocab);
     int32_t count[256] = {0};
     for (int32_t t = 0; t < n_vocab; t++) {
         size_t at = m->offset[t], len = m->offset[t + 1] - at;

@@ -320,10 +320,10 @@ typedef struct graft__json_preamble {
  * Each at most GRAFT_MAX_OUTPUT_AFTER bytes. */
 void graft__json_preamble_init(graft__json_preamble *p, const char *tag, const char *open);
 
-/* json_mask.c: the vocabulary indexed by bytes, to mask the tokens that cannot continue a
- * JSON text. Immutable once built; read by the engine thread. */
+/* json_mask.c: the token table indexed by first byte, to mask the tokens that cannot continue
+ * a JSON text. Immutable once built; read by the engine thread. The table must outlive it. */
 typedef struct graft__json_mask graft__json_mask;
-int graft__json_mask_create(const graft__vocab *v, int32_t n_vocab, graft__json_mask **out);
+int graft__json_mask_create(const graft__token_table *tokens, graft__json_mask **out);
 void graft__json_mask_free(graft__json_mask *m);
 /* Sets the logits of the tokens whose bytes cannot all follow *s to -INFINITY (tokens
  * without bytes included); returns how many tokens are left. */

@@ -73,6 +73,18 @@ int graft__tokenize(const graft__vocab *v, const char *text, size_t len, bool ad
  * an id out of range. */
 int graft__token_bytes(const graft__vocab *v, int32_t id, char *buf, size_t cap);
 
+/* token_table.c: the bytes of tokens 0 .. n_vocab - 1 (graft__token_bytes, none for an id the
+ * vocabulary lacks), in one block; immutable once built, read from any thread. Token t's bytes
+ * are bytes[offset[t] .. offset[t + 1]). Errors: GRAFT_ENOMEM (*out NULL). */
+typedef struct graft__token_table {
+    int32_t n_vocab;
+    uint32_t max_len;     /* the most bytes a token has */
+    const size_t *offset; /* (n_vocab + 1) */
+    const char *bytes;    /* every token's bytes, in id order */
+} graft__token_table;
+int graft__token_table_create(const graft__vocab *v, int32_t n_vocab, graft__token_table **out);
+void graft__token_table_free(graft__token_table *t);
+
 /* ---------------------------------------------------------------------------------------
  * Internals shared by the tokenizer files (vocab.c, pretokenize.c, tokenize*.c,
  * tokens_api.c). Other layers use only the functions above.

@@ -147,6 +147,14 @@ size_t graft_test_token_bytes(const graft_model *m, int32_t t, char *buf)
     return (size_t)len;
 }
 
+graft__token_table *graft_test_token_table(const graft_model *m)
+{
+    graft__token_table *tokens = NULL;
+    assert_int_equal(graft__token_table_create(m->vocab, graft_test_vocab_size(m), &tokens),
+                     GRAFT_OK);
+    return tokens;
+}
+
 void graft_test_gen_start(graft_engine *e, graft_test_gen *r, const int32_t *prompt, size_t n,
                           const graft_generate_config *c)
 {

@@ -58,6 +58,8 @@ int32_t graft_test_vocab_size(const graft_model *m);
  * vocabularies never exceeds) and their count (0: none, a control token). */
 enum { GRAFT_TEST_TOKEN_BYTES = 256 };
 size_t graft_test_token_bytes(const graft_model *m, int32_t t, char *buf);
+/* The token table of the model's whole vocabulary, asserted built (graft__token_table_free). */
+struct graft__token_table *graft_test_token_table(const graft_model *m);
 
 /* A generation on a session of its own. */
 typedef struct graft_test_gen {

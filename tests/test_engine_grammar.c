@@ -24,6 +24,7 @@
 #include "fixtures.h"
 #include "gbnf_fixtures.h"
 #include "graft.h"
+#include "logits_taps.h"
 #include "models.h"
 
 enum { CONTEXT = 256, MAX_NEW = 48, MAX_TEXT = 8192, BOS = 1 };
@@ -142,22 +143,6 @@ static void test_sampled_generations_match_and_batch_invariant(void **state)
     graft_test_engine_end(e);
 }
 
-/* Every logits row the engine samples from (its tap, before the mask). */
-typedef struct rows {
-    float *logits; /* (MAX_NEW + 1, n_vocab) */
-    int32_t n_vocab;
-    int n;
-} rows;
-
-static void record_row(graft_generation *gen, const float *logits, void *user)
-{
-    (void)gen;
-    rows *r = user;
-    if (r->n <= MAX_NEW)
-        memcpy(r->logits + (size_t)r->n++ * (size_t)r->n_vocab, logits,
-               (size_t)r->n_vocab * sizeof *logits);
-}
-
 /* Greedy: each pick is the token of highest logit among those the oracle allows after the
  * text so far, or an end of generation where the text is a whole match (lowest id on ties),
  * recomputed from the rows the engine sampled from. */
@@ -167,13 +152,12 @@ static void test_greedy_picks_best_allowed_token(void **state)
     graft_engine_options o = graft_test_engine_options(1, CONTEXT);
     graft_engine *e = graft_test_engine(stories, &o);
     const int32_t n_vocab = graft_test_vocab_size(stories);
-    rows r = {.logits = malloc((size_t)(MAX_NEW + 1) * (size_t)n_vocab * sizeof(float)),
-              .n_vocab = n_vocab};
-    assert_non_null(r.logits);
+    graft_test_rows r; /* every row the engine samples from (its tap, before the mask) */
+    graft_test_rows_init(&r, n_vocab, MAX_NEW + 1);
     for (int g = 0; g < N_STORY; g++) {
         gbnf_oracle *oracle = gbnf_test_oracle(story_grammars[g]);
         r.n = 0;
-        graft__engine_set_tap(e, record_row, &r);
+        graft__engine_set_tap(e, graft_test_rows_tap, &r);
         graft_generate_config c = grammar_config(story_grammars[g], 0.0f, 1);
         graft_test_gen one;
         graft_test_gen_start(e, &one, prompt, N_PROMPT, &c);
@@ -183,10 +167,11 @@ static void test_greedy_picks_best_allowed_token(void **state)
         size_t n = 0;
         const int32_t *out = graft_generation_tokens(one.gen, &n);
         bool ended = graft_generation_finish_reason(one.gen) == GRAFT_FINISH_STOP;
+        assert_true(r.n == (int)n || (ended && r.n == (int)n + 1)); /* + the end's row */
         char text[MAX_TEXT + GRAFT_TEST_TOKEN_BYTES];
         size_t len = 0;
         for (int step = 0; step < r.n; step++) {
-            const float *row = r.logits + (size_t)step * (size_t)n_vocab;
+            const float *row = graft_test_row(&r, step);
             bool whole = gbnf_oracle_matches(oracle, text, len);
             int32_t best = -1;
             for (int32_t t = 0; t < n_vocab; t++) {
@@ -205,7 +190,7 @@ static void test_greedy_picks_best_allowed_token(void **state)
         graft_test_gen_release(&one);
         gbnf_oracle_free(oracle);
     }
-    free(r.logits);
+    graft_test_rows_free(&r);
     graft_test_engine_end(e);
 }
 

@@ -37,6 +37,7 @@
 #include "engine/engine.h"
 #include "fixtures.h"
 #include "graft.h"
+#include "logits_taps.h"
 #include "models.h"
 
 enum { CONTEXT = 256, MAX_NEW = 160, BOS = 1 };
@@ -365,22 +366,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Every logits row the engine samples from, in order (the tap runs on the engine thread
- * and only copies; the test reads the rows after the generation settled). */
-typedef struct rows {
-    float *logits; /* (MAX_NEW + 1, n_vocab) */
-    int n;
-} rows;
-
-static void record_row(graft_generation *gen, const float *logits, void *user)
-{
-    (void)gen;
-    rows *r = user;
-    if (r->n <= MAX_NEW)
-        memcpy(r->logits + (size_t)r->n++ * (size_t)n_vocab, logits,
-               (size_t)n_vocab * sizeof *logits);
-}
-
 /* A JSON generation's config: greedy or sampled, with biases towards closing tokens so
  * that a model trained on stories ends its objects within MAX_NEW tokens. */
 static graft_generate_config json_config(float temperature, uint64_t seed,
@@ -460,9 +445,9 @@ static void check_greedy_picks(const char *after)
 {
     graft_engine_options o = graft_test_engine_options(2, CONTEXT);
     graft_engine *e = graft_test_engine(stories, &o);
-    rows r = {.logits = malloc((size_t)(MAX_NEW + 1) * (size_t)n_vocab * sizeof(float))};
-    assert_non_null(r.logits);
-    graft__engine_set_tap(e, record_row, &r);
+    graft_test_rows r; /* every row the engine samples from */
+    graft_test_rows_init(&r, n_vocab, MAX_NEW + 1);
+    graft__engine_set_tap(e, graft_test_rows_tap, &r);
     graft_logit_bias bias[16];
     size_t n_bias;
     graft_generate_config c = json_config(0.0f, 0, bias, &n_bias);
@@ -487,7 +472,7 @@ static void check_greedy_picks(const char *after)
     graft__json_preamble pre;
     graft__json_preamble_init(&pre, after, NULL);
     for (size_t i = 0; i < n; i++) {
-        const float *row = r.logits + i * (size_t)n_vocab;
+        const float *row = graft_test_row(&r, (int)i);
         bool before = !pre.over;
         int32_t best = -1;
         float best_logit = -INFINITY;
@@ -521,7 +506,7 @@ static void check_greedy_picks(const char *after)
     graft__engine_set_tap(e, NULL, NULL);
     graft_generation_free(gen);
     graft_session_close(s);
-    free(r.logits);
+    graft_test_rows_free(&r);
     graft_test_engine_end(e);
 }
 

@@ -45,6 +45,34 @@ void graft_test_taps_clear(graft_test_taps *t)
     t->n = 0;
 }
 
+void graft_test_rows_init(graft_test_rows *r, int32_t n_vocab, int max_rows)
+{
+    *r = (graft_test_rows){.n_vocab = n_vocab, .max_rows = max_rows};
+    r->logits = malloc((size_t)max_rows * (size_t)n_vocab * sizeof(float));
+    assert_non_null(r->logits);
+}
+
+void graft_test_rows_tap(graft_generation *gen, const float *logits, void *user)
+{
+    (void)gen;
+    graft_test_rows *r = user;
+    if (r->n < r->max_rows)
+        memcpy(r->logits + (size_t)r->n++ * (size_t)r->n_vocab, logits,
+               (size_t)r->n_vocab * sizeof *logits);
+}
+
+const float *graft_test_row(const graft_test_rows *r, int i)
+{
+    assert_true(i >= 0 && i < r->n);
+    return r->logits + (size_t)i * (size_t)r->n_vocab;
+}
+
+void graft_test_rows_free(graft_test_rows *r)
+{
+    free(r->logits);
+    r->logits = NULL;
+}
+
 void graft_test_check_next_logits_against(graft_test_taps *t, graft_session *s,
                                           const int32_t *tokens, int32_t n, const float *ref)
 {

@@ -1,6 +1,8 @@
 /*
- * logits_taps.h: records the first logits row each engine generation samples from, through
- * the engine's test hook (graft__engine_set_tap), for the parity tests.
+ * logits_taps.h: records the logits rows engine generations sample from, through the engine's
+ * test hook (graft__engine_set_tap): the first row of each generation, for the parity tests,
+ * or every row of one generation in order (graft_test_rows), for the tests that recompute
+ * each pick.
  *
  * Usage: graft_test_taps t = {.n_vocab = n_vocab}; graft__engine_set_tap(e, graft_test_tap,
  * &t); ... graft_test_tapped(&t, gen) ...; graft_test_taps_clear(&t) before the tapped
@@ -33,6 +35,21 @@ void graft_test_tap(graft_generation *gen, const float *logits, void *user);
 const float *graft_test_tapped(const graft_test_taps *t, const graft_generation *gen);
 /* Frees what was recorded and forgets it. */
 void graft_test_taps_clear(graft_test_taps *t);
+
+/* Every row one generation samples from, in order; rows past max_rows are not kept. */
+typedef struct graft_test_rows {
+    int32_t n_vocab;
+    int max_rows;
+    int n;         /* rows recorded */
+    float *logits; /* (max_rows, n_vocab), owned */
+} graft_test_rows;
+/* Allocates room for max_rows rows (asserted) and sets n to 0. */
+void graft_test_rows_init(graft_test_rows *r, int32_t n_vocab, int max_rows);
+/* The tap (user = the graft_test_rows): copies the row; allocates nothing. */
+void graft_test_rows_tap(graft_generation *gen, const float *logits, void *user);
+/* Row i, asserted recorded. */
+const float *graft_test_row(const graft_test_rows *r, int i);
+void graft_test_rows_free(graft_test_rows *r);
 
 /* s holds tokens[0, n): generates tokens[n] on it (graft_test_run, one new token) and checks
  * that the row it sampled from, recorded by t (the engine's tap), equals bit for bit the

@@ -129,16 +129,37 @@ static bool token_follows(const graft_model *m, const graft__json_recognizer *r,
     return n > 0;
 }
 
+/* The JSON mask of a model's vocabulary, and a row of logits to apply it to. */
+typedef struct mask_under_test {
+    graft__token_table *tokens;
+    graft__json_mask *mask;
+    float *logits; /* (n_vocab) */
+} mask_under_test;
+
+static mask_under_test mask_open(const graft_model *m)
+{
+    mask_under_test u = {.tokens = graft_test_token_table(m)};
+    assert_int_equal(graft__json_mask_create(u.tokens, &u.mask), GRAFT_OK);
+    u.logits = malloc((size_t)graft_test_vocab_size(m) * sizeof *u.logits);
+    assert_non_null(u.logits);
+    return u;
+}
+
+static void mask_close(mask_under_test *u)
+{
+    free(u->logits);
+    graft__json_mask_free(u->mask);
+    graft__token_table_free(u->tokens);
+}
+
 /* At each `stride`-th prefix of each text, the mask leaves exactly the tokens brute force
  * allows, at their logits, and counts them. */
 static void check_mask(const graft_model *m, int stride)
 {
     const int32_t n_vocab = graft_test_vocab_size(m);
-    graft__token_table *tokens = graft_test_token_table(m);
-    graft__json_mask *mask = NULL;
-    assert_int_equal(graft__json_mask_create(tokens, &mask), GRAFT_OK);
-    float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    assert_non_null(logits);
+    mask_under_test u = mask_open(m);
+    graft__json_mask *mask = u.mask;
+    float *logits = u.logits;
     for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
         graft__json_schema *schema = NULL;
         if (texts[k].schema != NULL)
@@ -173,9 +194,7 @@ static void check_mask(const graft_model *m, int stride)
         assert_true(graft__json_recognizer_done(&s));
         graft__json_schema_free(schema);
     }
-    free(logits);
-    graft__json_mask_free(mask);
-    graft__token_table_free(tokens);
+    mask_close(&u);
 }
 
 /* check_mask on the tokenizer of a vocab-only file of the models folder. */
@@ -276,11 +295,9 @@ static void check_preamble_mask(const char *rel, size_t stride)
                                             NULL),
                      GRAFT_OK);
     const int32_t n_vocab = graft_test_vocab_size(m);
-    graft__token_table *tokens = graft_test_token_table(m);
-    graft__json_mask *mask = NULL;
-    assert_int_equal(graft__json_mask_create(tokens, &mask), GRAFT_OK);
-    float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    assert_non_null(logits);
+    mask_under_test u = mask_open(m);
+    graft__json_mask *mask = u.mask;
+    float *logits = u.logits;
     int32_t byte_token[256];
     for (int b = 0; b < 256; b++)
         byte_token[b] = -1;
@@ -329,9 +346,7 @@ static void check_preamble_mask(const char *rel, size_t stride)
             assert_true(graft__json_recognizer_feed(&r, (uint8_t)text[at]));
         assert_true(graft__json_recognizer_done(&r));
     }
-    free(logits);
-    graft__json_mask_free(mask);
-    graft__token_table_free(tokens);
+    mask_close(&u);
     graft_model_free(m);
 }
 

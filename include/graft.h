@@ -18,10 +18,11 @@
  *
  * The architectures and their GGUF conventions are specified in docs/architectures.md.
  *
- * Threads: a graft_model is immutable after loading and may be used from any number of
- * threads at once. (The first context or engine on the avx512 kernels repacks the model's
- * Q8_0, Q4_0 and Q4_K matrices for them, once, under a lock: it takes about the memory of those
- * matrices, and creating it fails with GRAFT_ENOMEM if that cannot be had.) A graft_context belongs to one thread at a time. The sampler likewise.
+ * Threads: a graft_model is immutable after loading and may be used from any number of threads at
+ * once. (The first context or engine on the avx512 kernels repacks the model's Q8_0, Q4_0 and Q4_K
+ * matrices for them, once, under a lock: it takes about the memory of those matrices, and creating
+ * it fails with GRAFT_ENOMEM if that cannot be had.) A graft_context belongs to one thread at a
+ * time. The sampler likewise.
  */
 #ifndef GRAFT_H
 #define GRAFT_H
@@ -350,11 +351,11 @@ graft_engine_options graft_engine_default_options(void);
 #define GRAFT_KV_BLOCK_POSITIONS 32
 
 /* Validates every limit, then allocates the KV pool (all of kv_mem, up front), the forward
- * pass's buffers (for max_batch_tokens, written at once so that they are resident from the
- * start), the compute threads and the engine thread. Errors: GRAFT_EINVAL (NULL argument), GRAFT_ERANGE (a limit
- * out of range; the message names it), GRAFT_EINVAL / GRAFT_EUNSUPPORTED (kernels),
- * GRAFT_ECAPACITY (kv_mem below one KV block per layer group), GRAFT_ENOMEM. On failure
- * nothing is left to free. */
+ * pass's buffers (for max_batch_tokens, written at once so that they are resident from the start),
+ * the compute threads and the engine thread. Errors: GRAFT_EINVAL (NULL argument), GRAFT_ERANGE (a
+ * limit out of range; the message names it), GRAFT_EINVAL / GRAFT_EUNSUPPORTED (kernels),
+ * GRAFT_ECAPACITY (kv_mem below one KV block per layer group), GRAFT_ENOMEM. On failure nothing is
+ * left to free. */
 int graft_engine_create(const graft_model *model, const graft_engine_options *opts,
                         graft_engine **out, char **errmsg);
 

@@ -1,10 +1,10 @@
 /*
  * bench_util.c: helpers the `graft bench` subcommands share (declared in bench.h).
  *
- * Option parsing with the -m MODEL every subcommand needs, the thread count an engine
- * resolves, the peak resident set size, and thin wrappers over the engine API that report failures in
- * the bench's words: the subcommands measure, so each wrapper either succeeds or prints one
- * line and gives exit status 1.
+ * Option parsing with the -m MODEL every subcommand needs, the thread count an engine resolves, the
+ * peak resident set size, and thin wrappers over the engine API that report failures in the bench's
+ * words: the subcommands measure, so each wrapper either succeeds or prints one line and gives exit
+ * status 1.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,11 +9,11 @@
  * server (running requests finish within --grace-ms, the rest are cancelled), writes the
  * cache's snapshots to --cache-dir, and releases everything; the exit status is 0.
  *
- * Engine limits: --max-sessions requests generate at once; the engine holds one session per
- * running request, one for its prompt's snapshot on its way into the cache, the cache's
- * snapshots (--cache-entries) and the named sessions (--named-sessions). Its KV budget (--kv-mem, default: what the engine gives that
- * many sessions of --ctx) is shared, and the prefix cache gives blocks back when a request
- * waits for KV.
+ * Engine limits: --max-sessions requests generate at once; the engine holds one session per running
+ * request, one for its prompt's snapshot on its way into the cache, the cache's snapshots
+ * (--cache-entries) and the named sessions (--named-sessions). Its KV budget (--kv-mem, default:
+ * what the engine gives that many sessions of --ctx) is shared, and the prefix cache gives blocks
+ * back when a request waits for KV.
  */
 #include <errno.h>
 #include <signal.h>

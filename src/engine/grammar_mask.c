@@ -2,13 +2,13 @@
  * grammar_mask.c: which tokens can continue a text held to a GBNF grammar
  * (GRAFT_OUTPUT_GRAMMAR; graft__grammar_vocab, grammar.h).
  *
- * The engine builds one graft__grammar_vocab per model vocabulary when it starts, over its
- * token table (tokenizer.h): the tokens that have bytes, sorted by their bytes, each with the
- * length of the prefix it shares with the one before. Walking them in that order is a walk of the vocabulary's trie: a token
- * resumes from where the recognizer stood after the bytes it shares with the token before
- * (the run's trail), so a prefix is stepped once for all the tokens that begin with it, and
- * when a prefix cannot follow, the tokens after it that share it are refused without a step.
- * Tokens without bytes (control tokens: BOS, end of turn) never continue a text; generation.c
+ * The engine builds one graft__grammar_vocab per model vocabulary when it starts, over its token
+ * table (tokenizer.h): the tokens that have bytes, sorted by their bytes, each with the length of
+ * the prefix it shares with the one before. Walking them in that order is a walk of the
+ * vocabulary's trie: a token resumes from where the recognizer stood after the bytes it shares with
+ * the token before (the run's trail), so a prefix is stepped once for all the tokens that begin
+ * with it, and when a prefix cannot follow, the tokens after it that share it are refused without a
+ * step. Tokens without bytes (control tokens: BOS, end of turn) never continue a text; generation.c
  * lets the end tokens through where the text is a whole match.
  *
  * In free text (a string, a run of letters) most characters lead from the committed stacks

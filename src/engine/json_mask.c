@@ -2,17 +2,16 @@
  * json_mask.c: which tokens can continue a JSON text, for generations held to
  * GRAFT_OUTPUT_JSON_OBJECT or GRAFT_OUTPUT_JSON_SCHEMA.
  *
- * The engine builds one graft__json_mask per model vocabulary when it starts, over its token
- * table (tokenizer.h), in one block: the tokens grouped by their first byte, and a flag for the tokens
- * that are plain string text. A mask then costs one probe of the recognizer per first byte
- * (a group whose first byte cannot follow is refused whole), and inside a string, where most
- * of the vocabulary can follow, a flag test per plain token (in a string held to a pattern,
- * format or lengths, a walk of the plain token's characters through the string's automaton
- * alone); only the other tokens of a group are fed byte by byte. While the recognizer follows
- * several alternatives of a union (json_recognizer.c), a token is allowed when one of its
- * states takes it. Tokens with no bytes (control tokens: BOS, end of turn) can never
- * continue a text, so they are always masked; the generation ends when the object closes
- * instead (generation.c).
+ * The engine builds one graft__json_mask per model vocabulary when it starts, over its token table
+ * (tokenizer.h), in one block: the tokens grouped by their first byte, and a flag for the tokens
+ * that are plain string text. A mask then costs one probe of the recognizer per first byte (a group
+ * whose first byte cannot follow is refused whole), and inside a string, where most of the
+ * vocabulary can follow, a flag test per plain token (in a string held to a pattern, format or
+ * lengths, a walk of the plain token's characters through the string's automaton alone); only the
+ * other tokens of a group are fed byte by byte. While the recognizer follows several alternatives
+ * of a union (json_recognizer.c), a token is allowed when one of its states takes it. Tokens with
+ * no bytes (control tokens: BOS, end of turn) can never continue a text, so they are always masked;
+ * the generation ends when the object closes instead (generation.c).
  *
  * Before a JSON text that begins after a tag (graft_generate_config.output_after), the
  * output is free: a token is refused only when it has no bytes, or when the tag ends in it

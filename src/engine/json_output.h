@@ -63,31 +63,28 @@ int graft__json_regex_bound_length(const graft__json_regex *re, uint32_t min_cha
                                    uint32_t max_chars, graft__json_regex **out, char **errmsg);
 
 /* json_schema.c: a JSON schema compiled for the recognizer. The subset (what OpenAI's
- * structured outputs and pydantic / zod write): type (a name or a list of names), properties
- * and required (the properties are generated in the order the schema lists them; ones not
- * listed are never generated, whatever additionalProperties says), items, minItems and
- * maxItems (up to 65534), enum and const (strings, numbers, booleans, null), anyOf of up to
- * 64 alternatives (nested unions are flattened into it, or walked into where a recursion
- * leads back to one; a union that holds itself before any value begins is refused): the first byte of a value picks the alternatives of its class
- * (an object, an array, a string, a number, a boolean, null), and where it leaves several
- * the recognizer follows them all (graft__json_recognizer), except objects whose first
- * property is a tag (the same name first in each, required, with const or enum values no two
- * share), which the tag's value picks (GRAFT__SCHEMA_TAGGED, one state); oneOf likewise,
- * but its alternatives must be exclusive as far as the first byte or a tag tells (exactly
- * one must match, which following them all could not hold to); allOf of one schema, $ref
- * to "#" or into
- * $defs / definitions, and on string schemas (with "type" string or a list holding it)
- * pattern (json_regex.c), format (date, time, date-time, uuid, ipv4, hostname, email, uri:
- * json_schema.c says as which patterns) or, not both, and minLength / maxLength (code
- * points, at most 10000), all held to by one automaton per string schema; on number and
- * integer schemas minimum, maximum, exclusiveMinimum, exclusiveMaximum and multipleOf
- * (numbers with at most 18 digits after the point; a bounded number is written without an
- * exponent). Annotations (title, description, default, examples, $schema, $id,
- * $comment, deprecated, readOnly, writeOnly) are ignored. Any other keyword restricts
- * values in a way the recognizer does not hold to, so compiling refuses it, naming it. The
- * root must be an object schema. A number the schema types has at most 18 digits before
- * its point, 18 after it and 2 in its exponent, so that every parser reads it (64-bit
- * integers exactly). */
+ * structured outputs and pydantic / zod write): type (a name or a list of names), properties and
+ * required (the properties are generated in the order the schema lists them; ones not listed are
+ * never generated, whatever additionalProperties says), items, minItems and maxItems (up to 65534),
+ * enum and const (strings, numbers, booleans, null), anyOf of up to 64 alternatives (nested unions
+ * are flattened into it, or walked into where a recursion leads back to one; a union that holds
+ * itself before any value begins is refused): the first byte of a value picks the alternatives of
+ * its class (an object, an array, a string, a number, a boolean, null), and where it leaves several
+ * the recognizer follows them all (graft__json_recognizer), except objects whose first property is
+ * a tag (the same name first in each, required, with const or enum values no two share), which the
+ * tag's value picks (GRAFT__SCHEMA_TAGGED, one state); oneOf likewise, but its alternatives must be
+ * exclusive as far as the first byte or a tag tells (exactly one must match, which following them
+ * all could not hold to); allOf of one schema, $ref to "#" or into $defs / definitions, and on
+ * string schemas (with "type" string or a list holding it) pattern (json_regex.c), format (date,
+ * time, date-time, uuid, ipv4, hostname, email, uri: json_schema.c says as which patterns) or, not
+ * both, and minLength / maxLength (code points, at most 10000), all held to by one automaton per
+ * string schema; on number and integer schemas minimum, maximum, exclusiveMinimum, exclusiveMaximum
+ * and multipleOf (numbers with at most 18 digits after the point; a bounded number is written
+ * without an exponent). Annotations (title, description, default, examples, $schema, $id, $comment,
+ * deprecated, readOnly, writeOnly) are ignored. Any other keyword restricts values in a way the
+ * recognizer does not hold to, so compiling refuses it, naming it. The root must be an object
+ * schema. A number the schema types has at most 18 digits before its point, 18 after it and 2 in
+ * its exponent, so that every parser reads it (64-bit integers exactly). */
 /* A schema'd text opens at most GRAFT__SCHEMA_MAX_DEPTH objects and arrays under the
  * schema's control (inside a free value, the syntax's 64). The opening bracket beyond is
  * refused where it comes; a prefix 32 deep whose object still needs a required object or

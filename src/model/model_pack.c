@@ -1,14 +1,14 @@
 /*
  * model_pack.c: packing a model's weight matrices for the matmul path that runs them.
  *
- * Some paths compute faster from a layout of their own than from GGUF blocks (the avx512
- * path interleaves the rows of Q8_0, Q4_0 and Q4_K matrices 16 at a time, matmul_r16_avx512.c;
- * the avx2 path those of Q4_K matrices 8 at a time, matmul_q4k_r8_avx2.c).
- * The first context or engine created on such a path packs the model for it, on its own
- * threads: the matrices the path packs get a packed copy, and the pages of their file
- * copies are given back (a forward pass on another path reads them from the file again),
- * except the token embedding's when the output matrix is the embedding. Loading alone packs nothing, so
- * `graft info` or a tokenizer-only user never pays for it.
+ * Some paths compute faster from a layout of their own than from GGUF blocks (the avx512 path
+ * interleaves the rows of Q8_0, Q4_0 and Q4_K matrices 16 at a time, matmul_r16_avx512.c; the avx2
+ * path those of Q4_K matrices 8 at a time, matmul_q4k_r8_avx2.c). The first context or engine
+ * created on such a path packs the model for it, on its own threads: the matrices the path packs
+ * get a packed copy, and the pages of their file copies are given back (a forward pass on another
+ * path reads them from the file again), except the token embedding's when the output matrix is the
+ * embedding. Loading alone packs nothing, so `graft info` or a tokenizer-only user never pays for
+ * it.
  *
  * One path at most has the packed weights (the first to ask that packs any of the model's
  * matrices); contexts on any other path compute from the GGUF blocks. The packing state is the one

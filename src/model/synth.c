@@ -19,10 +19,10 @@
  * the tensor's name, and its rows are generated in order: the same options give the same
  * bytes, and a tensor's values do not depend on which other tensors the file holds.
  *
- * STREAMING: tensor data is produced a row at a time inside the writer's fill callback
- * (which may ask for any number of bytes per call), so only one row of each tensor is held
- * here (the writer itself buffers one whole tensor at a time). The file is written under a temporary name and renamed into place: a failure leaves
- * no partial file behind.
+ * STREAMING: tensor data is produced a row at a time inside the writer's fill callback (which may
+ * ask for any number of bytes per call), so only one row of each tensor is held here (the writer
+ * itself buffers one whole tensor at a time). The file is written under a temporary name and
+ * renamed into place: a failure leaves no partial file behind.
  */
 #include <errno.h>
 #include <math.h>

@@ -3,16 +3,16 @@
  * generation's full prompt, taken at its first output and inserted into the prefix cache
  * on the caller's thread.
  *
- * The capture replaces the generation's callbacks and user pointer with its own. At the
- * first update that carries tokens (or, when the first sampled token stopped the generation,
- * at its settling), on the engine thread, the wrapper finds the generation's session
- * (graft_generation_session), checks that it is the session the capture is bound to (by id:
- * the handle the caller passed may be gone or reused) and that its committed position is the
- * full prompt, and queues a clone there before it calls the caller's callback. Commands queued from a callback run before the next forward pass, and
- * in order, so the clone holds exactly the prompt, with its sliding window, and runs before
- * a close or cancel queued by the caller's callback. Nothing blocks on the engine thread.
- * collect, on the caller's thread, waits for that clone's answer (certain: every clone is
- * answered, if only with GRAFT_ESHUTDOWN) and inserts the snapshot.
+ * The capture replaces the generation's callbacks and user pointer with its own. At the first
+ * update that carries tokens (or, when the first sampled token stopped the generation, at its
+ * settling), on the engine thread, the wrapper finds the generation's session
+ * (graft_generation_session), checks that it is the session the capture is bound to (by id: the
+ * handle the caller passed may be gone or reused) and that its committed position is the full
+ * prompt, and queues a clone there before it calls the caller's callback. Commands queued from a
+ * callback run before the next forward pass, and in order, so the clone holds exactly the prompt,
+ * with its sliding window, and runs before a close or cancel queued by the caller's callback.
+ * Nothing blocks on the engine thread. collect, on the caller's thread, waits for that clone's
+ * answer (certain: every clone is answered, if only with GRAFT_ESHUTDOWN) and inserts the snapshot.
  *
  * States: WAITING until the first update with tokens; then REQUESTED (clone queued) or
  * MISSED (session or position did not match); REQUESTED becomes ANSWERED when the clone's

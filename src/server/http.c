@@ -453,12 +453,18 @@ static void route_response(graft__server *s, struct MHD_Connection *conn, const 
 static void route_apply_template(graft__server *s, const json_t *body, graft__reply *reply)
 {
     char *text = NULL, *prefill = NULL, *param = NULL, *message = NULL;
-    if (graft__chat_render(s->ctx.chat, body, &text, &prefill, &param, &message) != GRAFT_OK)
+    json_t *as_tools = NULL;
+    bool legacy_answer;
+    if (graft__functions_as_tools(body, true, &as_tools, &legacy_answer, &param, &message) !=
+            GRAFT_OK ||
+        graft__chat_render(s->ctx.chat, as_tools ? as_tools : body, &text, &prefill, &param,
+                           &message) != GRAFT_OK)
         graft__reply_error(reply, 400, "invalid_request_error", param ? param : "messages",
                            "%s", message ? message : "cannot render the messages");
     else
         graft__reply_json(reply, 200, json_pack("{s:s+}", "prompt", text,
                                                 prefill ? prefill : ""));
+    json_decref(as_tools);
     free(text);
     free(prefill);
     free(param);

@@ -8,7 +8,7 @@
  * temperature, top_p, top_k, min_p, seed, repetition_penalty / repeat_penalty, presence_penalty,
  * frequency_penalty, logit_bias, logprobs / top_logprobs (chat: a flag and a count; completions:
  * the legacy count), tools and tool_choice (auto, none, required or a named function),
- * parallel_tool_calls, response_format (text, json_object, json_schema) or llama-server's
+ * parallel_tool_calls, or their legacy form functions and function_call (functions.c), response_format (text, json_object, json_schema) or llama-server's
  * json_schema, llama-server's grammar (GBNF), stop, stream, stream_options.include_usage,
  * ignore_eos, return_tokens, session_id,
  * echo (completions: the prompt comes back before the answer; max_tokens 0 then asks for the prompt
@@ -34,7 +34,7 @@
 
 /* Fields a client may send that graft cannot honour yet, refused when set to anything but
  * their neutral value. */
-static const char *const unsupported[] = {"functions", "function_call", "best_of"};
+static const char *const unsupported[] = {"best_of"};
 
 int graft__refuse(char **param, char **message, const char *path, const char *fmt, ...)
 {
@@ -722,19 +722,25 @@ int graft__request_parse(const json_t *body, graft__prompt_kind kind,
     *param = *message = NULL;
     r->chat = kind == GRAFT__PROMPT_CHAT;
     r->sampling = graft_sampling_default();
+    json_t *as_tools = NULL;
     int rc;
     if (!json_is_object(body))
         rc = graft__refuse(param, message, "", "the body must be a JSON object");
-    else if ((rc = check_unsupported(body, param, message)) == GRAFT_OK &&
-             (rc = parse_sampling(body, r, param, message)) == GRAFT_OK &&
-             (rc = parse_lengths(body, r, param, message)) == GRAFT_OK &&
-             (rc = parse_stop(body, r, param, message)) == GRAFT_OK &&
-             (rc = parse_logit_bias(body, r, param, message)) == GRAFT_OK &&
-             (rc = parse_choices(body, r, param, message)) == GRAFT_OK &&
-             (rc = parse_tools(body, r, param, message)) == GRAFT_OK &&
-             (rc = parse_response_format(body, r, param, message)) == GRAFT_OK &&
-             (rc = parse_grammar(body, r, param, message)) == GRAFT_OK &&
-             (rc = parse_flags(body, r, param, message)) == GRAFT_OK) {
+    else
+        rc = graft__functions_as_tools(body, r->chat, &as_tools, &r->legacy_functions, param,
+                                       message);
+    if (as_tools != NULL)
+        body = as_tools;
+    if (rc == GRAFT_OK && (rc = check_unsupported(body, param, message)) == GRAFT_OK &&
+        (rc = parse_sampling(body, r, param, message)) == GRAFT_OK &&
+        (rc = parse_lengths(body, r, param, message)) == GRAFT_OK &&
+        (rc = parse_stop(body, r, param, message)) == GRAFT_OK &&
+        (rc = parse_logit_bias(body, r, param, message)) == GRAFT_OK &&
+        (rc = parse_choices(body, r, param, message)) == GRAFT_OK &&
+        (rc = parse_tools(body, r, param, message)) == GRAFT_OK &&
+        (rc = parse_response_format(body, r, param, message)) == GRAFT_OK &&
+        (rc = parse_grammar(body, r, param, message)) == GRAFT_OK &&
+        (rc = parse_flags(body, r, param, message)) == GRAFT_OK) {
         if (kind == GRAFT__PROMPT_CHAT)
             rc = chat_template == NULL ? GRAFT_EUNSUPPORTED
                                        : parse_chat(body, chat_template, r, param, message);
@@ -742,8 +748,11 @@ int graft__request_parse(const json_t *body, graft__prompt_kind kind,
                                                      GRAFT_OK)
             rc = graft__infill_parse(body, kind, r, param, message);
     }
+    if (rc != GRAFT_OK && r->legacy_functions)
+        graft__functions_legacy_path(param, message);
     if (rc != GRAFT_OK)
         graft__request_free(r);
+    json_decref(as_tools);
     return rc;
 }
 

@@ -19,11 +19,12 @@
 const char *graft__choice_finish_reason(const choice *ch)
 {
     bool calls = ch->calls != NULL && json_array_size(ch->calls) > 0;
+    const char *called = ch->c->req.legacy_functions ? "function_call" : "tool_calls";
     if (ch->stopped)
-        return calls ? "tool_calls" : "stop";
+        return calls ? called : "stop";
     switch (ch->gen ? graft_generation_finish_reason(ch->gen) : GRAFT_FINISH_NONE) {
     case GRAFT_FINISH_STOP:
-        return calls ? "tool_calls" : "stop";
+        return calls ? called : "stop";
     case GRAFT_FINISH_LENGTH:
         return "length";
     default:
@@ -344,7 +345,12 @@ json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, 
             json_decref(content); /* a delta of tool calls or of the thought alone */
         else
             json_object_set_new(msg, "content", content);
-        if (calls > ch->calls_sent) {
+        if (calls > ch->calls_sent && c->req.legacy_functions) { /* one call (one_call) */
+            json_object_set_new(msg, "function_call",
+                                json_deep_copy(json_object_get(json_array_get(ch->calls, 0),
+                                                               "function")));
+            ch->calls_sent = calls;
+        } else if (calls > ch->calls_sent) {
             json_t *out = json_array();
             for (size_t k = delta ? ch->calls_sent : 0; k < calls; k++) {
                 json_t *call = json_deep_copy(json_array_get(ch->calls, k));

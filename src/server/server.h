@@ -18,6 +18,7 @@
  *   batch.c       several prompts in one completions request, one completion each
  *   tool_calls.c  tool calls parsed from generated text
  *   chat.c        chat messages to prompt text through the model's chat template
+ *   functions.c   OpenAI's legacy function calling, run as the tools form
  *   responses.c   the Responses API: a request as a chat completion, the answer as a
  *                 response object or its typed events
  *   response_store.c  stored responses, continued with previous_response_id
@@ -127,6 +128,18 @@ int graft__chat_render(const graft__chat *chat, const json_t *body, char **text,
                        char **prefill, char **param, char **message);
 /* Whether rendered text starts with the BOS text (then tokenizing adds no BOS again). */
 bool graft__chat_starts_with_bos(const graft__chat *chat, const char *text);
+
+/* functions.c. When a chat body (chat true) uses OpenAI's legacy function calling
+ * (functions, function_call, an assistant message's function_call, "function" messages),
+ * *out is a copy of it in the tools form, else NULL; *legacy_answer: functions was given,
+ * so the answer takes the legacy shape. Not chat: functions and function_call are refused.
+ * GRAFT_EINVAL with *param (the JSON path) and *message. */
+int graft__functions_as_tools(const json_t *body, bool chat, json_t **out, bool *legacy_answer,
+                              char **param, char **message);
+/* A refusal's path in the tools form (tools[N].function.X, tool_choice...) rewritten as the
+ * legacy field the client gave (functions[N].X, function_call...), in *param and where the
+ * message quotes it. */
+void graft__functions_legacy_path(char **param, char **message);
 
 /* Starts listening; until graft__server_set_ready, /health answers 503 and every other route
  * 503 too. *port_out receives the port bound. */
@@ -260,6 +273,7 @@ typedef struct graft__completion_request {
     bool logprobs;          /* report each token's log-probability ... */
     int32_t top_logprobs;   /* ... and the most likely tokens' */
     bool tools;             /* chat with tools (tool_choice not "none"): tool calls parsed */
+    bool legacy_functions;  /* given as functions: the call is answered as function_call */
     bool return_tokens;     /* each choice also gives its token ids (llama-server's field) */
     int32_t n_indent;       /* completions (llama-server's field): after the answer's first
                                line, a line indented by fewer spaces and tabs ends it, before

@@ -6,7 +6,7 @@
 // log-probabilities as the SDK types them; the model list; JSON mode and structured outputs
 // (response_format json_object and json_schema, strings held to a format, a pattern and
 // lengths, numbers to bounds, a zod discriminated union through the SDK's zodResponseFormat
-// and parse) and a forced tool call; a thinking model's thought as reasoning_content and
+// and parse) and a forced tool call, also in the legacy functions form; a thinking model's thought as reasoning_content and
 // as the Responses API's reasoning item (a second server, with QwQ's template); a request graft
 // refuses surfaces as the SDK's BadRequestError with the status and the field graft names;
 // fill in the middle with the completions API's suffix (a third server, a coder model);
@@ -331,6 +331,39 @@ await check('tool_choice naming a function: one call, its arguments held to the 
     const args = JSON.parse(call.function.arguments);
     assert.deepEqual(Object.keys(args), ['city', 'unit']);
     assert.ok(['C', 'F'].includes(args.unit));
+});
+
+await check('legacy functions: function_call naming one gives the call tool_choice gives, as function_call', async () => {
+    const parameters = {
+        type: 'object',
+        properties: { city: { type: 'string' }, unit: { enum: ['C', 'F'] } },
+        required: ['city', 'unit'],
+    };
+    const common = { model: 'stories260K', messages, max_tokens: 96, temperature: 0, logit_bias: { 37: 6, 436: 6 } };
+    const legacy = await client.chat.completions.create({
+        ...common, functions: [{ name: 'get_weather', parameters }], function_call: { name: 'get_weather' },
+    });
+    const tools = await client.chat.completions.create({
+        ...common, tools: [{ type: 'function', function: { name: 'get_weather', parameters } }],
+        tool_choice: { type: 'function', function: { name: 'get_weather' } }, parallel_tool_calls: false,
+    });
+    const choice = legacy.choices[0];
+    assert.equal(choice.finish_reason, 'function_call');
+    assert.equal(choice.message.content, null);
+    assert.equal(choice.message.tool_calls, undefined);
+    assert.equal(choice.message.function_call.name, 'get_weather');
+    assert.equal(choice.message.function_call.arguments, tools.choices[0].message.tool_calls[0].function.arguments);
+    const stream = await client.chat.completions.create({
+        ...common, functions: [{ name: 'get_weather', parameters }], function_call: { name: 'get_weather' }, stream: true,
+    });
+    let name = '', args = '', finish = null;
+    for await (const chunk of stream)
+        for (const c of chunk.choices) {
+            name += c.delta.function_call?.name ?? '';
+            args += c.delta.function_call?.arguments ?? '';
+            finish = c.finish_reason ?? finish;
+        }
+    assert.deepEqual([name, args, finish], ['get_weather', choice.message.function_call.arguments, 'function_call']);
 });
 
 await check('responses API: the same text as chat, streamed alike, continued with previous_response_id', async () => {

@@ -1,6 +1,6 @@
 /*
  * fuzz_request.c: libFuzzer target for the server's request validation (src/server/
- * request.c and chat.c).
+ * request.c, functions.c and chat.c).
  *
  * An input is a request body, parsed with jansson as the server does; a JSON object goes
  * through graft__request_parse as a completion, as an /infill body and as a chat completion
@@ -48,6 +48,7 @@ static void check(const json_t *body, graft__prompt_kind kind, const graft__chat
         require(r.top_logprobs == 0 || r.logprobs);
         require(r.n_logit_bias == 0 || r.logit_bias != NULL);
         require(!r.tools || is_chat);
+        require(!r.legacy_functions || (is_chat && r.one_call));
         require(r.thought_tags == NULL || r.thought_tags == with->thought_tags);
         require(r.output_after == NULL || (r.output_format != GRAFT_OUTPUT_TEXT &&
                                            !r.forced_call && with->thought_tags != NULL));

@@ -307,7 +307,7 @@ static void test_errors(void **state)
     free(graft_test_expect_error(&r, 400, "functions"));
     graft_test_response_free(&r);
     r = graft_test_request(&main_server, "POST", "/v1/completions",
-                           "{\"prompt\": \"x\", \"max_tokens\": 2, \"best_of\": 2}");
+                           "{\"prompt\": \"x\", \"max_tokens\": 2, \"n\": 2, \"best_of\": 1}");
     free(graft_test_expect_error(&r, 400, "best_of"));
     graft_test_response_free(&r);
     r = graft_test_request(&main_server, "POST", "/v1/completions",

@@ -72,12 +72,18 @@ static int check_batch(const json_t *body, const char *session_header, graft__re
             }
         }
     }
-    const json_t *n = json_object_get(body, "n");
+    const json_t *n = json_object_get(body, "n"), *best_of = json_object_get(body, "best_of");
     json_int_t choices = json_is_integer(n) ? json_integer_value(n) : 1;
+    const char *field = "n";
+    if (json_is_integer(best_of) && json_integer_value(best_of) > choices) {
+        choices = json_integer_value(best_of);
+        field = "best_of";
+    }
     if (choices >= 1 && (json_int_t)k * choices > GRAFT__MAX_CHOICES) {
         graft__reply_error(reply, 400, "invalid_request_error", "prompt",
-                           "'prompt' holds %zu prompts and 'n' is %lld: a request makes at "
-                           "most %d completions", k, (long long)choices, GRAFT__MAX_CHOICES);
+                           "'prompt' holds %zu prompts and '%s' is %lld: a request makes at "
+                           "most %d completions", k, field, (long long)choices,
+                           GRAFT__MAX_CHOICES);
         return -1;
     }
     const json_t *sid = json_object_get(body, "session_id");
@@ -121,10 +127,13 @@ static void batch_reply(const batch *b, graft__reply *reply)
     }
     json_t *j = graft__envelope_json(cs[0], "text_completion");
     json_t *choices = json_array();
-    for (size_t p = 0; p < k; p++)
-        for (int32_t i = 0; i < cs[p]->n_choices; i++)
-            json_array_append_new(choices, graft__choice_json(cs[p], &cs[p]->choices[i], 0,
-                                                              cs[p]->choices[i].len, false, true));
+    for (size_t p = 0; p < k; p++) {
+        choice *answer[GRAFT__MAX_CHOICES];
+        int32_t n = graft__answer_choices(cs[p], answer);
+        for (int32_t i = 0; i < n; i++)
+            json_array_append_new(choices, graft__choice_json(cs[p], answer[i], 0,
+                                                              answer[i]->len, false, true));
+    }
     json_object_set_new(j, "choices", choices);
     set_totals(j, cs, k);
     graft__reply_json(reply, 200, j);
@@ -230,7 +239,7 @@ static bool begin_all(batch *b, const json_t *body, const char *owner, graft__re
             break;
         }
         ok = graft__completion_begin(c, one, GRAFT__API_TEXT, NULL, owner, reply) == 0;
-        c->index_base = (int32_t)p * c->n_choices;
+        c->index_base = (int32_t)p * c->req.n_choices;
         c->in_batch = true;
     }
     json_decref(one);

@@ -523,7 +523,7 @@ static int start_choice(completion *c, choice *ch)
     cfg.sampling.seed += (uint64_t)ch->index;
     cfg.logit_bias = r->logit_bias;
     cfg.n_logit_bias = r->n_logit_bias;
-    cfg.logprobs = r->logprobs;
+    cfg.logprobs = c->width > 0; /* asked for, or best_of ranks by them */
     cfg.top_logprobs = r->top_logprobs;
     cfg.prompt_logprobs = c->prompt_logprobs && ch->index == 0;
     cfg.prefill_only = r->prompt_only;
@@ -773,8 +773,10 @@ static void whole_reply(completion *c, graft__reply *reply)
     }
     json_t *j = graft__envelope_json(c, c->req.chat ? "chat.completion" : "text_completion");
     json_t *choices = json_array();
-    for (int32_t i = 0; i < c->n_choices; i++) {
-        choice *ch = &c->choices[i];
+    choice *answer[GRAFT__MAX_CHOICES];
+    int32_t n = graft__answer_choices(c, answer);
+    for (int32_t i = 0; i < n; i++) {
+        choice *ch = answer[i];
         /* With tools the content ends where the calls begin (graft__choice_json adds what
          * did not parse as calls). */
         size_t content = c->req.tools ? ch->content_end : ch->len;
@@ -854,8 +856,8 @@ int graft__completion_prepare(completion *c, const json_t *body, graft__api api,
         free(message);
         return -1;
     }
-    if (c->llama && (c->req.n_choices > 1 || c->req.echo)) {
-        const char *field = c->req.echo ? "echo" : "n";
+    if (c->llama && (c->req.best_of > 1 || c->req.echo)) {
+        const char *field = c->req.echo ? "echo" : c->req.n_choices > 1 ? "n" : "best_of";
         graft__reply_error(reply, 400, "invalid_request_error", field,
                            "POST %s gives one completion without its prompt: use "
                            "/v1/completions for '%s'",
@@ -864,10 +866,12 @@ int graft__completion_prepare(completion *c, const json_t *body, graft__api api,
     }
     if (api == GRAFT__API_INFILL)
         strcpy(c->prompt_path, "input_prefix");
-    c->n_choices = c->req.n_choices;
+    c->n_choices = c->req.best_of;
     for (int32_t i = 0; i < c->n_choices; i++)
         c->choices[i] = (choice){.c = c, .index = i};
-    c->width = c->req.logprobs ? 1 + c->req.top_logprobs : 0;
+    c->width = c->req.logprobs                     ? 1 + c->req.top_logprobs
+               : c->req.best_of > c->req.n_choices ? 1
+                                                   : 0;
     return tokenize_prompt(c, reply);
 }
 

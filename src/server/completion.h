@@ -213,6 +213,11 @@ void graft__choice_settle_tools(choice *ch);
 const char *graft__choice_finish_reason(const choice *ch);
 /* Tokens generated over every choice. */
 size_t graft__generated_tokens(const completion *c);
+/* The choices a whole answer gives, in its order, into out (GRAFT__MAX_CHOICES); returns
+ * their count. With best_of above n, the n of highest mean log-probability per token (ties:
+ * the lower index first; a choice without tokens last); each one's index becomes its place
+ * in the answer. */
+int32_t graft__answer_choices(completion *c, choice **out);
 /* Tokens generated over every choice that begin in a thought. */
 size_t graft__thought_tokens(const completion *c);
 /* OpenAI's usage object: prompt, completion and total tokens, and the cached ones. */

@@ -32,10 +32,6 @@
 
 #include "server/server.h"
 
-/* Fields a client may send that graft cannot honour yet, refused when set to anything but
- * their neutral value. */
-static const char *const unsupported[] = {"best_of"};
-
 int graft__refuse(char **param, char **message, const char *path, const char *fmt, ...)
 {
     char buf[512];
@@ -168,35 +164,6 @@ static int parse_stop(const json_t *body, graft__completion_request *r, char **p
     return GRAFT_OK;
 }
 
-/* Whether a field graft cannot honour is set to something but its neutral value. */
-static bool is_set(const json_t *v)
-{
-    return v != NULL && !json_is_null(v) && !json_is_false(v) &&
-           !(json_is_number(v) && json_number_value(v) == 0) &&
-           !(json_is_array(v) && json_array_size(v) == 0) &&
-           !(json_is_object(v) && json_object_size(v) == 0);
-}
-
-/* Whether an unsupported field asks for nothing beyond the default: unset, or set to the
- * value OpenAI takes when it is absent (some clients send those explicitly). */
-static bool neutral(const char *name, const json_t *v)
-{
-    if (!is_set(v))
-        return true;
-    if (strcmp(name, "best_of") == 0)
-        return json_is_integer(v) && json_integer_value(v) == 1;
-    return false;
-}
-
-static int check_unsupported(const json_t *body, char **param, char **message)
-{
-    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
-        if (!neutral(unsupported[i], json_object_get(body, unsupported[i])))
-            return graft__refuse(param, message, unsupported[i],
-                                 "'%s' is not supported by this server", unsupported[i]);
-    return GRAFT_OK;
-}
-
 static int parse_sampling(const json_t *body, graft__completion_request *r, char **param,
                           char **message)
 {
@@ -282,6 +249,17 @@ static int parse_choices(const json_t *body, graft__completion_request *r, char 
     if (rc != GRAFT_OK)
         return rc;
     r->n_choices = (int32_t)n;
+    long long best_of = 0; /* absent */
+    if ((rc = get_int(body, "best_of", 1, GRAFT__MAX_CHOICES, &best_of, param, message)) !=
+        GRAFT_OK)
+        return rc;
+    if (r->chat && best_of > 1) /* 1 asks for nothing (some clients send it) */
+        return graft__refuse(param, message, "best_of", "'best_of' is a field of "
+                             "/v1/completions");
+    if (!r->chat && best_of > 0 && best_of < n)
+        return graft__refuse(param, message, "best_of", "'best_of' (%lld) must be at least "
+                             "'n' (%lld)", best_of, n);
+    r->best_of = r->chat || best_of == 0 ? r->n_choices : (int32_t)best_of;
     const json_t *lp = json_object_get(body, "logprobs");
     long long top = 0;
     if (!r->chat) { /* the legacy completions API: logprobs is the count of alternatives */
@@ -593,6 +571,9 @@ static int parse_flags(const json_t *body, graft__completion_request *r, char **
         (rc = get_bool(body, "ignore_eos", &r->ignore_eos, param, message)) != GRAFT_OK ||
         (rc = get_bool(body, "return_tokens", &r->return_tokens, param, message)) != GRAFT_OK)
         return rc;
+    if (r->stream && r->best_of > r->n_choices)
+        return graft__refuse(param, message, "best_of", "'best_of' above 'n' picks among whole "
+                             "answers, so it cannot be streamed");
     const json_t *so = json_object_get(body, "stream_options");
     if (so != NULL && !json_is_null(so)) {
         if (!json_is_object(so))
@@ -731,8 +712,7 @@ int graft__request_parse(const json_t *body, graft__prompt_kind kind,
                                        message);
     if (as_tools != NULL)
         body = as_tools;
-    if (rc == GRAFT_OK && (rc = check_unsupported(body, param, message)) == GRAFT_OK &&
-        (rc = parse_sampling(body, r, param, message)) == GRAFT_OK &&
+    if (rc == GRAFT_OK && (rc = parse_sampling(body, r, param, message)) == GRAFT_OK &&
         (rc = parse_lengths(body, r, param, message)) == GRAFT_OK &&
         (rc = parse_stop(body, r, param, message)) == GRAFT_OK &&
         (rc = parse_logit_bias(body, r, param, message)) == GRAFT_OK &&

@@ -10,6 +10,7 @@
  * as the text it decodes to on its own; an echoed prompt's tokens as their parts of its
  * text (so that they spell it), the first of them with no log-probability (null).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,36 @@ size_t graft__generated_tokens(const completion *c)
     for (int32_t i = 0; i < c->n_choices; i++)
         generated += c->choices[i].n_tokens;
     return generated;
+}
+
+/* A candidate's mean log-probability per token (-INFINITY without tokens). */
+static double mean_logprob(const completion *c, const choice *ch)
+{
+    if (ch->n_tokens == 0)
+        return -INFINITY;
+    double sum = 0.0;
+    for (size_t t = 0; t < ch->n_tokens; t++)
+        sum += ch->logprobs[t * (size_t)c->width].logprob;
+    return sum / (double)ch->n_tokens;
+}
+
+int32_t graft__answer_choices(completion *c, choice **out)
+{
+    double score[GRAFT__MAX_CHOICES];
+    for (int32_t i = 0; i < c->n_choices; i++) {
+        out[i] = &c->choices[i];
+        score[i] = c->n_choices > c->req.n_choices ? mean_logprob(c, out[i]) : 0.0;
+    }
+    for (int32_t i = 1; i < c->n_choices; i++) /* stable: ties keep the lower index first */
+        for (int32_t k = i; k > 0 && score[out[k]->index] > score[out[k - 1]->index]; k--) {
+            choice *t = out[k];
+            out[k] = out[k - 1];
+            out[k - 1] = t;
+        }
+    int32_t n = c->n_choices < c->req.n_choices ? c->n_choices : c->req.n_choices;
+    for (int32_t i = 0; i < n; i++)
+        out[i]->index = i;
+    return n;
 }
 
 json_t *graft__usage_counts_json(size_t prompt, size_t generated, size_t cached)

@@ -270,6 +270,9 @@ typedef struct graft__completion_request {
     size_t n_stop;
     char *session_id;       /* a named session's id (body or header), or NULL */
     int32_t n_choices;      /* n: 1 .. GRAFT__MAX_CHOICES */
+    int32_t best_of;        /* completions: the answers generated (n .. GRAFT__MAX_CHOICES),
+                               of which the n with the highest mean log-probability per token
+                               are given; n elsewhere */
     bool logprobs;          /* report each token's log-probability ... */
     int32_t top_logprobs;   /* ... and the most likely tokens' */
     bool tools;             /* chat with tools (tool_choice not "none"): tool calls parsed */

@@ -1,16 +1,16 @@
 // openai_test.mjs: the official openai npm client (the version pinned in package.json)
 // against a running `graft serve` on 127.0.0.1:PORT (started by run.sh).
 //
-// Chat and text completions, whole and streamed: the streamed deltas add up to the whole
-// answer, usage comes in the last chunk; n > 1 (each choice the answer of its seed alone);
+// Chat and text completions, whole and streamed: the streamed deltas add up to the whole answer,
+// usage comes in the last chunk; n > 1 (each choice the answer of its seed alone) and best_of;
 // log-probabilities as the SDK types them; the model list; JSON mode and structured outputs
-// (response_format json_object and json_schema, strings held to a format, a pattern and
-// lengths, numbers to bounds, a zod discriminated union through the SDK's zodResponseFormat
-// and parse) and a forced tool call, also in the legacy functions form; a thinking model's thought as reasoning_content and
-// as the Responses API's reasoning item (a second server, with QwQ's template); a request graft
-// refuses surfaces as the SDK's BadRequestError with the status and the field graft names;
-// fill in the middle with the completions API's suffix (a third server, a coder model);
-// llama-server's GBNF grammar field, sent in the body.
+// (response_format json_object and json_schema, strings held to a format, a pattern and lengths,
+// numbers to bounds, a zod discriminated union through the SDK's zodResponseFormat and parse) and a
+// forced tool call, also in the legacy functions form; a thinking model's thought as
+// reasoning_content and as the Responses API's reasoning item (a second server, with QwQ's
+// template); a request graft refuses surfaces as the SDK's BadRequestError with the status and the
+// field graft names; fill in the middle with the completions API's suffix (a third server, a coder
+// model); llama-server's GBNF grammar field, sent in the body.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
@@ -93,6 +93,18 @@ await check('n choices: choice i is the answer of seed + i alone', async () => {
         assert.equal(many.choices[i].message.content, one.choices[0].message.content);
     }
     assert.equal(many.usage.completion_tokens, 3 * 16);
+});
+
+await check('best_of: the candidate of highest mean log-probability per token', async () => {
+    const params = { model: 'stories260K', prompt: 'The dog', max_tokens: 10, temperature: 1, seed: 8 };
+    const all = await client.completions.create({ ...params, n: 4, logprobs: 0 });
+    const mean = (c) => c.logprobs.token_logprobs.reduce((a, b) => a + b, 0) / c.logprobs.token_logprobs.length;
+    let best = all.choices[0];
+    for (const c of all.choices) if (mean(c) > mean(best)) best = c;
+    const answer = await client.completions.create({ ...params, best_of: 4 });
+    assert.equal(answer.choices.length, 1);
+    assert.equal(answer.choices[0].text, best.text);
+    assert.equal(answer.usage.completion_tokens, all.usage.completion_tokens);
 });
 
 await check('several prompts: choice p is the answer of prompt p alone', async () => {

@@ -44,6 +44,8 @@ static void check(const json_t *body, graft__prompt_kind kind, const graft__chat
         require((json_object_get(r.infill, "files") != NULL) == (kind == GRAFT__PROMPT_INFILL));
         require(r.n_stop <= GRAFT__MAX_STOP);
         require(r.n_choices >= 1 && r.n_choices <= GRAFT__MAX_CHOICES);
+        require(r.best_of >= r.n_choices && r.best_of <= GRAFT__MAX_CHOICES);
+        require((r.best_of == r.n_choices || !is_chat) && !(r.stream && r.best_of > r.n_choices));
         require(r.top_logprobs >= 0 && r.top_logprobs <= GRAFT_MAX_TOP_LOGPROBS);
         require(r.top_logprobs == 0 || r.logprobs);
         require(r.n_logit_bias == 0 || r.logit_bias != NULL);

@@ -494,6 +494,33 @@ static void test_run_prompt(void **state)
         fail_msg("seeds 3 and 4 sampled the same text: %s", sampled[0].out);
     for (int i = 0; i < 3; i++)
         result_free(&sampled[i]);
+    /* --repeat-last-n: -1 is the whole context, as without it; 0 turns the penalty off; a
+     * window of 16 is neither */
+    static const char *const story = "Once upon a time there was a little girl named Lily. Lily";
+    static const char *const windows[4] = {NULL, "-1", "0", "16"};
+    cli_result penalised[4];
+    for (int i = 0; i < 4; i++) {
+        penalised[i] = windows[i] == NULL
+                           ? GRAFT("run", "-m", stories(), "-p", story, "-n", "24", "--temp",
+                                   "0", "--repeat-penalty", "1.5")
+                           : GRAFT("run", "-m", stories(), "-p", story, "-n", "24", "--temp",
+                                   "0", "--repeat-penalty", "1.5", "--repeat-last-n", windows[i]);
+        expect_status(&penalised[i], 0);
+    }
+    cli_result plain = GRAFT("run", "-m", stories(), "-p", story, "-n", "24", "--temp", "0");
+    expect_status(&plain, 0);
+    assert_string_equal(penalised[1].out, penalised[0].out);
+    assert_string_equal(penalised[2].out, plain.out);
+    assert_string_not_equal(penalised[0].out, plain.out);
+    assert_string_not_equal(penalised[3].out, penalised[0].out);
+    assert_string_not_equal(penalised[3].out, plain.out);
+    for (int i = 0; i < 4; i++)
+        result_free(&penalised[i]);
+    result_free(&plain);
+    r = GRAFT("run", "-m", stories(), "-p", story, "--repeat-last-n", "-2");
+    expect_status(&r, 2);
+    expect_contains(r.err, "--repeat-last-n");
+    result_free(&r);
 }
 
 static void test_run_default_model(void **state)

@@ -1,9 +1,11 @@
 /*
  * test_engine_sampling.c: the sampling options a server passes through (logit biases,
- * presence and frequency penalties) and the log-probabilities the engine reports.
+ * presence and frequency penalties, the repetition penalty and its window) and the
+ * log-probabilities the engine reports.
  *
- * The sampler is checked against an oracle written here from OpenAI's definitions (a token
- * picked c > 0 times loses presence + c * frequency; a bias is added). The engine's
+ * The sampler is checked against oracles written here from OpenAI's definitions (a token
+ * picked c > 0 times loses presence + c * frequency; a bias is added) and llama.cpp's (each
+ * distinct token of the penalty's window divided or multiplied once). The engine's
  * log-probabilities are checked against a float64 log-softmax of the cold logits computed
  * here, a full sort for the top tokens, and for batch invariance by memcmp with the same
  * request run beside others; the prompt's log-probabilities (prompt_logprobs) the same way,
@@ -335,6 +337,76 @@ static void test_sampler_allocations(void **state)
     graft_sampler_free(s);
     assert_int_equal(graft__alloc_live(), base);
     free(logits);
+}
+
+/* The oracle of the repetition penalty: each distinct token among the last `window` of the
+ * history (all of it: 0) has its logit divided by the penalty when positive, multiplied
+ * when not. */
+static void oracle_penalise(float *logits, int32_t v, const int32_t *history, size_t n,
+                            size_t window, float penalty)
+{
+    bool seen[64] = {false};
+    assert_true(v <= 64);
+    size_t from = window > 0 && n > window ? n - window : 0;
+    for (size_t i = from; i < n; i++) {
+        int32_t id = history[i];
+        if (seen[id])
+            continue;
+        seen[id] = true;
+        logits[id] = logits[id] > 0.0f ? logits[id] / penalty : logits[id] * penalty;
+    }
+}
+
+/* The repetition penalty over the whole history, and over its last penalty_last_n tokens:
+ * the logits it leaves equal the oracle's bit for bit, and the greedy pick follows them (a
+ * token penalised in the whole history wins once it falls out of the window). */
+static void test_repetition_penalty_and_its_window(void **state)
+{
+    (void)state;
+    enum { V = 16 };
+    const int32_t history[] = {3, 7, 3, 12, 0, 9, 7, 15, 2, 2, 11, 4};
+    const size_t n = sizeof history / sizeof history[0];
+    const int32_t windows[] = {0, 1, 3, 5, 12, 40};
+    const float penalties[] = {1.5f, 0.75f};
+    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++)
+        for (size_t k = 0; k < 2; k++) {
+            graft_sampling p = greedy_sampling();
+            p.repetition_penalty = penalties[k];
+            p.penalty_last_n = windows[w];
+            graft_sampler *s = NULL;
+            assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
+            float logits[V], want[V];
+            for (int32_t i = 0; i < V; i++)
+                logits[i] = want[i] = (float)((i * 7) % 11) - 4.5f + (float)i / 64.0f;
+            oracle_penalise(want, V, history, n, (size_t)windows[w], penalties[k]);
+            int32_t got = graft_sampler_sample(s, logits, history, n);
+            assert_memory_equal(logits, want, sizeof want);
+            int32_t best = 0;
+            for (int32_t i = 1; i < V; i++)
+                best = want[i] > want[best] ? i : best;
+            assert_int_equal(got, best);
+            graft_sampler_free(s);
+        }
+    /* token 7 holds the highest logit: penalised anywhere in the history, it loses to token
+     * 8; outside a window of 4 it wins */
+    float logits[V] = {0};
+    logits[7] = 2.0f;
+    logits[8] = 1.5f;
+    graft_sampling p = greedy_sampling();
+    p.repetition_penalty = 2.0f;
+    graft_sampler *s = NULL;
+    assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
+    assert_int_equal(graft_sampler_sample(s, logits, history, n), 8);
+    graft_sampler_free(s);
+    logits[7] = 2.0f;
+    logits[8] = 1.5f;
+    p.penalty_last_n = 4;
+    assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
+    assert_int_equal(graft_sampler_sample(s, logits, history, n), 7);
+    graft_sampler_free(s);
+    p.penalty_last_n = -1;
+    assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_EINVAL);
+    assert_null(s);
 }
 
 /* ---- log-probabilities through the engine ---------------------------------------------- */
@@ -794,6 +866,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logit_bias_moves_greedy_pick),
         cmocka_unit_test(test_presence_and_frequency_penalties),
+        cmocka_unit_test(test_repetition_penalty_and_its_window),
         cmocka_unit_test(test_penalised_sampling_is_deterministic),
         cmocka_unit_test(test_sampled_pick_matches_oracle),
         cmocka_unit_test(test_sampler_allocations),

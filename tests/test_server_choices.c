@@ -606,9 +606,40 @@ static void test_logit_bias_and_penalties(void **state)
     json_decref(greedy);
     json_decref(body);
 
+    /* the repetition penalty's window (llama-server's repeat_last_n): -1 is the whole
+     * history, as without it; 0 turns the penalty off; a window of 16 is neither */
+    const char *story = "Once upon a time there was a little girl named Lily. Lily";
+    const char *windows[] = {NULL, "-1", "0", "16", "none"};
+    json_t *answers[5];
+    for (int w = 0; w < 5; w++) {
+        json_t *req = json_pack("{s:s, s:i, s:f}", "prompt", story, "max_tokens", 24,
+                                "temperature", 0.0);
+        if (w < 4)
+            json_object_set_new(req, "repeat_penalty", json_real(1.5));
+        if (windows[w] != NULL && w < 4)
+            json_object_set_new(req, w == 3 ? "penalty_last_n" : "repeat_last_n",
+                                json_integer(atoi(windows[w])));
+        answers[w] = post("/v1/completions", req, 200);
+    }
+    assert_string_equal(choice_text(answers[1], 0), choice_text(answers[0], 0));
+    assert_string_equal(choice_text(answers[2], 0), choice_text(answers[4], 0));
+    assert_string_not_equal(choice_text(answers[0], 0), choice_text(answers[4], 0));
+    assert_string_not_equal(choice_text(answers[3], 0), choice_text(answers[0], 0));
+    assert_string_not_equal(choice_text(answers[3], 0), choice_text(answers[4], 0));
+    for (int w = 0; w < 5; w++)
+        json_decref(answers[w]);
+
     struct {
         const char *body, *param;
     } bad[] = {
+        {"{\"prompt\": \"x\", \"repeat_last_n\": -2}", "repeat_last_n"},
+        {"{\"prompt\": \"x\", \"typical_p\": 0.9}", "typical_p"},
+        {"{\"prompt\": \"x\", \"mirostat\": 2}", "mirostat"},
+        {"{\"prompt\": \"x\", \"dry_multiplier\": 0.8}", "dry_multiplier"},
+        {"{\"prompt\": \"x\", \"xtc_probability\": 0.5}", "xtc_probability"},
+        {"{\"prompt\": \"x\", \"top_n_sigma\": 1}", "top_n_sigma"},
+        {"{\"prompt\": \"x\", \"dynatemp_range\": 0.5}", "dynatemp_range"},
+        {"{\"prompt\": \"x\", \"tfs_z\": 0.95}", "tfs_z"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"99999\": 1}}", "logit_bias.99999"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", "logit_bias.abc"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": 101}}", "logit_bias.5"},
@@ -621,6 +652,20 @@ static void test_logit_bias_and_penalties(void **state)
         free(graft_test_expect_error(&r, 400, bad[i].param));
         graft_test_response_free(&r);
     }
+    /* llama.cpp's samplers at their off values (its web UI sends them all) ask for nothing */
+    json_t *off = post("/v1/completions",
+                       json_pack("{s:s, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f}", "prompt",
+                                 story, "max_tokens", 24, "temperature", 0.0, "typical_p", 1.0,
+                                 "mirostat", 0, "dry_multiplier", 0.0, "xtc_probability", 0.0,
+                                 "top_n_sigma", -1.0, "dynatemp_range", 0.0, "tfs_z", 1.0),
+                       200);
+    json_t *none = post("/v1/completions",
+                        json_pack("{s:s, s:i, s:f}", "prompt", story, "max_tokens", 24,
+                                  "temperature", 0.0),
+                        200);
+    assert_string_equal(choice_text(off, 0), choice_text(none, 0));
+    json_decref(off);
+    json_decref(none);
 }
 
 /* ---- tools ------------------------------------------------------------------------------------ */

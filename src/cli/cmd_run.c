@@ -70,6 +70,8 @@ static const char run_usage[] =
     "  --min-p P               drop tokens below P times the top probability (default 0.05)\n"
     "  --repeat-penalty R      penalty for every token already in the context, 1 for off\n"
     "                          (default 1)\n"
+    "  --repeat-last-n N       the penalty looks at the context's last N tokens, -1 for all of\n"
+    "                          it, 0 for none (default -1)\n"
     "  --seed S                random seed, the same for every prompt (default 0)\n"
     "  --ctx N                 context positions (default: the longest prompt + N, with --chat\n"
     "                          every prompt and reply, with --prompt-file the model's; at most\n"
@@ -102,6 +104,7 @@ typedef struct run_options {
     const char *grammar_file;     /* --grammar-file */
     int json;                     /* --json */
     int32_t n_predict;
+    int32_t repeat_last_n; /* -1: the whole context, 0: no penalty */
     int32_t n_ctx;
     int32_t threads;
     int32_t cache_entries; /* 0: not given */
@@ -164,6 +167,7 @@ static int check_combinations(const run_options *o)
 static int parse_run_options(int argc, char **argv, run_options *o)
 {
     o->n_predict = 128;
+    o->repeat_last_n = -1;
     o->sampling = graft_sampling_default();
     o->prompts.items = calloc((size_t)argc, sizeof *o->prompts.items);
     if (o->prompts.items == NULL) {
@@ -185,6 +189,7 @@ static int parse_run_options(int argc, char **argv, run_options *o)
         {"--top-p", NULL, GRAFT_CLI_FLOAT, &sp->top_p, 0, 1, 0},
         {"--min-p", NULL, GRAFT_CLI_FLOAT, &sp->min_p, 0, 1, 0},
         {"--repeat-penalty", NULL, GRAFT_CLI_FLOAT, &sp->repetition_penalty, 0.01, 100, 0},
+        {"--repeat-last-n", NULL, GRAFT_CLI_INT, &o->repeat_last_n, -1, INT32_MAX, 0},
         {"--seed", NULL, GRAFT_CLI_U64, &sp->seed, 0, 0, 0},
         {"--ctx", NULL, GRAFT_CLI_INT, &o->n_ctx, 0, INT32_MAX, 0},
         {"--kv-mem", NULL, GRAFT_CLI_SIZE, &o->kv_mem, 1, (double)SIZE_MAX, 0},
@@ -198,6 +203,9 @@ static int parse_run_options(int argc, char **argv, run_options *o)
     const graft__cli_command cmd = {"run", run_usage, opts, sizeof opts / sizeof opts[0],
                                     NULL, 0};
     int rc = graft__cli_parse(&cmd, argc, argv, NULL);
+    if (o->repeat_last_n == 0)
+        sp->repetition_penalty = 1.0f;
+    sp->penalty_last_n = o->repeat_last_n > 0 ? o->repeat_last_n : 0;
     return rc != GRAFT_CLI_RUN ? rc : check_combinations(o);
 }
 

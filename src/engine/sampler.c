@@ -49,7 +49,7 @@ static int32_t top_k_of(const graft_sampling *p, int32_t n_vocab)
 
 graft_sampling graft_sampling_default(void)
 {
-    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0};
+    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0, 0};
     return p;
 }
 
@@ -58,7 +58,8 @@ static bool params_valid(const graft_sampling *p)
     return p->temperature >= 0.0f && isfinite(p->temperature) && p->top_k >= 0 &&
            p->top_p > 0.0f && p->top_p <= 1.0f && p->min_p >= 0.0f && p->min_p <= 1.0f &&
            p->repetition_penalty > 0.0f && isfinite(p->repetition_penalty) &&
-           isfinite(p->presence_penalty) && isfinite(p->frequency_penalty);
+           isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
+           p->penalty_last_n >= 0;
 }
 
 int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sampler **out)
@@ -129,14 +130,19 @@ int graft_sampler_set_logit_bias(graft_sampler *s, const graft_logit_bias *bias,
     return GRAFT_OK;
 }
 
-/* Each distinct token of the history is penalised once (llama.cpp's rule): a positive
- * logit is divided by the penalty, a negative one multiplied. */
+/* Each distinct token of the history's last penalty_last_n (all of it: 0) is penalised once
+ * (llama.cpp's rule): a positive logit is divided by the penalty, a negative one multiplied. */
 static void apply_penalty(graft_sampler *s, float *logits, const int32_t *history,
                           size_t n_history)
 {
     const float penalty = s->params.repetition_penalty;
     if (penalty == 1.0f)
         return;
+    size_t window = (size_t)s->params.penalty_last_n;
+    if (window > 0 && n_history > window) {
+        history += n_history - window;
+        n_history = window;
+    }
     for (size_t i = 0; i < n_history; i++) {
         int32_t id = history[i];
         if (id < 0 || id >= s->n_vocab || s->seen[id])

@@ -5,23 +5,24 @@
  * What OpenAI clients send and what llama-server users add is accepted: prompt (a string, an array
  * of one string, or token ids; batch.c splits several prompts into one body each before they come
  * here), messages (through the chat template), max_tokens / max_completion_tokens / n_predict, n,
- * temperature, top_p, top_k, min_p, seed, repetition_penalty / repeat_penalty, presence_penalty,
- * frequency_penalty, logit_bias, logprobs / top_logprobs (chat: a flag and a count; completions:
- * the legacy count), tools and tool_choice (auto, none, required or a named function),
- * parallel_tool_calls, or their legacy form functions and function_call (functions.c), response_format (text, json_object, json_schema) or llama-server's
- * json_schema, llama-server's grammar (GBNF), stop, stream, stream_options.include_usage,
- * ignore_eos, return_tokens, session_id,
- * echo (completions: the prompt comes back before the answer; max_tokens 0 then asks for the prompt
- * alone), reasoning_format (chat: whether a thinking model's thought is split off, reasoning.c),
- * thinking_token_budget (chat: the tokens a thinking model's thought may take before it is closed),
- * continue_final_message (chat: the last message, the assistant's, is a prefill the answer
- * continues, chat.c), suffix and llama-server's n_indent and t_max_predict_ms (completions:
- * fill in the middle, infill.c, and code completion's ends: at a line indented less than
- * n_indent, at a line break once t_max_predict_ms have passed); /infill's own
- * fields (infill.c). A field of the wrong type or out of range is refused naming its JSON path.
- * Known fields graft cannot honour are refused by name rather than ignored (an answer that silently
- * differs from what was asked is worse than a clear 400); unknown fields are ignored, since SDKs
- * send extras.
+ * best_of (completions: the n best of that many answers), temperature, top_p, top_k, min_p, seed,
+ * repetition_penalty / repeat_penalty (and llama-server's window of it, repeat_last_n /
+ * penalty_last_n), presence_penalty, frequency_penalty, logit_bias, logprobs / top_logprobs (chat:
+ * a flag and a count; completions: the legacy count), tools and tool_choice (auto, none, required
+ * or a named function), parallel_tool_calls, or their legacy form functions and function_call
+ * (functions.c), response_format (text, json_object, json_schema) or llama-server's json_schema,
+ * llama-server's grammar (GBNF), stop, stream, stream_options.include_usage, ignore_eos,
+ * return_tokens, session_id, echo (completions: the prompt comes back before the answer; max_tokens
+ * 0 then asks for the prompt alone), reasoning_format (chat: whether a thinking model's thought is
+ * split off, reasoning.c), thinking_token_budget (chat: the tokens a thinking model's thought may
+ * take before it is closed), continue_final_message (chat: the last message, the assistant's, is a
+ * prefill the answer continues, chat.c), suffix and llama-server's n_indent and t_max_predict_ms
+ * (completions: fill in the middle, infill.c, and code completion's ends: at a line indented less
+ * than n_indent, at a line break once t_max_predict_ms have passed); /infill's own fields
+ * (infill.c). A field of the wrong type or out of range is refused naming its JSON path. Known
+ * fields graft cannot honour (llama.cpp's samplers that graft's chain lacks, unless sent at their
+ * off value) are refused by name rather than ignored (an answer that silently differs from what was
+ * asked is worse than a clear 400); unknown fields are ignored, since SDKs send extras.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -164,6 +165,51 @@ static int parse_stop(const json_t *body, graft__completion_request *r, char **p
     return GRAFT_OK;
 }
 
+/* llama.cpp's samplers that graft's chain lacks, with the value that turns each off (and the
+ * side of it that is off too: top_n_sigma and mirostat are off at or below it). Sent at that
+ * value (llama.cpp's web UI sends them all) they ask for nothing; otherwise they are refused,
+ * since the answer would not be what was asked. */
+static const struct {
+    const char *name;
+    double off;
+    bool below_is_off;
+} llama_samplers[] = {{"typical_p", 1.0, false},     {"tfs_z", 1.0, false},
+                      {"mirostat", 0.0, true},       {"dynatemp_range", 0.0, false},
+                      {"xtc_probability", 0.0, false}, {"dry_multiplier", 0.0, false},
+                      {"top_n_sigma", 0.0, true}};
+
+static int refuse_llama_samplers(const json_t *body, char **param, char **message)
+{
+    for (size_t i = 0; i < sizeof llama_samplers / sizeof llama_samplers[0]; i++) {
+        const json_t *v = json_object_get(body, llama_samplers[i].name);
+        if (v == NULL || json_is_null(v))
+            continue;
+        double x = json_number_value(v), off = llama_samplers[i].off;
+        if (!json_is_number(v) || !(x == off || (llama_samplers[i].below_is_off && x < off)))
+            return graft__refuse(param, message, llama_samplers[i].name,
+                                 "'%s' (a llama.cpp sampler) is not supported by this server: "
+                                 "send %g or leave it out", llama_samplers[i].name, off);
+    }
+    return GRAFT_OK;
+}
+
+/* llama-server's repeat_last_n (or penalty_last_n): the repetition penalty's window, -1 the
+ * whole history, 0 none (the penalty off). */
+static int parse_penalty_window(const json_t *body, graft_sampling *s, char **param,
+                                char **message)
+{
+    const char *key = json_object_get(body, "penalty_last_n") ? "penalty_last_n"
+                                                               : "repeat_last_n";
+    long long n = -1;
+    int rc = get_int(body, key, -1, INT32_MAX, &n, param, message);
+    if (rc != GRAFT_OK)
+        return rc;
+    if (n == 0)
+        s->repetition_penalty = 1.0f;
+    s->penalty_last_n = n > 0 ? (int32_t)n : 0;
+    return GRAFT_OK;
+}
+
 static int parse_sampling(const json_t *body, graft__completion_request *r, char **param,
                           char **message)
 {
@@ -193,6 +239,9 @@ static int parse_sampling(const json_t *body, graft__completion_request *r, char
     if ((rc = get_number(body, penalty, 0.01, 100, &x, param, message)) != GRAFT_OK)
         return rc;
     s->repetition_penalty = (float)x;
+    if ((rc = parse_penalty_window(body, s, param, message)) != GRAFT_OK ||
+        (rc = refuse_llama_samplers(body, param, message)) != GRAFT_OK)
+        return rc;
     x = s->presence_penalty;
     if ((rc = get_number(body, "presence_penalty", -2, 2, &x, param, message)) != GRAFT_OK)
         return rc;

@@ -46,15 +46,7 @@ static int teardown(void **state)
 /* POSTs body (consumed) to /v1/completions; returns the answer, which must have `status`. */
 static json_t *complete(json_t *body, long status)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    response r = graft_test_request(&srv, "POST", "/v1/completions", text);
-    if (r.status != status)
-        fail_msg("status %ld, expected %ld: %s", r.status, status, r.body ? r.body : "");
-    json_t *j = graft_test_json_of(&r);
-    graft_test_response_free(&r);
-    free(text);
-    return j;
+    return graft_test_post_json(&srv, "/v1/completions", body, status);
 }
 
 /* A sampled request for prompt (an array of prompts when it starts with '['). */

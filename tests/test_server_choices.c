@@ -57,15 +57,7 @@ static int teardown(void **state)
 /* POSTs body (consumed) and returns the JSON answer, which must have `status`. */
 static json_t *post(const char *path, json_t *body, long status)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    response r = graft_test_request(&srv, "POST", path, text);
-    if (r.status != status)
-        fail_msg("%s: status %ld, expected %ld: %s", path, r.status, status, r.body ? r.body : "");
-    json_t *j = graft_test_json_of(&r);
-    graft_test_response_free(&r);
-    free(text);
-    return j;
+    return graft_test_post_json(&srv, path, body, status);
 }
 
 static const char *choice_text(json_t *reply, size_t i)

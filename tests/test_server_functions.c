@@ -56,15 +56,7 @@ static int teardown(void **state)
 /* POSTs body (consumed) to path; returns the JSON answer, which must have status 200. */
 static json_t *post(const char *path, json_t *body)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    response r = graft_test_request(&srv, "POST", path, text);
-    if (r.status != 200)
-        fail_msg("%s: status %ld: %s", path, r.status, r.body ? r.body : "");
-    json_t *j = graft_test_json_of(&r);
-    graft_test_response_free(&r);
-    free(text);
-    return j;
+    return graft_test_post_json(&srv, path, body, 200);
 }
 
 static json_t *parameters(void)

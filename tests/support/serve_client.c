@@ -194,6 +194,21 @@ json_t *graft_test_json_of(const response *r)
     return j;
 }
 
+json_t *graft_test_post_json(const server *s, const char *path, json_t *body, long status)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    assert_non_null(text);
+    response r = graft_test_request(s, "POST", path, text);
+    free(text);
+    if (r.status != status)
+        fail_msg("%s: status %ld, expected %ld: %s", path, r.status, status,
+                 r.body ? r.body : "");
+    json_t *j = graft_test_json_of(&r);
+    graft_test_response_free(&r);
+    return j;
+}
+
 json_t *graft_test_named_events(const response *r)
 {
     if (r->status != 200)
@@ -248,8 +263,8 @@ char *graft_test_completion_text(const response *r)
 {
     assert_int_equal(r->status, 200);
     json_t *j = graft_test_json_of(r);
-    const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
-                                                      "text"));
+    json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    const char *t = json_string_value(json_object_get(choice, "text"));
     assert_non_null(t);
     char *copy = strdup(t);
     json_decref(j);

@@ -58,6 +58,9 @@ void graft_test_response_free(response *r);
 
 /* The body as JSON (to json_decref); not JSON fails the test. */
 json_t *graft_test_json_of(const response *r);
+/* POSTs body (consumed) to path as compact JSON; returns the answer's JSON (to json_decref),
+ * which must come with `status` (else the test fails, showing the answer). */
+json_t *graft_test_post_json(const server *s, const char *path, json_t *body, long status);
 
 /* The events of a 200 event stream whose events are named (Anthropic's and OpenAI's
  * Responses API's): blocks "event: T\ndata: J" where J is an object of type T; their data

@@ -1,9 +1,11 @@
 /*
  * sampler.c: picking the next token from logits (graft_sampler in include/graft.h).
  *
- * Order of the filters, as in llama.cpp's common chain: logit biases, repetition penalty,
- * presence and frequency penalties, then greedy (temperature 0) or: top-k, temperature
- * softmax, top-p, min-p, and a draw from the renormalised distribution. Each sampler owns
+ * Order of the filters: logit biases, repetition penalty, presence and frequency penalties,
+ * then greedy (temperature 0) or: top-k, temperature softmax, top-p, min-p, and a draw from
+ * the renormalised distribution. Temperature comes before top-p and min-p, as in Hugging Face
+ * transformers and vLLM (llama.cpp applies it last, so at a temperature other than 1 its
+ * top-p and min-p keep other tokens). Each sampler owns
  * its random state (xoshiro256** seeded by splitmix64), so a generation's tokens depend only
  * on its seed and its own logits, never on what else runs at the same time.
  *

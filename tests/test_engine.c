@@ -793,6 +793,43 @@ static void test_sliding_window_retention(void **state)
  * Allocation failures
  */
 
+/* Creating an engine fails cleanly wherever an allocation fails (its buffers, KV pool,
+ * threads, token table and masks): GRAFT_ENOMEM, nothing left allocated; then it is
+ * created and runs. */
+static void test_create_alloc_failures(void **state)
+{
+    (void)state;
+    graft_engine_options o = small_options();
+    graft_engine *warm = engine_with(&o); /* packs the model's weights once, outside the loop */
+    graft_test_engine_end(warm);
+    long base = graft__alloc_live();
+    for (long n = 0;; n++) {
+        graft_engine *e = NULL;
+        char *err = NULL;
+        graft__alloc_fail_after(n, false);
+        int rc = graft_engine_create(model, &o, &e, &err);
+        long failures = graft__alloc_failures();
+        graft__alloc_fail_after(-1, false);
+        if (rc == GRAFT_OK) {
+            assert_int_equal(failures, 0);
+            assert_true(n > 10); /* the loop reached past the first few allocations */
+            graft_session *s = graft_test_open_session(e);
+            int32_t bos = BOS;
+            graft_generate_config c = greedy(3);
+            watch w = {0};
+            assert_int_equal(run(s, &bos, 1, &c, &w, NULL), GRAFT_OK);
+            graft_session_close(s);
+            graft_test_engine_end(e);
+            break;
+        }
+        assert_int_equal(rc, GRAFT_ENOMEM);
+        assert_null(e);
+        graft_free(err);
+        assert_int_equal(graft__alloc_live(), base);
+    }
+    assert_int_equal(graft__alloc_live(), base);
+}
+
 static void test_alloc_failures(void **state)
 {
     (void)state;
@@ -1102,6 +1139,7 @@ int main(void)
         cmocka_unit_test(test_kv_capacity_failure),
         cmocka_unit_test(test_cancelled_prefill_keeps_prefix),
         cmocka_unit_test(test_sliding_window_retention),
+        cmocka_unit_test(test_create_alloc_failures),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_property_cow_isolation),
     };

@@ -247,10 +247,17 @@ typedef struct graft_sampling {
     uint64_t seed;
     int32_t penalty_last_n;   /* the repetition penalty looks at the last n tokens of the
                                  history (llama.cpp's repeat_last_n); 0: all of it */
+    float top_n_sigma;        /* 0 or below: off; keeps the tokens whose logit is at most n
+                                 standard deviations (of the finite logits) below the best */
+    float xtc_probability;    /* 0: off; how often XTC ("exclude top choices") acts: it then
+                                 drops every kept token of probability xtc_threshold or more
+                                 but the least likely of them, when there are two or more */
+    float xtc_threshold;      /* above 0.5: XTC never acts */
 } graft_sampling;
 
 /* The defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition penalty 1,
- * presence and frequency penalties 0, seed 0, penalty_last_n 0. */
+ * presence and frequency penalties 0, seed 0, penalty_last_n 0, top_n_sigma 0,
+ * xtc_probability 0, xtc_threshold 0.1. */
 graft_sampling graft_sampling_default(void);
 
 /* A bias added to one token's logit before sampling (OpenAI's logit_bias). */
@@ -268,9 +275,10 @@ void graft_sampler_free(graft_sampler *sampler);
  * GRAFT_ENOMEM. */
 int graft_sampler_set_logit_bias(graft_sampler *sampler, const graft_logit_bias *bias, size_t n);
 /* Picks the next token from `logits` (n_vocab values, modified in place). Order: logit
- * biases; the repetition penalty over `history` (its last penalty_last_n tokens); presence and frequency penalties over the
- * tokens this sampler picked before; then greedy, or top-k, temperature, top-p, min-p and a
- * draw. Deterministic for a given seed and sequence of calls. */
+ * biases; the repetition penalty over `history` (its last penalty_last_n tokens); presence and
+ * frequency penalties over the tokens this sampler picked before; then greedy, or top-n-sigma,
+ * top-k, temperature, top-p, min-p, XTC and a draw. Deterministic for a given seed and sequence of
+ * calls. */
 int32_t graft_sampler_sample(graft_sampler *sampler, float *logits, const int32_t *history,
                              size_t n_history);
 

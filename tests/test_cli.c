@@ -521,6 +521,27 @@ static void test_run_prompt(void **state)
     expect_status(&r, 2);
     expect_contains(r.err, "--repeat-last-n");
     result_free(&r);
+    /* --top-nsigma and XTC reach the sampler: the same seed samples other text with them */
+    cli_result base = GRAFT("run", "-m", stories(), "-p", "Once upon a time", "-n", "24", "--temp",
+                            "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0", "--seed", "3");
+    cli_result sigma = GRAFT("run", "-m", stories(), "-p", "Once upon a time", "-n", "24",
+                             "--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0",
+                             "--seed", "3", "--top-nsigma", "0.5");
+    cli_result xtc = GRAFT("run", "-m", stories(), "-p", "Once upon a time", "-n", "24", "--temp",
+                           "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0", "--seed", "3",
+                           "--xtc-probability", "1", "--xtc-threshold", "0.05");
+    expect_status(&base, 0);
+    expect_status(&sigma, 0);
+    expect_status(&xtc, 0);
+    assert_string_not_equal(sigma.out, base.out);
+    assert_string_not_equal(xtc.out, base.out);
+    result_free(&base);
+    result_free(&sigma);
+    result_free(&xtc);
+    r = GRAFT("run", "-m", stories(), "-p", story, "--xtc-probability", "1.5");
+    expect_status(&r, 2);
+    expect_contains(r.err, "--xtc-probability");
+    result_free(&r);
 }
 
 static void test_run_default_model(void **state)

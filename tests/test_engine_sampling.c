@@ -1,7 +1,7 @@
 /*
  * test_engine_sampling.c: the sampling options a server passes through (logit biases,
- * presence and frequency penalties, the repetition penalty and its window) and the
- * log-probabilities the engine reports.
+ * presence and frequency penalties, the repetition penalty and its window, top-n-sigma and
+ * XTC) and the log-probabilities the engine reports.
  *
  * The sampler is checked against oracles written here from OpenAI's definitions (a token
  * picked c > 0 times loses presence + c * frequency; a bias is added) and llama.cpp's (each
@@ -174,11 +174,16 @@ static void test_penalised_sampling_is_deterministic(void **state)
     graft_sampler_free(b);
 }
 
-/* The oracle of a sampled pick, from the chain sampler.c documents: every token ranked by a
- * full comparison sort (descending logit, equal logits lower id first), the top_k best kept
- * (0: all), probabilities exp((logit - best) / temperature) as floats summed in float64 in
- * rank order, then kept in rank order until one falls below min_p times the best or the
- * kept mass reaches top_p, and one draw of the sampler's generator over the kept mass. */
+/* The oracle of a sampled pick, from the chain sampler.c documents: with top_n_sigma n > 0,
+ * the tokens whose logit is below the best finite one by more than n population standard
+ * deviations of the finite logits are out; every other token ranked by a full comparison
+ * sort (descending logit, equal logits lower id first), the top_k best kept (0: all),
+ * probabilities exp((logit - best) / temperature) as floats summed in float64 in rank order,
+ * then kept in rank order until one falls below min_p times the best or the kept mass
+ * reaches top_p; then XTC (xtc_probability above 0, xtc_threshold at most 0.5): a draw of the
+ * sampler's generator, and when it falls below xtc_probability and two or more kept tokens
+ * hold xtc_threshold of the kept mass or more, all of those but the last are out; then one
+ * draw over the kept mass. *acted (when not NULL) counts the picks XTC changed the set of. */
 typedef struct oracle_entry {
     int32_t id;
     float logit;
@@ -193,10 +198,26 @@ static int by_logit_then_id(const void *a, const void *b)
 }
 
 static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_sampling *p,
-                                   graft__rng *rng, oracle_entry *ranked, float *prob)
+                                   graft__rng *rng, oracle_entry *ranked, float *prob,
+                                   int *acted)
 {
+    double floor = -INFINITY;
+    if (p->top_n_sigma > 0.0f) {
+        double best = -INFINITY, sum = 0.0, squares = 0.0;
+        int32_t finite = 0;
+        for (int32_t i = 0; i < v; i++)
+            if (isfinite(logits[i])) {
+                best = logits[i] > best ? logits[i] : best;
+                sum += logits[i];
+                finite++;
+            }
+        for (int32_t i = 0; i < v; i++)
+            if (isfinite(logits[i]))
+                squares += ((double)logits[i] - sum / finite) * ((double)logits[i] - sum / finite);
+        floor = best - p->top_n_sigma * sqrt(squares / finite);
+    }
     for (int32_t i = 0; i < v; i++)
-        ranked[i] = (oracle_entry){i, logits[i]};
+        ranked[i] = (oracle_entry){i, logits[i] < floor ? -INFINITY : logits[i]};
     qsort(ranked, (size_t)v, sizeof *ranked, by_logit_then_id);
     int32_t n = p->top_k > 0 && p->top_k < v ? p->top_k : v;
     double sum = 0.0;
@@ -215,11 +236,26 @@ static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_s
         if (mass >= p->top_p)
             break;
     }
+    int32_t first = 0;
+    if (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f &&
+        graft__rng_unit(rng) < p->xtc_probability) {
+        double kept = 0.0;
+        for (int32_t i = 0; i < keep; i++)
+            kept += prob[i];
+        int32_t above = 0;
+        for (int32_t i = 0; i < keep && prob[i] / kept >= p->xtc_threshold; i++)
+            above++;
+        if (above >= 2) {
+            first = above - 1;
+            if (acted != NULL)
+                (*acted)++;
+        }
+    }
     double total = 0.0;
-    for (int32_t i = 0; i < keep; i++)
+    for (int32_t i = first; i < keep; i++)
         total += prob[i];
     double r = graft__rng_unit(rng) * total;
-    for (int32_t i = 0; i < keep; i++) {
+    for (int32_t i = first; i < keep; i++) {
         r -= prob[i];
         if (r < 0.0)
             return ranked[i].id;
@@ -275,7 +311,7 @@ static void test_sampled_pick_matches_oracle(void **state)
                 for (int step = 0; step < STEPS; step++) {
                     uint64_t seed = (uint64_t)(cases * STEPS + step);
                     tied_logits(logits, V, seed);
-                    int32_t want = oracle_sampled_pick(logits, V, &p, &rng, ranked, prob);
+                    int32_t want = oracle_sampled_pick(logits, V, &p, &rng, ranked, prob, NULL);
                     tied_logits(logits, V, seed);
                     int32_t got = graft_sampler_sample(s, logits, NULL, 0);
                     if (got != want)
@@ -289,6 +325,83 @@ static void test_sampled_pick_matches_oracle(void **state)
             }
     /* the draws reached past the favourite, into the tied ranks */
     assert_true(picks_not_best > cases);
+    free(logits);
+    free(prob);
+    free(ranked);
+}
+
+/* tied_logits with three strong tokens (the favourite at 4, two more just below), so that
+ * after top-k several hold a large share of the mass. */
+static void strong_logits(float *logits, int32_t v, uint64_t seed)
+{
+    tied_logits(logits, v, seed);
+    logits[(int32_t)(seed % (uint64_t)v)] = 4.0f;
+    logits[(int32_t)((seed * 7 + 1) % (uint64_t)v)] = 3.875f;
+    logits[(int32_t)((seed * 13 + 2) % (uint64_t)v)] = 3.75f;
+}
+
+/* top-n-sigma and XTC, alone and together with the other filters, pick what the oracle
+ * picks; both change picks (one sigma keeps only the strong tokens, so the favourite is
+ * picked more often; XTC drops strong tokens); out-of-range values are refused. */
+static void test_top_n_sigma_and_xtc_match_oracle(void **state)
+{
+    (void)state;
+    enum { V = 4001, STEPS = 8 };
+    const float sigmas[] = {0.0f, 0.5f, 1.0f, 2.5f};
+    const float xtc[][2] = {{0.0f, 0.1f}, {1.0f, 0.05f}, {0.5f, 0.1f}, {1.0f, 0.6f}};
+    float *logits = malloc((size_t)V * sizeof *logits);
+    float *prob = malloc((size_t)V * sizeof *prob);
+    oracle_entry *ranked = malloc((size_t)V * sizeof *ranked);
+    assert_non_null(logits);
+    assert_non_null(prob);
+    assert_non_null(ranked);
+    int cases = 0, acted = 0, favourite[2] = {0, 0}; /* picks of the favourite: sigma 0 / 1 */
+    for (size_t g = 0; g < sizeof sigmas / sizeof sigmas[0]; g++)
+        for (size_t x = 0; x < sizeof xtc / sizeof xtc[0]; x++)
+            for (int filters = 0; filters < 2; filters++) {
+                graft_sampling p = graft_sampling_default();
+                p.top_k = filters ? 40 : 0;
+                p.top_p = filters ? 0.9f : 1.0f;
+                p.min_p = filters ? 0.05f : 0.0f;
+                p.temperature = filters ? 0.7f : 1.5f;
+                p.top_n_sigma = sigmas[g];
+                p.xtc_probability = xtc[x][0];
+                p.xtc_threshold = xtc[x][1];
+                p.seed = (uint64_t)cases + 101;
+                graft_sampler *s = NULL;
+                assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
+                graft__rng rng;
+                graft__rng_seed(&rng, p.seed);
+                for (int step = 0; step < STEPS; step++) {
+                    uint64_t seed = (uint64_t)(cases * STEPS + step);
+                    strong_logits(logits, V, seed);
+                    int32_t want = oracle_sampled_pick(logits, V, &p, &rng, ranked, prob,
+                                                       &acted);
+                    strong_logits(logits, V, seed);
+                    int32_t got = graft_sampler_sample(s, logits, NULL, 0);
+                    if (got != want)
+                        fail_msg("top_n_sigma %g xtc %g/%g filters %d step %d: picked %d, the "
+                                 "oracle %d", (double)p.top_n_sigma, (double)p.xtc_probability,
+                                 (double)p.xtc_threshold, filters, step, got, want);
+                    if (x == 0 && !filters && (g == 0 || g == 2))
+                        favourite[g == 2] += got == (int32_t)(seed % (uint64_t)V);
+                }
+                graft_sampler_free(s);
+                cases++;
+            }
+    assert_true(acted > 0);
+    assert_true(favourite[1] > favourite[0]); /* the cut leaves the favourite more often */
+    graft_sampling bad = graft_sampling_default();
+    bad.xtc_probability = 1.5f;
+    graft_sampler *s = NULL;
+    assert_int_equal(graft_sampler_create(&bad, V, &s), GRAFT_EINVAL);
+    bad = graft_sampling_default();
+    bad.top_n_sigma = NAN;
+    assert_int_equal(graft_sampler_create(&bad, V, &s), GRAFT_EINVAL);
+    bad = graft_sampling_default();
+    bad.xtc_threshold = -0.1f;
+    assert_int_equal(graft_sampler_create(&bad, V, &s), GRAFT_EINVAL);
+    assert_null(s);
     free(logits);
     free(prob);
     free(ranked);
@@ -867,6 +980,7 @@ int main(void)
         cmocka_unit_test(test_logit_bias_moves_greedy_pick),
         cmocka_unit_test(test_presence_and_frequency_penalties),
         cmocka_unit_test(test_repetition_penalty_and_its_window),
+        cmocka_unit_test(test_top_n_sigma_and_xtc_match_oracle),
         cmocka_unit_test(test_penalised_sampling_is_deterministic),
         cmocka_unit_test(test_sampled_pick_matches_oracle),
         cmocka_unit_test(test_sampler_allocations),

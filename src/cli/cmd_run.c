@@ -72,6 +72,11 @@ static const char run_usage[] =
     "                          (default 1)\n"
     "  --repeat-last-n N       the penalty looks at the context's last N tokens, -1 for all of\n"
     "                          it, 0 for none (default -1)\n"
+    "  --top-nsigma N          keep the tokens within N standard deviations of the best logit,\n"
+    "                          0 or below for off (default 0)\n"
+    "  --xtc-probability P     how often XTC drops the likeliest tokens, 0 for off (default 0)\n"
+    "  --xtc-threshold T       XTC drops all tokens of probability T or more but the least\n"
+    "                          likely of them (default 0.1)\n"
     "  --seed S                random seed, the same for every prompt (default 0)\n"
     "  --ctx N                 context positions (default: the longest prompt + N, with --chat\n"
     "                          every prompt and reply, with --prompt-file the model's; at most\n"
@@ -190,6 +195,9 @@ static int parse_run_options(int argc, char **argv, run_options *o)
         {"--min-p", NULL, GRAFT_CLI_FLOAT, &sp->min_p, 0, 1, 0},
         {"--repeat-penalty", NULL, GRAFT_CLI_FLOAT, &sp->repetition_penalty, 0.01, 100, 0},
         {"--repeat-last-n", NULL, GRAFT_CLI_INT, &o->repeat_last_n, -1, INT32_MAX, 0},
+        {"--top-nsigma", NULL, GRAFT_CLI_FLOAT, &sp->top_n_sigma, -1, 100, 0},
+        {"--xtc-probability", NULL, GRAFT_CLI_FLOAT, &sp->xtc_probability, 0, 1, 0},
+        {"--xtc-threshold", NULL, GRAFT_CLI_FLOAT, &sp->xtc_threshold, 0, 1, 0},
         {"--seed", NULL, GRAFT_CLI_U64, &sp->seed, 0, 0, 0},
         {"--ctx", NULL, GRAFT_CLI_INT, &o->n_ctx, 0, INT32_MAX, 0},
         {"--kv-mem", NULL, GRAFT_CLI_SIZE, &o->kv_mem, 1, (double)SIZE_MAX, 0},

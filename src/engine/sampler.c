@@ -2,10 +2,12 @@
  * sampler.c: picking the next token from logits (graft_sampler in include/graft.h).
  *
  * Order of the filters: logit biases, repetition penalty, presence and frequency penalties,
- * then greedy (temperature 0) or: top-k, temperature softmax, top-p, min-p, and a draw from
- * the renormalised distribution. Temperature comes before top-p and min-p, as in Hugging Face
- * transformers and vLLM (llama.cpp applies it last, so at a temperature other than 1 its
- * top-p and min-p keep other tokens). Each sampler owns
+ * then greedy (temperature 0) or: top-n-sigma, top-k, temperature softmax, top-p, min-p, XTC,
+ * and a draw from the renormalised distribution. Temperature comes before top-p and min-p,
+ * as in Hugging Face transformers and vLLM (llama.cpp applies it last, so at a temperature
+ * other than 1 its top-p and min-p keep other tokens; top-n-sigma's cut does not depend on
+ * the temperature). XTC takes one draw of the generator at every sampled step where its
+ * probability is above 0, before the pick's own draw, as llama.cpp's does. Each sampler owns
  * its random state (xoshiro256** seeded by splitmix64), so a generation's tokens depend only
  * on its seed and its own logits, never on what else runs at the same time.
  *
@@ -51,7 +53,7 @@ static int32_t top_k_of(const graft_sampling *p, int32_t n_vocab)
 
 graft_sampling graft_sampling_default(void)
 {
-    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0, 0};
+    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0, 0, 0.0f, 0.0f, 0.1f};
     return p;
 }
 
@@ -61,7 +63,8 @@ static bool params_valid(const graft_sampling *p)
            p->top_p > 0.0f && p->top_p <= 1.0f && p->min_p >= 0.0f && p->min_p <= 1.0f &&
            p->repetition_penalty > 0.0f && isfinite(p->repetition_penalty) &&
            isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
-           p->penalty_last_n >= 0;
+           p->penalty_last_n >= 0 && isfinite(p->top_n_sigma) && p->xtc_probability >= 0.0f &&
+           p->xtc_probability <= 1.0f && p->xtc_threshold >= 0.0f && p->xtc_threshold <= 1.0f;
 }
 
 int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sampler **out)
@@ -259,13 +262,64 @@ static int32_t filter(graft_sampler *s, int32_t n)
     return keep;
 }
 
+/* top-n-sigma: the tokens whose logit is below the best by more than n standard deviations
+ * of the finite logits (float64 mean and population deviation) get -infinity, so that no
+ * later filter keeps them. */
+static void apply_top_n_sigma(const graft_sampler *s, float *logits)
+{
+    const float n = s->params.top_n_sigma;
+    if (n <= 0.0f)
+        return;
+    double sum = 0.0, max = -INFINITY;
+    int32_t finite = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (isfinite(logits[i])) {
+            sum += logits[i];
+            max = logits[i] > max ? logits[i] : max;
+            finite++;
+        }
+    if (finite == 0)
+        return;
+    double mean = sum / finite, squares = 0.0;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (isfinite(logits[i]))
+            squares += (logits[i] - mean) * (logits[i] - mean);
+    double floor = max - n * sqrt(squares / finite);
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (logits[i] < floor)
+            logits[i] = -INFINITY;
+}
+
+/* XTC on the n kept candidates (best first): with probability xtc_probability, when two or
+ * more have a probability (within the kept mass) of xtc_threshold or more, all of those but
+ * the least likely are dropped; returns the count left, from s->cand[0]. */
+static int32_t apply_xtc(graft_sampler *s, int32_t n)
+{
+    const graft_sampling *p = &s->params;
+    if (p->xtc_probability <= 0.0f || p->xtc_threshold > 0.5f)
+        return n;
+    if (graft__rng_unit(&s->rng) >= p->xtc_probability)
+        return n;
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        total += s->cand[i].prob;
+    int32_t above = 0;
+    while (above < n && s->cand[above].prob / total >= p->xtc_threshold)
+        above++;
+    if (above < 2)
+        return n;
+    memmove(s->cand, s->cand + above - 1, (size_t)(n - above + 1) * sizeof *s->cand);
+    return n - above + 1;
+}
+
 static int32_t pick(graft_sampler *s, float *logits)
 {
     if (s->params.temperature == 0.0f)
         return graft__argmax(logits, s->n_vocab);
+    apply_top_n_sigma(s, logits);
     int32_t n = top_k_of(&s->params, s->n_vocab);
     rank_candidates(s, logits, n);
-    n = filter(s, n);
+    n = apply_xtc(s, filter(s, n));
     double total = 0.0;
     for (int32_t i = 0; i < n; i++)
         total += s->cand[i].prob;

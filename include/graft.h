@@ -253,11 +253,14 @@ typedef struct graft_sampling {
                                  drops every kept token of probability xtc_threshold or more
                                  but the least likely of them, when there are two or more */
     float xtc_threshold;      /* above 0.5: XTC never acts */
+    float typical_p;          /* 1: off; locally typical sampling: keeps the tokens whose
+                                 surprise is nearest the distribution's entropy until they
+                                 hold more than this mass */
 } graft_sampling;
 
 /* The defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition penalty 1,
  * presence and frequency penalties 0, seed 0, penalty_last_n 0, top_n_sigma 0,
- * xtc_probability 0, xtc_threshold 0.1. */
+ * xtc_probability 0, xtc_threshold 0.1, typical_p 1. */
 graft_sampling graft_sampling_default(void);
 
 /* A bias added to one token's logit before sampling (OpenAI's logit_bias). */
@@ -277,7 +280,7 @@ int graft_sampler_set_logit_bias(graft_sampler *sampler, const graft_logit_bias 
 /* Picks the next token from `logits` (n_vocab values, modified in place). Order: logit
  * biases; the repetition penalty over `history` (its last penalty_last_n tokens); presence and
  * frequency penalties over the tokens this sampler picked before; then greedy, or top-n-sigma,
- * top-k, temperature, top-p, min-p, XTC and a draw. Deterministic for a given seed and sequence of
+ * top-k, temperature, typical, top-p, min-p, XTC and a draw. Deterministic for a given seed and sequence of
  * calls. */
 int32_t graft_sampler_sample(graft_sampler *sampler, float *logits, const int32_t *history,
                              size_t n_history);

@@ -178,9 +178,11 @@ static void test_penalised_sampling_is_deterministic(void **state)
  * the tokens whose logit is below the best finite one by more than n population standard
  * deviations of the finite logits are out; every other token ranked by a full comparison
  * sort (descending logit, equal logits lower id first), the top_k best kept (0: all),
- * probabilities exp((logit - best) / temperature) as floats summed in float64 in rank order,
- * then kept in rank order until one falls below min_p times the best or the kept mass
- * reaches top_p; then XTC (xtc_probability above 0, xtc_threshold at most 0.5): a draw of the
+ * probabilities exp((logit - best) / temperature) as floats summed in float64 in rank order;
+ * with typical_p below 1, the entropy H of those (float64) and, ordered by |-log q - H| (ties:
+ * the better rank), the tokens until their mass passes typical_p, the rest out (the sum
+ * taken again over the kept, in rank order); then kept in rank order until one falls below
+ * min_p times the best or the kept mass reaches top_p; then XTC (xtc_probability above 0, xtc_threshold at most 0.5): a draw of the
  * sampler's generator, and when it falls below xtc_probability and two or more kept tokens
  * hold xtc_threshold of the kept mass or more, all of those but the last are out; then one
  * draw over the kept mass. *acted (when not NULL) counts the picks XTC changed the set of. */
@@ -196,6 +198,8 @@ static int by_logit_then_id(const void *a, const void *b)
         return x->logit > y->logit ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
+
+static int typical_cuts; /* the oracle's picks where typical sampling dropped tokens */
 
 static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_sampling *p,
                                    graft__rng *rng, oracle_entry *ranked, float *prob,
@@ -224,6 +228,39 @@ static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_s
     for (int32_t i = 0; i < n; i++) {
         prob[i] = (float)exp((double)(ranked[i].logit - ranked[0].logit) / p->temperature);
         sum += prob[i];
+    }
+    if (p->typical_p < 1.0f) {
+        double entropy = 0.0;
+        for (int32_t i = 0; i < n; i++)
+            entropy -= prob[i] > 0.0f ? (prob[i] / sum) * log(prob[i] / sum) : 0.0;
+        /* a selection by distance, ties to the better rank, one token at a time */
+        bool *in = calloc((size_t)n, 1);
+        assert_non_null(in);
+        double mass = 0.0;
+        for (int32_t taken = 0; taken < n && !(mass > p->typical_p); taken++) {
+            int32_t best = -1;
+            double best_shift = INFINITY;
+            for (int32_t i = 0; i < n; i++) {
+                double shift = prob[i] > 0.0f ? fabs(-log(prob[i] / sum) - entropy) : INFINITY;
+                if (!in[i] && (best < 0 || shift < best_shift)) {
+                    best = i;
+                    best_shift = shift;
+                }
+            }
+            in[best] = true;
+            mass += prob[best] / sum;
+        }
+        int32_t at = 0;
+        sum = 0.0;
+        for (int32_t i = 0; i < n; i++)
+            if (in[i]) {
+                ranked[at] = ranked[i];
+                prob[at] = prob[i];
+                sum += prob[at++];
+            }
+        typical_cuts += at < n;
+        n = at;
+        free(in);
     }
     double mass = 0.0;
     int32_t keep = 0;
@@ -340,8 +377,8 @@ static void strong_logits(float *logits, int32_t v, uint64_t seed)
     logits[(int32_t)((seed * 13 + 2) % (uint64_t)v)] = 3.75f;
 }
 
-/* top-n-sigma and XTC, alone and together with the other filters, pick what the oracle
- * picks; both change picks (one sigma keeps only the strong tokens, so the favourite is
+/* top-n-sigma, XTC and typical sampling, alone and together with the other filters, pick
+ * what the oracle picks; both change picks (one sigma keeps only the strong tokens, so the favourite is
  * picked more often; XTC drops strong tokens); out-of-range values are refused. */
 static void test_top_n_sigma_and_xtc_match_oracle(void **state)
 {
@@ -349,6 +386,7 @@ static void test_top_n_sigma_and_xtc_match_oracle(void **state)
     enum { V = 4001, STEPS = 8 };
     const float sigmas[] = {0.0f, 0.5f, 1.0f, 2.5f};
     const float xtc[][2] = {{0.0f, 0.1f}, {1.0f, 0.05f}, {0.5f, 0.1f}, {1.0f, 0.6f}};
+    const float typical[] = {1.0f, 0.9f, 0.2f};
     float *logits = malloc((size_t)V * sizeof *logits);
     float *prob = malloc((size_t)V * sizeof *prob);
     oracle_entry *ranked = malloc((size_t)V * sizeof *ranked);
@@ -358,13 +396,14 @@ static void test_top_n_sigma_and_xtc_match_oracle(void **state)
     int cases = 0, acted = 0, favourite[2] = {0, 0}; /* picks of the favourite: sigma 0 / 1 */
     for (size_t g = 0; g < sizeof sigmas / sizeof sigmas[0]; g++)
         for (size_t x = 0; x < sizeof xtc / sizeof xtc[0]; x++)
-            for (int filters = 0; filters < 2; filters++) {
+            for (int filters = 0; filters < 4; filters++) { /* 1..3: typical 1, 0.9, 0.2 */
                 graft_sampling p = graft_sampling_default();
-                p.top_k = filters ? 40 : 0;
+                p.top_k = filters ? 40 : 0; /* the oracle's typical selection is quadratic */
                 p.top_p = filters ? 0.9f : 1.0f;
                 p.min_p = filters ? 0.05f : 0.0f;
                 p.temperature = filters ? 0.7f : 1.5f;
                 p.top_n_sigma = sigmas[g];
+                p.typical_p = filters ? typical[filters - 1] : 1.0f;
                 p.xtc_probability = xtc[x][0];
                 p.xtc_threshold = xtc[x][1];
                 p.seed = (uint64_t)cases + 101;
@@ -380,8 +419,9 @@ static void test_top_n_sigma_and_xtc_match_oracle(void **state)
                     strong_logits(logits, V, seed);
                     int32_t got = graft_sampler_sample(s, logits, NULL, 0);
                     if (got != want)
-                        fail_msg("top_n_sigma %g xtc %g/%g filters %d step %d: picked %d, the "
-                                 "oracle %d", (double)p.top_n_sigma, (double)p.xtc_probability,
+                        fail_msg("top_n_sigma %g typical_p %g xtc %g/%g filters %d step %d: "
+                                 "picked %d, the oracle %d", (double)p.top_n_sigma,
+                                 (double)p.typical_p, (double)p.xtc_probability,
                                  (double)p.xtc_threshold, filters, step, got, want);
                     if (x == 0 && !filters && (g == 0 || g == 2))
                         favourite[g == 2] += got == (int32_t)(seed % (uint64_t)V);
@@ -390,6 +430,7 @@ static void test_top_n_sigma_and_xtc_match_oracle(void **state)
                 cases++;
             }
     assert_true(acted > 0);
+    assert_true(typical_cuts > 0);
     assert_true(favourite[1] > favourite[0]); /* the cut leaves the favourite more often */
     graft_sampling bad = graft_sampling_default();
     bad.xtc_probability = 1.5f;
@@ -423,6 +464,7 @@ static void test_sampler_allocations(void **state)
     graft_sampling p = graft_sampling_default();
     p.repetition_penalty = 1.3f;
     p.presence_penalty = 0.5f;
+    p.typical_p = 0.9f;
     p.top_k = 0;
     float *logits = malloc((size_t)V * sizeof *logits);
     assert_non_null(logits);
@@ -435,7 +477,7 @@ static void test_sampler_allocations(void **state)
         graft__alloc_fail_after(-1, false);
         if (rc == GRAFT_OK) {
             assert_int_equal(failures, 0);
-            assert_true(n >= 6); /* the sampler and its six buffers */
+            assert_true(n >= 7); /* the sampler and its seven buffers */
             break;
         }
         assert_int_equal(rc, GRAFT_ENOMEM);

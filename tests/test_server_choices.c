@@ -625,7 +625,7 @@ static void test_logit_bias_and_penalties(void **state)
         const char *body, *param;
     } bad[] = {
         {"{\"prompt\": \"x\", \"repeat_last_n\": -2}", "repeat_last_n"},
-        {"{\"prompt\": \"x\", \"typical_p\": 0.9}", "typical_p"},
+        {"{\"prompt\": \"x\", \"typical_p\": 1.5}", "typical_p"},
         {"{\"prompt\": \"x\", \"mirostat\": 2}", "mirostat"},
         {"{\"prompt\": \"x\", \"dry_multiplier\": 0.8}", "dry_multiplier"},
         {"{\"prompt\": \"x\", \"xtc_probability\": 2}", "xtc_probability"},
@@ -645,10 +645,10 @@ static void test_logit_bias_and_penalties(void **state)
         free(graft_test_expect_error(&r, 400, bad[i].param));
         graft_test_response_free(&r);
     }
-    /* XTC and top-n-sigma reach the sampler: the same seed samples other text with them */
-    const char *with[] = {NULL, "xtc", "top_n_sigma"};
-    json_t *sampled[3];
-    for (int w = 0; w < 3; w++) {
+    /* XTC, top-n-sigma and typical_p reach the sampler: the same seed samples other text */
+    const char *with[] = {NULL, "xtc", "top_n_sigma", "typical_p"};
+    json_t *sampled[4];
+    for (int w = 0; w < 4; w++) {
         json_t *req = json_pack("{s:s, s:i, s:f, s:i, s:f, s:f, s:i}", "prompt",
                                 "Once upon a time", "max_tokens", 24, "temperature", 1.5,
                                 "top_k", 0, "top_p", 1.0, "min_p", 0.0, "seed", 3);
@@ -657,12 +657,14 @@ static void test_logit_bias_and_penalties(void **state)
             json_object_set_new(req, "xtc_threshold", json_real(0.05));
         } else if (w == 2) {
             json_object_set_new(req, "top_n_sigma", json_real(0.5));
+        } else if (w == 3) {
+            json_object_set_new(req, "typical_p", json_real(0.5));
         }
         sampled[w] = post("/v1/completions", req, 200);
         if (w > 0 && strcmp(choice_text(sampled[w], 0), choice_text(sampled[0], 0)) == 0)
             fail_msg("%s: the same text as without it", with[w]);
     }
-    for (int w = 0; w < 3; w++)
+    for (int w = 0; w < 4; w++)
         json_decref(sampled[w]);
     /* llama.cpp's samplers at their off values (its web UI sends them all) ask for nothing */
     json_t *off = post("/v1/completions",

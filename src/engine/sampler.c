@@ -2,8 +2,8 @@
  * sampler.c: picking the next token from logits (graft_sampler in include/graft.h).
  *
  * Order of the filters: logit biases, repetition penalty, presence and frequency penalties,
- * then greedy (temperature 0) or: top-n-sigma, top-k, temperature softmax, top-p, min-p, XTC,
- * and a draw from the renormalised distribution. Temperature comes before top-p and min-p,
+ * then greedy (temperature 0) or: top-n-sigma, top-k, temperature softmax, typical, top-p,
+ * min-p, XTC, and a draw from the renormalised distribution. Temperature comes before top-p and min-p,
  * as in Hugging Face transformers and vLLM (llama.cpp applies it last, so at a temperature
  * other than 1 its top-p and min-p keep other tokens; top-n-sigma's cut does not depend on
  * the temperature). XTC takes one draw of the generator at every sampled step where its
@@ -16,6 +16,7 @@
  * from or on a session's earlier turns.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/argmax.h"
@@ -26,6 +27,12 @@ typedef struct candidate {
     float logit;
     float prob;
 } candidate;
+
+/* A candidate's distance from typical: |surprise - entropy|, and its rank by logit. */
+typedef struct typicality {
+    double shift;
+    int32_t rank;
+} typicality;
 
 struct graft_sampler {
     graft_sampling params;
@@ -40,6 +47,7 @@ struct graft_sampler {
     int32_t *picked; /* n_vocab: times each token was picked, and */
     int32_t *distinct; /* n_vocab: the tokens picked, each once (n_distinct of them); both
                           with a presence or frequency penalty only, else NULL */
+    typicality *typical; /* top-k's size: with typical_p below 1 only, else NULL */
     int32_t n_distinct;
     graft_logit_bias *bias;
     size_t n_bias;
@@ -53,7 +61,7 @@ static int32_t top_k_of(const graft_sampling *p, int32_t n_vocab)
 
 graft_sampling graft_sampling_default(void)
 {
-    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0, 0, 0.0f, 0.0f, 0.1f};
+    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0, 0, 0.0f, 0.0f, 0.1f, 1.0f};
     return p;
 }
 
@@ -64,7 +72,8 @@ static bool params_valid(const graft_sampling *p)
            p->repetition_penalty > 0.0f && isfinite(p->repetition_penalty) &&
            isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
            p->penalty_last_n >= 0 && isfinite(p->top_n_sigma) && p->xtc_probability >= 0.0f &&
-           p->xtc_probability <= 1.0f && p->xtc_threshold >= 0.0f && p->xtc_threshold <= 1.0f;
+           p->xtc_probability <= 1.0f && p->xtc_threshold >= 0.0f && p->xtc_threshold <= 1.0f &&
+           p->typical_p >= 0.0f && p->typical_p <= 1.0f;
 }
 
 int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sampler **out)
@@ -89,8 +98,12 @@ int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sa
         s->picked = graft__calloc((size_t)n_vocab, sizeof *s->picked);
         s->distinct = graft__malloc((size_t)n_vocab * sizeof *s->distinct);
     }
+    bool typical = draws && params->typical_p < 1.0f;
+    if (typical)
+        s->typical = graft__malloc((size_t)top_k_of(params, n_vocab) * sizeof *s->typical);
     if ((draws && (s->cand == NULL || s->order == NULL || s->order_tmp == NULL)) ||
-        (penalty && s->seen == NULL) || (counts && (s->picked == NULL || s->distinct == NULL))) {
+        (penalty && s->seen == NULL) || (counts && (s->picked == NULL || s->distinct == NULL)) ||
+        (typical && s->typical == NULL)) {
         graft_sampler_free(s);
         return GRAFT_ENOMEM;
     }
@@ -111,6 +124,7 @@ void graft_sampler_free(graft_sampler *s)
     graft__free(s->seen);
     graft__free(s->picked);
     graft__free(s->distinct);
+    graft__free(s->typical);
     graft__free(s->bias);
     graft__free(s);
 }
@@ -237,6 +251,56 @@ static void rank_candidates(graft_sampler *s, const float *logits, int32_t n)
     }
 }
 
+static int by_rank(const void *a, const void *b)
+{
+    const typicality *x = a, *y = b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static int by_typicality(const void *a, const void *b)
+{
+    const typicality *x = a, *y = b;
+    if (x->shift != y->shift)
+        return x->shift < y->shift ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Locally typical sampling on the n candidates (best first) whose probabilities sum to *sum:
+ * the entropy H of their distribution (float64), each one's distance |-log q - H| from it,
+ * and, nearest first (ties: the better rank), the candidates until their mass passes
+ * typical_p are kept, in their order by logit; returns how many, and their sum in *sum. */
+static int32_t apply_typical(graft_sampler *s, int32_t n, double *sum)
+{
+    if (s->params.typical_p >= 1.0f)
+        return n;
+    double entropy = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        double q = s->cand[i].prob / *sum;
+        entropy -= q > 0.0 ? q * log(q) : 0.0;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        double q = s->cand[i].prob / *sum;
+        s->typical[i] = (typicality){q > 0.0 ? fabs(-log(q) - entropy) : INFINITY, i};
+    }
+    qsort(s->typical, (size_t)n, sizeof *s->typical, by_typicality);
+    double mass = 0.0;
+    int32_t kept = n;
+    for (int32_t i = 0; i < n; i++) {
+        mass += s->cand[s->typical[i].rank].prob / *sum;
+        if (mass > s->params.typical_p) {
+            kept = i + 1;
+            break;
+        }
+    }
+    qsort(s->typical, (size_t)kept, sizeof *s->typical, by_rank); /* back to logit order */
+    *sum = 0.0;
+    for (int32_t i = 0; i < kept; i++) {
+        s->cand[i] = s->cand[s->typical[i].rank]; /* rank >= i: a move towards the front */
+        *sum += s->cand[i].prob;
+    }
+    return kept;
+}
+
 /* Of the n best candidates (top-k's), keeps those the other filters allow; returns how many
  * remain (at least 1). A candidate of probability 0 (a logit of -infinity, as a JSON mask
  * sets, or one that underflows) is never kept, so that no rounding of the draw can pick it. */
@@ -248,6 +312,7 @@ static int32_t filter(graft_sampler *s, int32_t n)
         s->cand[i].prob = (float)exp((double)(s->cand[i].logit - s->cand[0].logit) / p->temperature);
         sum += s->cand[i].prob;
     }
+    n = apply_typical(s, n, &sum);
     double cumulative = 0.0;
     int32_t keep = 0;
     while (keep < n) {

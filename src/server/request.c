@@ -7,7 +7,7 @@
  * here), messages (through the chat template), max_tokens / max_completion_tokens / n_predict, n,
  * best_of (completions: the n best of that many answers), temperature, top_p, top_k, min_p, seed,
  * repetition_penalty / repeat_penalty (and llama-server's window of it, repeat_last_n /
- * penalty_last_n), top_n_sigma, xtc_probability and xtc_threshold, presence_penalty,
+ * penalty_last_n), top_n_sigma, typical_p, xtc_probability and xtc_threshold, presence_penalty,
  * frequency_penalty, logit_bias, logprobs / top_logprobs (chat: a flag and a count; completions:
  * the legacy count), tools and tool_choice (auto, none, required or a named function),
  * parallel_tool_calls, or their legacy form functions and function_call (functions.c),
@@ -174,8 +174,7 @@ static const struct {
     const char *name;
     double off;
     bool below_is_off;
-} llama_samplers[] = {{"typical_p", 1.0, false},
-                      {"tfs_z", 1.0, false},
+} llama_samplers[] = {{"tfs_z", 1.0, false},
                       {"mirostat", 0.0, true},
                       {"dynatemp_range", 0.0, false},
                       {"dry_multiplier", 0.0, false}};
@@ -256,6 +255,10 @@ static int parse_sampling(const json_t *body, graft__completion_request *r, char
     if ((rc = get_number(body, "xtc_threshold", 0, 1, &x, param, message)) != GRAFT_OK)
         return rc;
     s->xtc_threshold = (float)x;
+    x = s->typical_p;
+    if ((rc = get_number(body, "typical_p", 0, 1, &x, param, message)) != GRAFT_OK)
+        return rc;
+    s->typical_p = (float)x;
     x = s->presence_penalty;
     if ((rc = get_number(body, "presence_penalty", -2, 2, &x, param, message)) != GRAFT_OK)
         return rc;

@@ -174,18 +174,23 @@ static void test_penalised_sampling_is_deterministic(void **state)
     graft_sampler_free(b);
 }
 
-/* The oracle of a sampled pick, from the chain sampler.c documents: with top_n_sigma n > 0,
- * the tokens whose logit is below the best finite one by more than n population standard
- * deviations of the finite logits are out; every other token ranked by a full comparison
- * sort (descending logit, equal logits lower id first), the top_k best kept (0: all),
- * probabilities exp((logit - best) / temperature) as floats summed in float64 in rank order;
- * with typical_p below 1, the entropy H of those (float64) and, ordered by |-log q - H| (ties:
- * the better rank), the tokens until their mass passes typical_p, the rest out (the sum
- * taken again over the kept, in rank order); then kept in rank order until one falls below
- * min_p times the best or the kept mass reaches top_p; then XTC (xtc_probability above 0, xtc_threshold at most 0.5): a draw of the
- * sampler's generator, and when it falls below xtc_probability and two or more kept tokens
- * hold xtc_threshold of the kept mass or more, all of those but the last are out; then one
- * draw over the kept mass. *acted (when not NULL) counts the picks XTC changed the set of. */
+/* The oracle of a sampled pick, from the chain sampler.c documents:
+ *   - with top_n_sigma n > 0, the tokens whose logit is below the best finite one by more
+ *     than n population standard deviations of the finite logits are out;
+ *   - every other token ranked by a full comparison sort (descending logit, equal logits
+ *     lower id first), the top_k best kept (0: all);
+ *   - probabilities exp((logit - best) / temperature) as floats, summed in float64 in rank
+ *     order;
+ *   - with typical_p below 1, the entropy H of those (float64) and, ordered by |-log q - H|
+ *     (ties: the better rank), the tokens until their mass passes typical_p, the rest out
+ *     (the sum taken again over the kept, in rank order);
+ *   - then kept in rank order until one falls below min_p times the best or the kept mass
+ *     reaches top_p;
+ *   - then XTC (xtc_probability above 0, xtc_threshold at most 0.5): a draw of the sampler's
+ *     generator, and when it falls below xtc_probability and two or more kept tokens hold
+ *     xtc_threshold of the kept mass or more, all of those but the last are out;
+ *   - then one draw over the kept mass.
+ * *acted (when not NULL) counts the picks XTC changed the set of. */
 typedef struct oracle_entry {
     int32_t id;
     float logit;
@@ -234,7 +239,7 @@ static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_s
         for (int32_t i = 0; i < n; i++)
             entropy -= prob[i] > 0.0f ? (prob[i] / sum) * log(prob[i] / sum) : 0.0;
         /* a selection by distance, ties to the better rank, one token at a time */
-        bool *in = calloc((size_t)n, 1);
+        bool *in = calloc(n > 0 ? (size_t)n : 1, 1);
         assert_non_null(in);
         double mass = 0.0;
         for (int32_t taken = 0; taken < n && !(mass > p->typical_p); taken++) {
@@ -318,6 +323,58 @@ static void tied_logits(float *logits, int32_t v, uint64_t seed)
     logits[(int32_t)(seed % (uint64_t)v)] = 3.0f;
 }
 
+/* The oracle's buffers for a vocabulary of v tokens. */
+typedef struct oracle_run {
+    int32_t v;
+    float *logits, *prob;
+    oracle_entry *ranked;
+    int acted;             /* picks where XTC changed the kept set */
+} oracle_run;
+
+static oracle_run oracle_open(int32_t v)
+{
+    oracle_run o = {v, malloc((size_t)v * sizeof(float)), malloc((size_t)v * sizeof(float)),
+                    malloc((size_t)v * sizeof(oracle_entry)), 0};
+    assert_non_null(o.logits);
+    assert_non_null(o.prob);
+    assert_non_null(o.ranked);
+    return o;
+}
+
+static void oracle_close(oracle_run *o)
+{
+    free(o->logits);
+    free(o->prob);
+    free(o->ranked);
+}
+
+/* A sampler with p picks from the logits rows make(logits, v, first_row + step), step in
+ * [0, steps), what the oracle picks (fails naming the parameters otherwise); picks[step]
+ * gets the pick. */
+static void check_picks(oracle_run *o, const graft_sampling *p, int steps, uint64_t first_row,
+                        void (*make)(float *, int32_t, uint64_t), int32_t *picks)
+{
+    graft_sampler *s = NULL;
+    assert_int_equal(graft_sampler_create(p, o->v, &s), GRAFT_OK);
+    graft__rng rng;
+    graft__rng_seed(&rng, p->seed);
+    for (int step = 0; step < steps; step++) {
+        make(o->logits, o->v, first_row + (uint64_t)step);
+        int32_t want = oracle_sampled_pick(o->logits, o->v, p, &rng, o->ranked, o->prob,
+                                           &o->acted);
+        make(o->logits, o->v, first_row + (uint64_t)step);
+        picks[step] = graft_sampler_sample(s, o->logits, NULL, 0);
+        if (picks[step] != want)
+            fail_msg("top_k %d top_p %g min_p %g temperature %g top_n_sigma %g typical_p %g "
+                     "xtc %g/%g, step %d: picked %d, the oracle %d", p->top_k,
+                     (double)p->top_p, (double)p->min_p, (double)p->temperature,
+                     (double)p->top_n_sigma, (double)p->typical_p,
+                     (double)p->xtc_probability, (double)p->xtc_threshold, step, picks[step],
+                     want);
+    }
+    graft_sampler_free(s);
+}
+
 static void test_sampled_pick_matches_oracle(void **state)
 {
     (void)state;
@@ -325,12 +382,7 @@ static void test_sampled_pick_matches_oracle(void **state)
     const int32_t top_ks[] = {0, 1, 7, 40, V - 1, V, V + 5};
     const float top_ps[] = {1.0f, 0.9f, 0.3f}, min_ps[] = {0.0f, 0.05f};
     const float temperatures[] = {0.7f, 1.5f, 4.0f};
-    float *logits = malloc((size_t)V * sizeof *logits);
-    float *prob = malloc((size_t)V * sizeof *prob);
-    oracle_entry *ranked = malloc((size_t)V * sizeof *ranked);
-    assert_non_null(logits);
-    assert_non_null(prob);
-    assert_non_null(ranked);
+    oracle_run o = oracle_open(V);
     int cases = 0, picks_not_best = 0;
     for (size_t k = 0; k < sizeof top_ks / sizeof top_ks[0]; k++)
         for (size_t t = 0; t < sizeof top_ps / sizeof top_ps[0]; t++)
@@ -341,30 +393,16 @@ static void test_sampled_pick_matches_oracle(void **state)
                 p.min_p = min_ps[m];
                 p.temperature = temperatures[cases % 3];
                 p.seed = (uint64_t)cases + 11;
-                graft_sampler *s = NULL;
-                assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
-                graft__rng rng;
-                graft__rng_seed(&rng, p.seed);
-                for (int step = 0; step < STEPS; step++) {
-                    uint64_t seed = (uint64_t)(cases * STEPS + step);
-                    tied_logits(logits, V, seed);
-                    int32_t want = oracle_sampled_pick(logits, V, &p, &rng, ranked, prob, NULL);
-                    tied_logits(logits, V, seed);
-                    int32_t got = graft_sampler_sample(s, logits, NULL, 0);
-                    if (got != want)
-                        fail_msg("top_k %d top_p %g min_p %g temperature %g step %d: picked "
-                                 "%d, the oracle %d", p.top_k, (double)p.top_p,
-                                 (double)p.min_p, (double)p.temperature, step, got, want);
-                    picks_not_best += got != (int32_t)(seed % (uint64_t)V);
-                }
-                graft_sampler_free(s);
+                int32_t picks[STEPS];
+                uint64_t first = (uint64_t)(cases * STEPS);
+                check_picks(&o, &p, STEPS, first, tied_logits, picks);
+                for (int step = 0; step < STEPS; step++)
+                    picks_not_best += picks[step] != (int32_t)((first + step) % (uint64_t)V);
                 cases++;
             }
     /* the draws reached past the favourite, into the tied ranks */
     assert_true(picks_not_best > cases);
-    free(logits);
-    free(prob);
-    free(ranked);
+    oracle_close(&o);
 }
 
 /* tied_logits with three strong tokens (the favourite at 4, two more just below), so that
@@ -378,8 +416,8 @@ static void strong_logits(float *logits, int32_t v, uint64_t seed)
 }
 
 /* top-n-sigma, XTC and typical sampling, alone and together with the other filters, pick
- * what the oracle picks; both change picks (one sigma keeps only the strong tokens, so the favourite is
- * picked more often; XTC drops strong tokens); out-of-range values are refused. */
+ * what the oracle picks; both change picks (one sigma keeps only the strong tokens, so the
+ * favourite is picked more often; XTC drops strong tokens); out-of-range values are refused. */
 static void test_top_n_sigma_and_xtc_match_oracle(void **state)
 {
     (void)state;
@@ -387,13 +425,8 @@ static void test_top_n_sigma_and_xtc_match_oracle(void **state)
     const float sigmas[] = {0.0f, 0.5f, 1.0f, 2.5f};
     const float xtc[][2] = {{0.0f, 0.1f}, {1.0f, 0.05f}, {0.5f, 0.1f}, {1.0f, 0.6f}};
     const float typical[] = {1.0f, 0.9f, 0.2f};
-    float *logits = malloc((size_t)V * sizeof *logits);
-    float *prob = malloc((size_t)V * sizeof *prob);
-    oracle_entry *ranked = malloc((size_t)V * sizeof *ranked);
-    assert_non_null(logits);
-    assert_non_null(prob);
-    assert_non_null(ranked);
-    int cases = 0, acted = 0, favourite[2] = {0, 0}; /* picks of the favourite: sigma 0 / 1 */
+    oracle_run o = oracle_open(V);
+    int cases = 0, favourite[2] = {0, 0}; /* picks of the favourite: sigma 0 / 1 */
     for (size_t g = 0; g < sizeof sigmas / sizeof sigmas[0]; g++)
         for (size_t x = 0; x < sizeof xtc / sizeof xtc[0]; x++)
             for (int filters = 0; filters < 4; filters++) { /* 1..3: typical 1, 0.9, 0.2 */
@@ -407,31 +440,17 @@ static void test_top_n_sigma_and_xtc_match_oracle(void **state)
                 p.xtc_probability = xtc[x][0];
                 p.xtc_threshold = xtc[x][1];
                 p.seed = (uint64_t)cases + 101;
-                graft_sampler *s = NULL;
-                assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
-                graft__rng rng;
-                graft__rng_seed(&rng, p.seed);
-                for (int step = 0; step < STEPS; step++) {
-                    uint64_t seed = (uint64_t)(cases * STEPS + step);
-                    strong_logits(logits, V, seed);
-                    int32_t want = oracle_sampled_pick(logits, V, &p, &rng, ranked, prob,
-                                                       &acted);
-                    strong_logits(logits, V, seed);
-                    int32_t got = graft_sampler_sample(s, logits, NULL, 0);
-                    if (got != want)
-                        fail_msg("top_n_sigma %g typical_p %g xtc %g/%g filters %d step %d: "
-                                 "picked %d, the oracle %d", (double)p.top_n_sigma,
-                                 (double)p.typical_p, (double)p.xtc_probability,
-                                 (double)p.xtc_threshold, filters, step, got, want);
-                    if (x == 0 && !filters && (g == 0 || g == 2))
-                        favourite[g == 2] += got == (int32_t)(seed % (uint64_t)V);
-                }
-                graft_sampler_free(s);
+                int32_t picks[STEPS];
+                uint64_t first = (uint64_t)(cases * STEPS);
+                check_picks(&o, &p, STEPS, first, strong_logits, picks);
+                for (int step = 0; step < STEPS && x == 0 && !filters && (g == 0 || g == 2);
+                     step++)
+                    favourite[g == 2] += picks[step] == (int32_t)((first + step) % (uint64_t)V);
                 cases++;
             }
-    assert_true(acted > 0);
+    assert_true(o.acted > 0);
     assert_true(typical_cuts > 0);
-    assert_true(favourite[1] > favourite[0]); /* the cut leaves the favourite more often */
+    assert_true(favourite[1] > favourite[0]);
     graft_sampling bad = graft_sampling_default();
     bad.xtc_probability = 1.5f;
     graft_sampler *s = NULL;
@@ -443,9 +462,7 @@ static void test_top_n_sigma_and_xtc_match_oracle(void **state)
     bad.xtc_threshold = -0.1f;
     assert_int_equal(graft_sampler_create(&bad, V, &s), GRAFT_EINVAL);
     assert_null(s);
-    free(logits);
-    free(prob);
-    free(ranked);
+    oracle_close(&o);
 }
 
 /* A greedy sampler holds no vocabulary-sized buffer (a server creates one per request);

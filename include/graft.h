@@ -256,11 +256,15 @@ typedef struct graft_sampling {
     float typical_p;          /* 1: off; locally typical sampling: keeps the tokens whose
                                  surprise is nearest the distribution's entropy until they
                                  hold more than this mass */
+    float dynatemp_range;     /* 0: off; dynamic temperature: the temperature moves within
+                                 temperature +- this range with the entropy of the top-k
+                                 candidates (low entropy, low temperature) ... */
+    float dynatemp_exponent;  /* ... raised to this power once normalised */
 } graft_sampling;
 
 /* The defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition penalty 1,
  * presence and frequency penalties 0, seed 0, penalty_last_n 0, top_n_sigma 0,
- * xtc_probability 0, xtc_threshold 0.1, typical_p 1. */
+ * xtc_probability 0, xtc_threshold 0.1, typical_p 1, dynatemp_range 0, dynatemp_exponent 1. */
 graft_sampling graft_sampling_default(void);
 
 /* A bias added to one token's logit before sampling (OpenAI's logit_bias). */
@@ -280,8 +284,8 @@ int graft_sampler_set_logit_bias(graft_sampler *sampler, const graft_logit_bias 
 /* Picks the next token from `logits` (n_vocab values, modified in place). Order: logit
  * biases; the repetition penalty over `history` (its last penalty_last_n tokens); presence and
  * frequency penalties over the tokens this sampler picked before; then greedy, or top-n-sigma,
- * top-k, temperature, typical, top-p, min-p, XTC and a draw. Deterministic for a given seed and sequence of
- * calls. */
+ * top-k, temperature (dynamic with dynatemp_range), typical, top-p, min-p, XTC and a draw.
+ * Deterministic for a given seed and sequence of calls. */
 int32_t graft_sampler_sample(graft_sampler *sampler, float *logits, const int32_t *history,
                              size_t n_history);
 

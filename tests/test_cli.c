@@ -521,7 +521,8 @@ static void test_run_prompt(void **state)
     expect_status(&r, 2);
     expect_contains(r.err, "--repeat-last-n");
     result_free(&r);
-    /* --top-nsigma, --typical and XTC reach the sampler: the same seed samples other text */
+    /* --top-nsigma, --typical, --dynatemp-range and XTC reach the sampler: the same seed
+     * samples other text */
     cli_result base = GRAFT("run", "-m", stories(), "-p", "Once upon a time", "-n", "24", "--temp",
                             "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0", "--seed", "3");
     cli_result sigma = GRAFT("run", "-m", stories(), "-p", "Once upon a time", "-n", "24",
@@ -533,17 +534,23 @@ static void test_run_prompt(void **state)
     cli_result typical = GRAFT("run", "-m", stories(), "-p", "Once upon a time", "-n", "24",
                                "--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0",
                                "--seed", "3", "--typical", "0.5");
+    cli_result dynatemp = GRAFT("run", "-m", stories(), "-p", "Once upon a time", "-n", "24",
+                                "--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0",
+                                "--seed", "3", "--dynatemp-range", "1", "--dynatemp-exp", "2");
     expect_status(&base, 0);
     expect_status(&sigma, 0);
     expect_status(&xtc, 0);
     expect_status(&typical, 0);
+    expect_status(&dynatemp, 0);
     assert_string_not_equal(sigma.out, base.out);
     assert_string_not_equal(xtc.out, base.out);
     assert_string_not_equal(typical.out, base.out);
+    assert_string_not_equal(dynatemp.out, base.out);
     result_free(&base);
     result_free(&sigma);
     result_free(&xtc);
     result_free(&typical);
+    result_free(&dynatemp);
     r = GRAFT("run", "-m", stories(), "-p", story, "--xtc-probability", "1.5");
     expect_status(&r, 2);
     expect_contains(r.err, "--xtc-probability");

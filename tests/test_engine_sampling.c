@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,10 @@ static void test_penalised_sampling_is_deterministic(void **state)
  *     than n population standard deviations of the finite logits are out;
  *   - every other token ranked by a full comparison sort (descending logit, equal logits
  *     lower id first), the top_k best kept (0: all);
+ *   - with dynatemp_range d > 0, the temperature from the entropy of those candidates'
+ *     untempered distribution (float64, over those of nonzero probability) divided by the
+ *     log of their count, raised to dynatemp_exponent: between max(0, T - d) and T + d
+ *     (T kept with one such candidate, 0 taken as the least positive float);
  *   - probabilities exp((logit - best) / temperature) as floats, summed in float64 in rank
  *     order;
  *   - with typical_p below 1, the entropy H of those (float64) and, ordered by |-log q - H|
@@ -204,7 +209,8 @@ static int by_logit_then_id(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
-static int typical_cuts; /* the oracle's picks where typical sampling dropped tokens */
+static int typical_cuts;   /* the oracle's picks where typical sampling dropped tokens */
+static int dynatemp_moved; /* ... and where the dynamic temperature was not the given one */
 
 static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_sampling *p,
                                    graft__rng *rng, oracle_entry *ranked, float *prob,
@@ -229,9 +235,33 @@ static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_s
         ranked[i] = (oracle_entry){i, logits[i] < floor ? -INFINITY : logits[i]};
     qsort(ranked, (size_t)v, sizeof *ranked, by_logit_then_id);
     int32_t n = p->top_k > 0 && p->top_k < v ? p->top_k : v;
+    double temperature = p->temperature;
+    if (p->dynatemp_range > 0.0f) {
+        double z = 0.0, entropy = 0.0;
+        int32_t live = 0;
+        for (int32_t i = 0; i < n; i++) {
+            z += exp((double)(ranked[i].logit - ranked[0].logit));
+            live += exp((double)(ranked[i].logit - ranked[0].logit)) > 0.0;
+        }
+        for (int32_t i = 0; i < n; i++) {
+            double q = exp((double)(ranked[i].logit - ranked[0].logit)) / z;
+            if (q > 0.0)
+                entropy -= q * log(q);
+        }
+        if (live > 1) {
+            double low = p->temperature > p->dynatemp_range
+                             ? (double)p->temperature - p->dynatemp_range
+                             : 0.0;
+            double high = (double)p->temperature + p->dynatemp_range;
+            temperature = low + (high - low) * pow(entropy / log((double)live),
+                                                   p->dynatemp_exponent);
+            temperature = temperature > 0.0 ? temperature : FLT_MIN;
+        }
+        dynatemp_moved += temperature != p->temperature;
+    }
     double sum = 0.0;
     for (int32_t i = 0; i < n; i++) {
-        prob[i] = (float)exp((double)(ranked[i].logit - ranked[0].logit) / p->temperature);
+        prob[i] = (float)exp((double)(ranked[i].logit - ranked[0].logit) / temperature);
         sum += prob[i];
     }
     if (p->typical_p < 1.0f) {
@@ -415,10 +445,11 @@ static void strong_logits(float *logits, int32_t v, uint64_t seed)
     logits[(int32_t)((seed * 13 + 2) % (uint64_t)v)] = 3.75f;
 }
 
-/* top-n-sigma, XTC and typical sampling, alone and together with the other filters, pick
- * what the oracle picks; both change picks (one sigma keeps only the strong tokens, so the
- * favourite is picked more often; XTC drops strong tokens); out-of-range values are refused. */
-static void test_top_n_sigma_and_xtc_match_oracle(void **state)
+/* top-n-sigma, XTC, typical sampling and the dynamic temperature, alone and together with
+ * the other filters, pick what the oracle picks; each acts (one sigma keeps only the strong
+ * tokens, so the favourite is picked more often; XTC drops strong tokens; typical drops
+ * tokens; the dynamic temperature moves); out-of-range values are refused. */
+static void test_llama_samplers_match_oracle(void **state)
 {
     (void)state;
     enum { V = 4001, STEPS = 8 };
@@ -448,6 +479,24 @@ static void test_top_n_sigma_and_xtc_match_oracle(void **state)
                     favourite[g == 2] += picks[step] == (int32_t)((first + step) % (uint64_t)V);
                 cases++;
             }
+    /* dynamic temperature, alone and with the other filters */
+    const float ranges[] = {0.5f, 1.5f}, exponents[] = {1.0f, 2.5f, 0.0f};
+    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++)
+        for (size_t e = 0; e < sizeof exponents / sizeof exponents[0]; e++)
+            for (int filters = 0; filters < 2; filters++) {
+                graft_sampling p = graft_sampling_default();
+                p.top_k = filters ? 40 : 0;
+                p.top_p = filters ? 0.9f : 1.0f;
+                p.min_p = filters ? 0.05f : 0.0f;
+                p.temperature = filters ? 0.7f : 1.0f;
+                p.dynatemp_range = ranges[r];
+                p.dynatemp_exponent = exponents[e];
+                p.seed = (uint64_t)cases + 101;
+                int32_t picks[STEPS];
+                check_picks(&o, &p, STEPS, (uint64_t)(cases * STEPS), strong_logits, picks);
+                cases++;
+            }
+    assert_true(dynatemp_moved > 0);
     assert_true(o.acted > 0);
     assert_true(typical_cuts > 0);
     assert_true(favourite[1] > favourite[0]);
@@ -460,6 +509,9 @@ static void test_top_n_sigma_and_xtc_match_oracle(void **state)
     assert_int_equal(graft_sampler_create(&bad, V, &s), GRAFT_EINVAL);
     bad = graft_sampling_default();
     bad.xtc_threshold = -0.1f;
+    assert_int_equal(graft_sampler_create(&bad, V, &s), GRAFT_EINVAL);
+    bad = graft_sampling_default();
+    bad.dynatemp_range = -1.0f;
     assert_int_equal(graft_sampler_create(&bad, V, &s), GRAFT_EINVAL);
     assert_null(s);
     oracle_close(&o);
@@ -1039,7 +1091,7 @@ int main(void)
         cmocka_unit_test(test_logit_bias_moves_greedy_pick),
         cmocka_unit_test(test_presence_and_frequency_penalties),
         cmocka_unit_test(test_repetition_penalty_and_its_window),
-        cmocka_unit_test(test_top_n_sigma_and_xtc_match_oracle),
+        cmocka_unit_test(test_llama_samplers_match_oracle),
         cmocka_unit_test(test_penalised_sampling_is_deterministic),
         cmocka_unit_test(test_sampled_pick_matches_oracle),
         cmocka_unit_test(test_sampler_allocations),

@@ -631,7 +631,7 @@ static void test_logit_bias_and_penalties(void **state)
         {"{\"prompt\": \"x\", \"xtc_probability\": 2}", "xtc_probability"},
         {"{\"prompt\": \"x\", \"xtc_threshold\": -1}", "xtc_threshold"},
         {"{\"prompt\": \"x\", \"top_n_sigma\": \"1\"}", "top_n_sigma"},
-        {"{\"prompt\": \"x\", \"dynatemp_range\": 0.5}", "dynatemp_range"},
+        {"{\"prompt\": \"x\", \"dynatemp_range\": -0.5}", "dynatemp_range"},
         {"{\"prompt\": \"x\", \"tfs_z\": 0.95}", "tfs_z"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"99999\": 1}}", "logit_bias.99999"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", "logit_bias.abc"},
@@ -645,10 +645,11 @@ static void test_logit_bias_and_penalties(void **state)
         free(graft_test_expect_error(&r, 400, bad[i].param));
         graft_test_response_free(&r);
     }
-    /* XTC, top-n-sigma and typical_p reach the sampler: the same seed samples other text */
-    const char *with[] = {NULL, "xtc", "top_n_sigma", "typical_p"};
-    json_t *sampled[4];
-    for (int w = 0; w < 4; w++) {
+    /* XTC, top-n-sigma, typical_p and dynatemp reach the sampler: the same seed samples other
+     * text */
+    const char *with[] = {NULL, "xtc", "top_n_sigma", "typical_p", "dynatemp_range"};
+    json_t *sampled[5];
+    for (int w = 0; w < 5; w++) {
         json_t *req = json_pack("{s:s, s:i, s:f, s:i, s:f, s:f, s:i}", "prompt",
                                 "Once upon a time", "max_tokens", 24, "temperature", 1.5,
                                 "top_k", 0, "top_p", 1.0, "min_p", 0.0, "seed", 3);
@@ -659,12 +660,14 @@ static void test_logit_bias_and_penalties(void **state)
             json_object_set_new(req, "top_n_sigma", json_real(0.5));
         } else if (w == 3) {
             json_object_set_new(req, "typical_p", json_real(0.5));
+        } else if (w == 4) {
+            json_object_set_new(req, "dynatemp_range", json_real(1.0));
         }
         sampled[w] = post("/v1/completions", req, 200);
         if (w > 0 && strcmp(choice_text(sampled[w], 0), choice_text(sampled[0], 0)) == 0)
             fail_msg("%s: the same text as without it", with[w]);
     }
-    for (int w = 0; w < 4; w++)
+    for (int w = 0; w < 5; w++)
         json_decref(sampled[w]);
     /* llama.cpp's samplers at their off values (its web UI sends them all) ask for nothing */
     json_t *off = post("/v1/completions",

@@ -76,6 +76,9 @@ static const char run_usage[] =
     "                          0 or below for off (default 0)\n"
     "  --typical P             keep the tokens nearest the entropy until they hold more than\n"
     "                          P of the mass, 1 for off (default 1)\n"
+    "  --dynatemp-range R      dynamic temperature: within the temperature +- R, by the\n"
+    "                          entropy of the top-k tokens, 0 for off (default 0)\n"
+    "  --dynatemp-exp E        the exponent of the normalised entropy (default 1)\n"
     "  --xtc-probability P     how often XTC drops the likeliest tokens, 0 for off (default 0)\n"
     "  --xtc-threshold T       XTC drops all tokens of probability T or more but the least\n"
     "                          likely of them (default 0.1)\n"
@@ -199,6 +202,8 @@ static int parse_run_options(int argc, char **argv, run_options *o)
         {"--repeat-last-n", NULL, GRAFT_CLI_INT, &o->repeat_last_n, -1, INT32_MAX, 0},
         {"--top-nsigma", NULL, GRAFT_CLI_FLOAT, &sp->top_n_sigma, -1, 100, 0},
         {"--typical", NULL, GRAFT_CLI_FLOAT, &sp->typical_p, 0, 1, 0},
+        {"--dynatemp-range", NULL, GRAFT_CLI_FLOAT, &sp->dynatemp_range, 0, 100, 0},
+        {"--dynatemp-exp", NULL, GRAFT_CLI_FLOAT, &sp->dynatemp_exponent, 0, 100, 0},
         {"--xtc-probability", NULL, GRAFT_CLI_FLOAT, &sp->xtc_probability, 0, 1, 0},
         {"--xtc-threshold", NULL, GRAFT_CLI_FLOAT, &sp->xtc_threshold, 0, 1, 0},
         {"--seed", NULL, GRAFT_CLI_U64, &sp->seed, 0, 0, 0},

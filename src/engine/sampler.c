@@ -2,19 +2,19 @@
  * sampler.c: picking the next token from logits (graft_sampler in include/graft.h).
  *
  * Order of the filters: logit biases, repetition penalty, presence and frequency penalties,
- * then greedy (temperature 0) or: top-n-sigma, top-k, temperature softmax, typical, top-p,
- * min-p, XTC, and a draw from the renormalised distribution. Temperature comes before top-p and min-p,
- * as in Hugging Face transformers and vLLM (llama.cpp applies it last, so at a temperature
- * other than 1 its top-p and min-p keep other tokens; top-n-sigma's cut does not depend on
- * the temperature). XTC takes one draw of the generator at every sampled step where its
- * probability is above 0, before the pick's own draw, as llama.cpp's does. Each sampler owns
- * its random state (xoshiro256** seeded by splitmix64), so a generation's tokens depend only
- * on its seed and its own logits, never on what else runs at the same time.
+ * then greedy (temperature 0) or: top-n-sigma, top-k, temperature softmax (a dynamic
+ * temperature, from the top-k candidates' entropy, when dynatemp_range is above 0), typical,
+ * top-p, min-p, XTC, and a draw from the renormalised distribution. Temperature comes before
+ * top-p and min-p, as in Hugging Face transformers and vLLM (llama.cpp applies it last, so at
+ * a temperature other than 1 its top-p and min-p keep other tokens; top-n-sigma's cut does
+ * not depend on the temperature). XTC takes one draw of the generator at every sampled step
+ * where its probability is above 0, before the pick's own draw, as llama.cpp's does.
  *
  * Presence and frequency penalties count what this sampler picked, the generation's own
  * output (OpenAI's and vLLM's rule), so they do not depend on where the prompt's KV came
  * from or on a session's earlier turns.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +61,8 @@ static int32_t top_k_of(const graft_sampling *p, int32_t n_vocab)
 
 graft_sampling graft_sampling_default(void)
 {
-    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0, 0, 0.0f, 0.0f, 0.1f, 1.0f};
+    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0,
+                        0,    0.0f, 0.0f, 0.1f,  1.0f, 0.0f, 1.0f};
     return p;
 }
 
@@ -73,7 +74,9 @@ static bool params_valid(const graft_sampling *p)
            isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
            p->penalty_last_n >= 0 && isfinite(p->top_n_sigma) && p->xtc_probability >= 0.0f &&
            p->xtc_probability <= 1.0f && p->xtc_threshold >= 0.0f && p->xtc_threshold <= 1.0f &&
-           p->typical_p >= 0.0f && p->typical_p <= 1.0f;
+           p->typical_p >= 0.0f && p->typical_p <= 1.0f && p->dynatemp_range >= 0.0f &&
+           isfinite(p->dynatemp_range) && p->dynatemp_exponent >= 0.0f &&
+           isfinite(p->dynatemp_exponent);
 }
 
 int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sampler **out)
@@ -301,15 +304,47 @@ static int32_t apply_typical(graft_sampler *s, int32_t n, double *sum)
     return kept;
 }
 
+/* The temperature of a draw among the n candidates (best first). With dynatemp_range d > 0
+ * (llama.cpp's dynamic temperature): the entropy of their untempered distribution (float64,
+ * over those of nonzero probability), divided by the log of their count, raised to
+ * dynatemp_exponent, places it between max(0, T - d) and T + d; with one such candidate the
+ * temperature does not matter and T is kept. A temperature of 0 is taken as the least
+ * positive float, which leaves the best candidates alone. */
+static double temperature_of(const graft_sampler *s, int32_t n)
+{
+    const graft_sampling *p = &s->params;
+    if (p->dynatemp_range <= 0.0f)
+        return p->temperature;
+    double sum = 0.0;
+    int32_t live = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double q = exp((double)(s->cand[i].logit - s->cand[0].logit));
+        sum += q;
+        live += q > 0.0;
+    }
+    if (live <= 1)
+        return p->temperature;
+    double entropy = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        double q = exp((double)(s->cand[i].logit - s->cand[0].logit)) / sum;
+        entropy -= q > 0.0 ? q * log(q) : 0.0;
+    }
+    double low = fmax(0.0, (double)p->temperature - p->dynatemp_range);
+    double high = (double)p->temperature + p->dynatemp_range;
+    double t = low + (high - low) * pow(entropy / log((double)live), p->dynatemp_exponent);
+    return t > 0.0 ? t : FLT_MIN;
+}
+
 /* Of the n best candidates (top-k's), keeps those the other filters allow; returns how many
  * remain (at least 1). A candidate of probability 0 (a logit of -infinity, as a JSON mask
  * sets, or one that underflows) is never kept, so that no rounding of the draw can pick it. */
 static int32_t filter(graft_sampler *s, int32_t n)
 {
     const graft_sampling *p = &s->params;
+    const double temperature = temperature_of(s, n);
     double sum = 0.0;
     for (int32_t i = 0; i < n; i++) {
-        s->cand[i].prob = (float)exp((double)(s->cand[i].logit - s->cand[0].logit) / p->temperature);
+        s->cand[i].prob = (float)exp((double)(s->cand[i].logit - s->cand[0].logit) / temperature);
         sum += s->cand[i].prob;
     }
     n = apply_typical(s, n, &sum);

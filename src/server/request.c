@@ -7,23 +7,23 @@
  * here), messages (through the chat template), max_tokens / max_completion_tokens / n_predict, n,
  * best_of (completions: the n best of that many answers), temperature, top_p, top_k, min_p, seed,
  * repetition_penalty / repeat_penalty (and llama-server's window of it, repeat_last_n /
- * penalty_last_n), top_n_sigma, typical_p, xtc_probability and xtc_threshold, presence_penalty,
- * frequency_penalty, logit_bias, logprobs / top_logprobs (chat: a flag and a count; completions:
- * the legacy count), tools and tool_choice (auto, none, required or a named function),
- * parallel_tool_calls, or their legacy form functions and function_call (functions.c),
- * response_format (text, json_object, json_schema) or llama-server's json_schema, llama-server's
- * grammar (GBNF), stop, stream, stream_options.include_usage, ignore_eos, return_tokens,
- * session_id, echo (completions: the prompt comes back before the answer; max_tokens 0 then asks
- * for the prompt alone), reasoning_format (chat: whether a thinking model's thought is split off,
- * reasoning.c), thinking_token_budget (chat: the tokens a thinking model's thought may take before
- * it is closed), continue_final_message (chat: the last message, the assistant's, is a prefill the
- * answer continues, chat.c), suffix and llama-server's n_indent and t_max_predict_ms (completions:
- * fill in the middle, infill.c, and code completion's ends: at a line indented less than n_indent,
- * at a line break once t_max_predict_ms have passed); /infill's own fields (infill.c). A field of
- * the wrong type or out of range is refused naming its JSON path. Known fields graft cannot honour
- * (llama.cpp's samplers that graft's chain lacks, unless sent at their off value) are refused by
- * name rather than ignored (an answer that silently differs from what was asked is worse than a
- * clear 400); unknown fields are ignored, since SDKs send extras.
+ * penalty_last_n), top_n_sigma, typical_p, xtc_probability and xtc_threshold, dynatemp_range and
+ * dynatemp_exponent, presence_penalty, frequency_penalty, logit_bias, logprobs / top_logprobs
+ * (chat: a flag and a count; completions: the legacy count), tools and tool_choice (auto, none,
+ * required or a named function), parallel_tool_calls, or their legacy form functions and
+ * function_call (functions.c), response_format (text, json_object, json_schema) or llama-server's
+ * json_schema, llama-server's grammar (GBNF), stop, stream, stream_options.include_usage,
+ * ignore_eos, return_tokens, session_id, echo (completions: the prompt comes back before the
+ * answer; max_tokens 0 then asks for the prompt alone), reasoning_format (chat: whether a thinking
+ * model's thought is split off, reasoning.c), thinking_token_budget (chat: the tokens a thinking
+ * model's thought may take before it is closed), continue_final_message (chat: the last message,
+ * the assistant's, is a prefill the answer continues, chat.c), suffix and llama-server's n_indent
+ * and t_max_predict_ms (completions: fill in the middle, infill.c, and code completion's ends: at a
+ * line indented less than n_indent, at a line break once t_max_predict_ms have passed); /infill's
+ * own fields (infill.c). A field of the wrong type or out of range is refused naming its JSON path.
+ * Known fields graft cannot honour (llama.cpp's samplers that graft's chain lacks, unless sent at
+ * their off value) are refused by name rather than ignored (an answer that silently differs from
+ * what was asked is worse than a clear 400); unknown fields are ignored, since SDKs send extras.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -176,7 +176,6 @@ static const struct {
     bool below_is_off;
 } llama_samplers[] = {{"tfs_z", 1.0, false},
                       {"mirostat", 0.0, true},
-                      {"dynatemp_range", 0.0, false},
                       {"dry_multiplier", 0.0, false}};
 
 static int refuse_llama_samplers(const json_t *body, char **param, char **message)
@@ -259,6 +258,14 @@ static int parse_sampling(const json_t *body, graft__completion_request *r, char
     if ((rc = get_number(body, "typical_p", 0, 1, &x, param, message)) != GRAFT_OK)
         return rc;
     s->typical_p = (float)x;
+    x = s->dynatemp_range;
+    if ((rc = get_number(body, "dynatemp_range", 0, 100, &x, param, message)) != GRAFT_OK)
+        return rc;
+    s->dynatemp_range = (float)x;
+    x = s->dynatemp_exponent;
+    if ((rc = get_number(body, "dynatemp_exponent", 0, 100, &x, param, message)) != GRAFT_OK)
+        return rc;
+    s->dynatemp_exponent = (float)x;
     x = s->presence_penalty;
     if ((rc = get_number(body, "presence_penalty", -2, 2, &x, param, message)) != GRAFT_OK)
         return rc;

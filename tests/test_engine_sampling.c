@@ -216,7 +216,7 @@ static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_s
                                    graft__rng *rng, oracle_entry *ranked, float *prob,
                                    int *acted)
 {
-    double floor = -INFINITY;
+    double cut = -INFINITY;
     if (p->top_n_sigma > 0.0f) {
         double best = -INFINITY, sum = 0.0, squares = 0.0;
         int32_t finite = 0;
@@ -229,10 +229,10 @@ static int32_t oracle_sampled_pick(const float *logits, int32_t v, const graft_s
         for (int32_t i = 0; i < v; i++)
             if (isfinite(logits[i]))
                 squares += ((double)logits[i] - sum / finite) * ((double)logits[i] - sum / finite);
-        floor = best - p->top_n_sigma * sqrt(squares / finite);
+        cut = best - p->top_n_sigma * sqrt(squares / finite);
     }
     for (int32_t i = 0; i < v; i++)
-        ranked[i] = (oracle_entry){i, logits[i] < floor ? -INFINITY : logits[i]};
+        ranked[i] = (oracle_entry){i, logits[i] < cut ? -INFINITY : logits[i]};
     qsort(ranked, (size_t)v, sizeof *ranked, by_logit_then_id);
     int32_t n = p->top_k > 0 && p->top_k < v ? p->top_k : v;
     double temperature = p->temperature;

@@ -384,9 +384,9 @@ static void apply_top_n_sigma(const graft_sampler *s, float *logits)
     for (int32_t i = 0; i < s->n_vocab; i++)
         if (isfinite(logits[i]))
             squares += (logits[i] - mean) * (logits[i] - mean);
-    double floor = max - n * sqrt(squares / finite);
+    double lowest = max - n * sqrt(squares / finite);
     for (int32_t i = 0; i < s->n_vocab; i++)
-        if (logits[i] < floor)
+        if (logits[i] < lowest)
             logits[i] = -INFINITY;
 }
 

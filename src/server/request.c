@@ -27,6 +27,7 @@
  */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,70 +211,51 @@ static int parse_penalty_window(const json_t *body, graft_sampling *s, char **pa
     return GRAFT_OK;
 }
 
+/* graft_sampling's float fields under the names requests give them, with their ranges. */
+static const struct {
+    const char *key;
+    double lo, hi;
+    size_t offset; /* of the float in graft_sampling */
+} sampling_floats[] = {
+    {"temperature", 0, 2, offsetof(graft_sampling, temperature)},
+    {"top_p", 0, 1, offsetof(graft_sampling, top_p)},
+    {"min_p", 0, 1, offsetof(graft_sampling, min_p)},
+    {"top_n_sigma", -1, 100, offsetof(graft_sampling, top_n_sigma)}, /* llama's off: -1 */
+    {"xtc_probability", 0, 1, offsetof(graft_sampling, xtc_probability)},
+    {"xtc_threshold", 0, 1, offsetof(graft_sampling, xtc_threshold)},
+    {"typical_p", 0, 1, offsetof(graft_sampling, typical_p)},
+    {"dynatemp_range", 0, 100, offsetof(graft_sampling, dynatemp_range)},
+    {"dynatemp_exponent", 0, 100, offsetof(graft_sampling, dynatemp_exponent)},
+    {"presence_penalty", -2, 2, offsetof(graft_sampling, presence_penalty)},
+    {"frequency_penalty", -2, 2, offsetof(graft_sampling, frequency_penalty)},
+};
+
 static int parse_sampling(const json_t *body, graft__completion_request *r, char **param,
                           char **message)
 {
     graft_sampling *s = &r->sampling;
-    double x;
-    long long k;
     int rc;
-    x = s->temperature;
-    if ((rc = get_number(body, "temperature", 0, 2, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->temperature = (float)x;
-    x = s->top_p;
-    if ((rc = get_number(body, "top_p", 0, 1, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->top_p = (float)x;
-    x = s->min_p;
-    if ((rc = get_number(body, "min_p", 0, 1, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->min_p = (float)x;
-    k = s->top_k;
+    for (size_t i = 0; i < sizeof sampling_floats / sizeof sampling_floats[0]; i++) {
+        float *field = (float *)((char *)s + sampling_floats[i].offset);
+        double x = *field;
+        if ((rc = get_number(body, sampling_floats[i].key, sampling_floats[i].lo,
+                             sampling_floats[i].hi, &x, param, message)) != GRAFT_OK)
+            return rc;
+        *field = (float)x;
+    }
+    long long k = s->top_k;
     if ((rc = get_int(body, "top_k", 0, INT32_MAX, &k, param, message)) != GRAFT_OK)
         return rc;
     s->top_k = (int32_t)k;
     const char *penalty = json_object_get(body, "repetition_penalty") ? "repetition_penalty"
                                                                        : "repeat_penalty";
-    x = s->repetition_penalty;
+    double x = s->repetition_penalty;
     if ((rc = get_number(body, penalty, 0.01, 100, &x, param, message)) != GRAFT_OK)
         return rc;
     s->repetition_penalty = (float)x;
     if ((rc = parse_penalty_window(body, s, param, message)) != GRAFT_OK ||
         (rc = refuse_llama_samplers(body, param, message)) != GRAFT_OK)
         return rc;
-    x = s->top_n_sigma; /* llama-server's; 0 or below: off (its default is -1) */
-    if ((rc = get_number(body, "top_n_sigma", -1, 100, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->top_n_sigma = (float)x;
-    x = s->xtc_probability;
-    if ((rc = get_number(body, "xtc_probability", 0, 1, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->xtc_probability = (float)x;
-    x = s->xtc_threshold;
-    if ((rc = get_number(body, "xtc_threshold", 0, 1, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->xtc_threshold = (float)x;
-    x = s->typical_p;
-    if ((rc = get_number(body, "typical_p", 0, 1, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->typical_p = (float)x;
-    x = s->dynatemp_range;
-    if ((rc = get_number(body, "dynatemp_range", 0, 100, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->dynatemp_range = (float)x;
-    x = s->dynatemp_exponent;
-    if ((rc = get_number(body, "dynatemp_exponent", 0, 100, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->dynatemp_exponent = (float)x;
-    x = s->presence_penalty;
-    if ((rc = get_number(body, "presence_penalty", -2, 2, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->presence_penalty = (float)x;
-    x = s->frequency_penalty;
-    if ((rc = get_number(body, "frequency_penalty", -2, 2, &x, param, message)) != GRAFT_OK)
-        return rc;
-    s->frequency_penalty = (float)x;
     long long seed = -1;
     if ((rc = get_int(body, "seed", -1, INT64_MAX, &seed, param, message)) != GRAFT_OK)
         return rc;

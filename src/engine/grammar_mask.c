@@ -74,11 +74,12 @@ int graft__grammar_vocab_create(const graft__token_table *tokens, graft__grammar
     gv->shared = (uint32_t *)(gv->sorted + n_vocab);
     int32_t n = 0, n_none = 0;
     for (int32_t t = 0; t < tokens->n_vocab; t++) {
-        size_t len = tokens->offset[t + 1] - tokens->offset[t];
+        size_t len;
+        const char *bytes = graft__token_table_bytes(tokens, t, &len);
         if (len == 0)
             gv->sorted[tokens->n_vocab - 1 - n_none++] = t;
         else
-            tb[n++] = (token_bytes){tokens->bytes + tokens->offset[t], len, t};
+            tb[n++] = (token_bytes){bytes, len, t};
     }
     qsort(tb, (size_t)n, sizeof *tb, by_bytes);
     for (int32_t i = 0; i < n; i++) {
@@ -161,8 +162,9 @@ int32_t graft__grammar_mask_apply(const graft__grammar_vocab *gv, graft__grammar
     int32_t allowed = 0;
     for (int32_t i = 0; i < gv->n_sorted && !run->overflow; i++) {
         int32_t t = gv->sorted[i];
-        const char *bytes = tokens->bytes + tokens->offset[t];
-        uint32_t len = (uint32_t)(tokens->offset[t + 1] - tokens->offset[t]), d = gv->shared[i];
+        size_t n_bytes;
+        const char *bytes = graft__token_table_bytes(tokens, t, &n_bytes);
+        uint32_t len = (uint32_t)n_bytes, d = gv->shared[i];
         bool ok = false;
         if (d <= alive) { /* else it shares the byte that refused the token before */
             run->n_nodes = run->trail_nodes[d];
@@ -189,9 +191,9 @@ int32_t graft__grammar_mask_apply(const graft__grammar_vocab *gv, graft__grammar
 bool graft__grammar_mask_feed(const graft__grammar_vocab *gv, graft__grammar_run *run,
                               int32_t token)
 {
-    const graft__token_table *tokens = gv->tokens;
-    if (token < 0 || token >= tokens->n_vocab || tokens->offset[token + 1] == tokens->offset[token])
+    if (token < 0 || token >= gv->tokens->n_vocab)
         return false;
-    return graft__grammar_run_feed(run, tokens->bytes + tokens->offset[token],
-                                   tokens->offset[token + 1] - tokens->offset[token]);
+    size_t len;
+    const char *bytes = graft__token_table_bytes(gv->tokens, token, &len);
+    return len > 0 && graft__grammar_run_feed(run, bytes, len);
 }

@@ -28,11 +28,9 @@
 
 /* One allocation: the struct, then its arrays (immutable once built). */
 struct graft__json_mask {
-    int32_t n_vocab;
+    const graft__token_table *tokens; /* borrowed: it outlives this */
     int32_t first[257];   /* group b is by_first[first[b] .. first[b + 1]); the tokens
                              without bytes follow, by_first[first[256] .. n_vocab) */
-    const size_t *offset; /* the token table's: token t's bytes are [offset[t], offset[t + 1]) */
-    const char *bytes;    /* the token table's: every token's bytes, in id order */
     int32_t *by_first;    /* (n_vocab) the tokens grouped by first byte, in id order */
     uint8_t *plain;       /* (n_vocab) 1: complete UTF-8 characters, none of them '"', '\'
                              or a control byte, so the token can stand anywhere in a string */
@@ -64,17 +62,16 @@ int graft__json_mask_create(const graft__token_table *tokens, graft__json_mask *
     *out = m;
     if (m == NULL)
         return GRAFT_ENOMEM;
-    m->n_vocab = n_vocab;
-    m->offset = tokens->offset;
-    m->bytes = tokens->bytes;
+    m->tokens = tokens;
     m->by_first = (int32_t *)(m + 1); /* the struct's size keeps the arrays aligned */
     m->plain = (uint8_t *)(m->by_first + n_vocab);
     int32_t count[256] = {0};
     for (int32_t t = 0; t < n_vocab; t++) {
-        size_t at = m->offset[t], len = m->offset[t + 1] - at;
-        m->plain[t] = len > 0 && plain_text(m->bytes + at, len);
+        size_t len;
+        const char *bytes = graft__token_table_bytes(tokens, t, &len);
+        m->plain[t] = len > 0 && plain_text(bytes, len);
         if (len > 0)
-            count[(uint8_t)m->bytes[at]]++;
+            count[(uint8_t)bytes[0]]++;
     }
     m->first[0] = 0;
     for (int b = 0; b < 256; b++)
@@ -82,8 +79,9 @@ int graft__json_mask_create(const graft__token_table *tokens, graft__json_mask *
     int32_t fill[257]; /* fill[256]: the tokens without bytes */
     memcpy(fill, m->first, sizeof fill);
     for (int32_t t = 0; t < n_vocab; t++) {
-        bool has_bytes = m->offset[t + 1] > m->offset[t];
-        m->by_first[fill[has_bytes ? (uint8_t)m->bytes[m->offset[t]] : 256]++] = t;
+        size_t len;
+        const char *bytes = graft__token_table_bytes(tokens, t, &len);
+        m->by_first[fill[len > 0 ? (uint8_t)bytes[0] : 256]++] = t;
     }
     return GRAFT_OK;
 }
@@ -91,18 +89,24 @@ int graft__json_mask_create(const graft__token_table *tokens, graft__json_mask *
 /* Feeds the bytes of token t after the first `from`. */
 static bool feed_from(const graft__json_mask *m, graft__json_syntax *s, int32_t t, size_t from)
 {
-    for (size_t i = m->offset[t] + from; i < m->offset[t + 1]; i++)
-        if (!graft__json_syntax_feed(s, (uint8_t)m->bytes[i]))
+    size_t len;
+    const char *bytes = graft__token_table_bytes(m->tokens, t, &len);
+    for (size_t i = from; i < len; i++)
+        if (!graft__json_syntax_feed(s, (uint8_t)bytes[i]))
             return false;
     return true;
 }
 
 bool graft__json_mask_feed(const graft__json_mask *m, graft__json_recognizer *r, int32_t token)
 {
-    if (token < 0 || token >= m->n_vocab || m->offset[token + 1] == m->offset[token])
+    if (token < 0 || token >= m->tokens->n_vocab)
         return false;
-    for (size_t i = m->offset[token]; i < m->offset[token + 1]; i++)
-        if (!graft__json_recognizer_feed(r, (uint8_t)m->bytes[i]))
+    size_t len;
+    const char *bytes = graft__token_table_bytes(m->tokens, token, &len);
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!graft__json_recognizer_feed(r, (uint8_t)bytes[i]))
             return false;
     return true;
 }
@@ -131,8 +135,8 @@ void graft__json_preamble_init(graft__json_preamble *p, const char *tag, const c
 static bool preamble_walk(const graft__json_mask *m, graft__json_preamble *p, int32_t t,
                           size_t *json_from, bool *lead)
 {
-    size_t n = m->offset[t + 1] - m->offset[t];
-    const char *bytes = m->bytes + m->offset[t];
+    size_t n;
+    const char *bytes = graft__token_table_bytes(m->tokens, t, &n);
     *json_from = n;
     *lead = false;
     for (size_t i = 0; i < n && !p->over; i++) {
@@ -175,8 +179,10 @@ static bool feed_json(const graft__json_mask *m, const graft__json_preamble *q, 
     for (uint32_t k = 0; lead && k < q->n_lead; k++)
         if (!graft__json_recognizer_feed(r, (uint8_t)q->lead[k]))
             return false;
-    for (size_t i = m->offset[t] + from; i < m->offset[t + 1]; i++)
-        if (!graft__json_recognizer_feed(r, (uint8_t)m->bytes[i]))
+    size_t len;
+    const char *bytes = graft__token_table_bytes(m->tokens, t, &len);
+    for (size_t i = from; i < len; i++)
+        if (!graft__json_recognizer_feed(r, (uint8_t)bytes[i]))
             return false;
     return true;
 }
@@ -187,9 +193,10 @@ static bool feed_json(const graft__json_mask *m, const graft__json_preamble *q, 
 static bool walk_and_feed(const graft__json_mask *m, const graft__json_preamble *p,
                           graft__json_preamble *q, graft__json_recognizer *r, int32_t t)
 {
-    size_t from;
+    size_t from, len;
     bool lead;
-    if (m->offset[t + 1] == m->offset[t] || !preamble_walk(m, q, t, &from, &lead))
+    graft__token_table_bytes(m->tokens, t, &len);
+    if (len == 0 || !preamble_walk(m, q, t, &from, &lead))
         return false;
     if (q->over)
         return feed_json(m, q, lead, r, t, from);
@@ -214,10 +221,11 @@ static bool preamble_follows(const graft__json_mask *m, const graft__json_preamb
 /* The token whose bytes hold byte `off` of the block (tokens with bytes only hold any). */
 static int32_t token_at(const graft__json_mask *m, size_t off)
 {
-    int32_t lo = 0, hi = m->n_vocab - 1; /* offset[lo] <= off < offset[hi + 1] */
+    const size_t *offset = m->tokens->offset;
+    int32_t lo = 0, hi = m->tokens->n_vocab - 1; /* offset[lo] <= off < offset[hi + 1] */
     while (lo < hi) {
         int32_t mid = lo + (hi - lo + 1) / 2;
-        if (m->offset[mid] <= off)
+        if (offset[mid] <= off)
             lo = mid;
         else
             hi = mid - 1;
@@ -231,18 +239,19 @@ int32_t graft__json_mask_apply_preamble(const graft__json_mask *m,
 {
     int32_t allowed = 0;
     if (!p->in_free) { /* the first tokens of an optional free text: each walked */
-        for (int32_t t = 0; t < m->n_vocab; t++)
+        for (int32_t t = 0; t < m->tokens->n_vocab; t++)
             if (preamble_follows(m, p, r, t))
                 allowed++;
             else
                 logits[t] = -INFINITY;
         return allowed;
     }
-    for (int32_t i = m->first[256]; i < m->n_vocab; i++)
+    for (int32_t i = m->first[256]; i < m->tokens->n_vocab; i++)
         logits[m->by_first[i]] = -INFINITY;
     allowed = m->first[256];
     /* Only the tokens holding the tag's last byte can end it: found in the block at once. */
-    const char *block = m->bytes, *end = m->bytes + m->offset[m->n_vocab];
+    const graft__token_table *tokens = m->tokens;
+    const char *block = tokens->bytes, *end = block + tokens->offset[tokens->n_vocab];
     const char last = p->tag[p->len - 1];
     const char *hit = memchr(block, last, (size_t)(end - block));
     while (hit != NULL) {
@@ -251,7 +260,7 @@ int32_t graft__json_mask_apply_preamble(const graft__json_mask *m,
             logits[t] = -INFINITY;
             allowed--;
         }
-        const char *next = block + m->offset[t + 1];
+        const char *next = block + tokens->offset[t + 1];
         hit = next < end ? memchr(next, last, (size_t)(end - next)) : NULL;
     }
     return allowed;
@@ -260,7 +269,7 @@ int32_t graft__json_mask_apply_preamble(const graft__json_mask *m,
 bool graft__json_mask_feed_preamble(const graft__json_mask *m, graft__json_preamble *p,
                                     graft__json_recognizer *r, int32_t token)
 {
-    if (token < 0 || token >= m->n_vocab)
+    if (token < 0 || token >= m->tokens->n_vocab)
         return false;
     graft__json_preamble q = *p;
     if (!walk_and_feed(m, p, &q, r, token))
@@ -283,8 +292,8 @@ typedef struct probe {
  * follows every alternative. */
 static bool token_follows(const graft__json_mask *m, const probe *p, int32_t t)
 {
-    const char *bytes = m->bytes + m->offset[t];
-    size_t len = m->offset[t + 1] - m->offset[t];
+    size_t len;
+    const char *bytes = graft__token_table_bytes(m->tokens, t, &len);
     if (p->after.n_choices <= 1) {
         if (!p->first_ok)
             return false;
@@ -310,7 +319,7 @@ static bool token_follows(const graft__json_mask *m, const probe *p, int32_t t)
 int32_t graft__json_mask_apply(const graft__json_mask *m, const graft__json_recognizer *r,
                                float *logits)
 {
-    for (int32_t i = m->first[256]; i < m->n_vocab; i++)
+    for (int32_t i = m->first[256]; i < m->tokens->n_vocab; i++)
         logits[m->by_first[i]] = -INFINITY;
     int32_t allowed = 0;
     probe probes[GRAFT__JSON_MAX_STATES];

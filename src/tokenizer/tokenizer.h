@@ -84,6 +84,13 @@ typedef struct graft__token_table {
 } graft__token_table;
 int graft__token_table_create(const graft__vocab *v, int32_t n_vocab, graft__token_table **out);
 void graft__token_table_free(graft__token_table *t);
+/* Token id's bytes (0 <= id < n_vocab), their count in *len (0: none, a control token). */
+static inline const char *graft__token_table_bytes(const graft__token_table *t, int32_t id,
+                                                   size_t *len)
+{
+    *len = t->offset[id + 1] - t->offset[id];
+    return t->bytes + t->offset[id];
+}
 
 /* ---------------------------------------------------------------------------------------
  * Internals shared by the tokenizer files (vocab.c, pretokenize.c, tokenize*.c,

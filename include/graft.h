@@ -260,12 +260,33 @@ typedef struct graft_sampling {
                                  temperature +- this range with the entropy of the top-k
                                  candidates (low entropy, low temperature) ... */
     float dynatemp_exponent;  /* ... raised to this power once normalised */
+    int32_t mirostat;         /* 0: off; 1 or 2: Mirostat v1 or v2, which then takes the place
+                                 of top-n-sigma, top-k, typical, top-p, min-p, XTC and the
+                                 dynamic temperature (as in llama.cpp): after the temperature,
+                                 the candidates are cut to hold the surprise near mirostat_tau */
+    float mirostat_tau;       /* the target surprise, in bits; mu starts at twice it */
+    float mirostat_eta;       /* how fast mu follows: mu -= eta * (surprise - tau) */
+    float dry_multiplier;     /* 0: off; DRY ("don't repeat yourself"): a token that would
+                                 extend a repeat of n >= dry_allowed_length tokens of the
+                                 history loses dry_multiplier * dry_base^(n -
+                                 dry_allowed_length) from its logit; a repeat does not reach
+                                 back across a sequence breaker
+                                 (graft_sampler_set_dry_breakers) */
+    float dry_base;           /* at least 1 */
+    int32_t dry_allowed_length;
+    int32_t dry_penalty_last_n; /* DRY looks at the last n tokens of the history; 0: all of
+                                   it in a generation, while a sampler created alone needs
+                                   n > 0 with DRY on */
 } graft_sampling;
 
 /* The defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repetition penalty 1,
  * presence and frequency penalties 0, seed 0, penalty_last_n 0, top_n_sigma 0,
- * xtc_probability 0, xtc_threshold 0.1, typical_p 1, dynatemp_range 0, dynatemp_exponent 1. */
+ * xtc_probability 0, xtc_threshold 0.1, typical_p 1, dynatemp_range 0, dynatemp_exponent 1,
+ * mirostat 0, mirostat_tau 5, mirostat_eta 0.1, dry_multiplier 0, dry_base 1.75,
+ * dry_allowed_length 2, dry_penalty_last_n 0. */
 graft_sampling graft_sampling_default(void);
+
+enum { GRAFT_DRY_MAX_BREAKERS = 64, GRAFT_DRY_MAX_BREAKER_BYTES = 40 };
 
 /* A bias added to one token's logit before sampling (OpenAI's logit_bias). */
 typedef struct graft_logit_bias {
@@ -283,11 +304,22 @@ void graft_sampler_free(graft_sampler *sampler);
 int graft_sampler_set_logit_bias(graft_sampler *sampler, const graft_logit_bias *bias, size_t n);
 /* Picks the next token from `logits` (n_vocab values, modified in place). Order: logit
  * biases; the repetition penalty over `history` (its last penalty_last_n tokens); presence and
- * frequency penalties over the tokens this sampler picked before; then greedy, or top-n-sigma,
- * top-k, temperature (dynamic with dynatemp_range), typical, top-p, min-p, XTC and a draw.
- * Deterministic for a given seed and sequence of calls. */
+ * frequency penalties over the tokens this sampler picked before; DRY over `history` (its last
+ * dry_penalty_last_n tokens); then greedy, or Mirostat, or top-n-sigma, top-k, temperature
+ * (dynamic with dynatemp_range), typical, top-p, min-p, XTC and a draw. Deterministic for a
+ * given seed and sequence of calls. */
 int32_t graft_sampler_sample(graft_sampler *sampler, float *logits, const int32_t *history,
                              size_t n_history);
+/* METHOD: graft_sampler. Sets DRY's sequence breakers (none until set), as llama.cpp reads
+ * them from n strings of 1 to GRAFT_DRY_MAX_BREAKER_BYTES bytes each (at most
+ * GRAFT_DRY_MAX_BREAKERS): a token whose bytes hold a breaker is one; so is a token whose
+ * bytes end with the start of a breaker when the tokens after it in the history are the
+ * rest's tokenization (graft_tokenize, nothing added). A repeat is counted only after the
+ * history's last breaker, and a token that is a breaker alone is never penalised. Control
+ * tokens have no bytes, so they never break. GRAFT_EINVAL: a count or length out of range;
+ * GRAFT_ENOMEM. */
+int graft_sampler_set_dry_breakers(graft_sampler *sampler, const graft_model *model,
+                                   const char *const *breakers, size_t n);
 
 /* ---------------------------------------------------------------------------------------
  * Synthetic models: random weights at real shapes, for tests and benchmarks.
@@ -609,6 +641,11 @@ typedef struct graft_generate_config {
                                    depend on what else is batched */
     const graft_logit_bias *logit_bias; /* added to the logits before sampling; copied */
     size_t n_logit_bias;
+    const char *const *dry_sequence_breakers; /* with sampling.dry_multiplier above 0: DRY's
+                                                 sequence breakers (graft_sampler_set_dry_
+                                                 breakers); NULL: llama.cpp's, "\n", ":",
+                                                 "\"" and "*"; non-NULL with n 0: none */
+    size_t n_dry_sequence_breakers;
     int32_t logprobs;     /* nonzero: each sampled token's log-probability is kept ... */
     int32_t top_logprobs; /* ... with the top_logprobs most likely tokens' (at most
                              GRAFT_MAX_TOP_LOGPROBS; these go with prompt_logprobs too) */

@@ -535,6 +535,8 @@ static void test_sampler_allocations(void **state)
     p.presence_penalty = 0.5f;
     p.typical_p = 0.9f;
     p.top_k = 0;
+    p.dry_multiplier = 0.8f;
+    p.dry_penalty_last_n = 64;
     float *logits = malloc((size_t)V * sizeof *logits);
     assert_non_null(logits);
     const int32_t history[] = {5, 9, 5};
@@ -546,12 +548,28 @@ static void test_sampler_allocations(void **state)
         graft__alloc_fail_after(-1, false);
         if (rc == GRAFT_OK) {
             assert_int_equal(failures, 0);
-            assert_true(n >= 7); /* the sampler and its seven buffers */
+            assert_true(n >= 11); /* the sampler, its seven buffers and DRY's four */
             break;
         }
         assert_int_equal(rc, GRAFT_ENOMEM);
         assert_null(s);
         assert_int_equal(graft__alloc_live(), base);
+    }
+    /* DRY's breakers: a failure leaves nothing allocated and the sampler as it was */
+    const char *const breakers[] = {"\n", "ab"};
+    long held = graft__alloc_live();
+    for (long n = 0;; n++) {
+        graft__alloc_fail_after(n, false);
+        int rc = graft_sampler_set_dry_breakers(s, stories, breakers, 2);
+        long failures = graft__alloc_failures();
+        graft__alloc_fail_after(-1, false);
+        if (rc == GRAFT_OK) {
+            assert_int_equal(failures, 0);
+            assert_true(n >= 3); /* a token table, a tokenization, the breakers */
+            break;
+        }
+        assert_int_equal(rc, GRAFT_ENOMEM);
+        assert_int_equal(graft__alloc_live(), held);
     }
     for (int step = 0; step < 4; step++) {
         tied_logits(logits, V, (uint64_t)step);
@@ -882,6 +900,72 @@ static void test_logprobs_batch_invariant(void **state)
     assert_int_equal(graft_engine_free(e), GRAFT_OK);
 }
 
+/* ---- DRY and Mirostat through the engine ------------------------------------------------ */
+
+/* What a generation with sampling p samples after prompt[0, n): the engine's tokens equal
+ * those of a sampler made alone with the same numbers (DRY's window: the engine's context;
+ * llama.cpp's breakers, which a generation naming none gets) picking from the cold logits
+ * after the whole history, prompt included; out gets the n_out tokens. */
+static void expect_engine_samples_as_alone(graft_engine *e, const int32_t *prompt, size_t n,
+                                           const graft_sampling *p, int32_t *out, int n_out)
+{
+    graft_generate_config c = graft_test_greedy(n_out);
+    c.sampling = *p;
+    run r;
+    run_whole(e, &r, prompt, n, &c);
+    size_t n_got = 0;
+    const int32_t *got = graft_generation_tokens(r.gen, &n_got);
+    assert_int_equal(n_got, n_out);
+    memcpy(out, got, (size_t)n_out * sizeof *out);
+    graft_test_gen_release(&r);
+
+    graft_sampling alone = *p;
+    alone.dry_penalty_last_n = CONTEXT;
+    graft_sampler *s = NULL;
+    assert_int_equal(graft_sampler_create(&alone, n_vocab, &s), GRAFT_OK);
+    const char *const breakers[] = {"\n", ":", "\"", "*"};
+    assert_int_equal(graft_sampler_set_dry_breakers(s, stories, breakers, 4), GRAFT_OK);
+    int32_t history[CONTEXT];
+    memcpy(history, prompt, n * sizeof *prompt);
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    assert_non_null(logits);
+    for (int i = 0; i < n_out; i++) {
+        assert_int_equal(graft_context_seq_reset(cold, 0), GRAFT_OK);
+        assert_int_equal(graft_context_eval(cold, history, n + (size_t)i, logits), GRAFT_OK);
+        history[n + (size_t)i] = graft_sampler_sample(s, logits, history, n + (size_t)i);
+        assert_int_equal(out[i], history[n + (size_t)i]);
+    }
+    free(logits);
+    graft_sampler_free(s);
+}
+
+/* DRY sees the prompt as history and, greedy, changes what is picked after a repeated
+ * sentence; with Mirostat 2 too, the engine samples as the sampler alone does. */
+static void test_dry_and_mirostat_through_engine(void **state)
+{
+    (void)state;
+    enum { N_OUT = 24 };
+    const char *text = "Lily had a red ball. Lily had a red ball. Lily had a red ball. Lily had a";
+    int32_t *prompt = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_tokenize(stories, text, strlen(text), 1, 0, &prompt, &n), GRAFT_OK);
+    assert_true(n + N_OUT <= CONTEXT);
+    graft_engine *e = new_engine();
+    graft_sampling p = greedy_sampling();
+    int32_t plain[N_OUT], dry[N_OUT], mirostat[N_OUT];
+    expect_engine_samples_as_alone(e, prompt, n, &p, plain, N_OUT);
+    p.dry_multiplier = 0.8f;
+    expect_engine_samples_as_alone(e, prompt, n, &p, dry, N_OUT);
+    assert_memory_not_equal(plain, dry, sizeof plain);
+    p.temperature = 1.0f;
+    p.mirostat = 2;
+    p.mirostat_tau = 3.0f;
+    p.seed = 9;
+    expect_engine_samples_as_alone(e, prompt, n, &p, mirostat, N_OUT);
+    graft_test_engine_end(e);
+    graft_free(prompt);
+}
+
 /* ---- the prompt's log-probabilities ------------------------------------------------------ */
 
 static graft_generate_config prompt_logprobs_only(int32_t top)
@@ -1091,6 +1175,7 @@ int main(void)
         cmocka_unit_test(test_logit_bias_moves_greedy_pick),
         cmocka_unit_test(test_presence_and_frequency_penalties),
         cmocka_unit_test(test_repetition_penalty_and_its_window),
+        cmocka_unit_test(test_dry_and_mirostat_through_engine),
         cmocka_unit_test(test_llama_samplers_match_oracle),
         cmocka_unit_test(test_penalised_sampling_is_deterministic),
         cmocka_unit_test(test_sampled_pick_matches_oracle),

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "engine/dry.h"
 #include "engine/engine.h"
 
 graft_generate_config graft_generate_default(void)
@@ -160,6 +161,19 @@ static int32_t grammar_mask(const graft_engine *e, graft_generation *gen, float 
     return allowed;
 }
 
+/* DRY's breakers: the request's, or llama.cpp's when it names none. */
+static int set_dry_breakers(graft_sampler *sampler, const graft_engine *e,
+                            const graft_generate_config *c)
+{
+    static const char *const llama_breakers[] = {"\n", ":", "\"", "*"};
+    if (c->dry_sequence_breakers == NULL)
+        return graft__sampler_set_dry_breakers(sampler, e->model->vocab, e->tokens,
+                                               llama_breakers,
+                                               sizeof llama_breakers / sizeof *llama_breakers);
+    return graft__sampler_set_dry_breakers(sampler, e->model->vocab, e->tokens,
+                                           c->dry_sequence_breakers, c->n_dry_sequence_breakers);
+}
+
 /* Allocates the generation and its buffers; GRAFT_ENOMEM or GRAFT_EINVAL (sampling). */
 static int gen_new(graft_session *s, const int32_t *tokens, size_t n,
                    const graft_generate_config *c, graft_generation **out)
@@ -206,10 +220,15 @@ static int gen_new(graft_session *s, const int32_t *tokens, size_t n,
     if (rc == GRAFT_OK)
         rc = graft__thought_budget_init(&gen->thought, e->model->vocab, c->thought_budget,
                                         c->thought_close, c->thought_opens);
+    graft_sampling sampling = c->sampling;
+    if (sampling.dry_penalty_last_n == 0 || sampling.dry_penalty_last_n > max_context)
+        sampling.dry_penalty_last_n = max_context; /* the whole history */
     if (rc == GRAFT_OK)
-        rc = graft_sampler_create(&c->sampling, n_vocab, &gen->sampler);
+        rc = graft_sampler_create(&sampling, n_vocab, &gen->sampler);
     if (rc == GRAFT_OK)
         rc = graft_sampler_set_logit_bias(gen->sampler, c->logit_bias, c->n_logit_bias);
+    if (rc == GRAFT_OK)
+        rc = set_dry_breakers(gen->sampler, e, c);
     if (rc == GRAFT_OK && (!gen->prompt || !gen->stop || !gen->out || logprobs_lost))
         rc = GRAFT_ENOMEM;
     if (rc != GRAFT_OK) {

@@ -12,13 +12,19 @@
  *
  * Presence and frequency penalties count what this sampler picked, the generation's own
  * output (OpenAI's and vLLM's rule), so they do not depend on where the prompt's KV came
- * from or on a session's earlier turns.
+ * from or on a session's earlier turns. DRY (dry.c) comes after them, before the pick.
+ *
+ * Mirostat (llama.cpp's v1 and v2) takes the place of the filters after the penalties: every
+ * token is a candidate at the given temperature, cut to hold the surprise near tau, and mu
+ * (the cut) follows the surprise of each pick.
  */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dry.h"
+#include "model/model.h"
 #include "util/argmax.h"
 #include "util/util.h"
 
@@ -48,21 +54,33 @@ struct graft_sampler {
     int32_t *distinct; /* n_vocab: the tokens picked, each once (n_distinct of them); both
                           with a presence or frequency penalty only, else NULL */
     typicality *typical; /* top-k's size: with typical_p below 1 only, else NULL */
+    graft__dry *dry;     /* with dry_multiplier above 0 only, else NULL */
+    double mu;           /* Mirostat's cut: the most surprise a candidate may have (v2) */
     int32_t n_distinct;
     graft_logit_bias *bias;
     size_t n_bias;
 };
 
-/* How many of the best candidates a draw keeps before the other filters. */
+/* How many of the best candidates a draw keeps before the other filters (Mirostat: all). */
 static int32_t top_k_of(const graft_sampling *p, int32_t n_vocab)
 {
-    return p->top_k > 0 && p->top_k < n_vocab ? p->top_k : n_vocab;
+    return p->mirostat == 0 && p->top_k > 0 && p->top_k < n_vocab ? p->top_k : n_vocab;
 }
 
 graft_sampling graft_sampling_default(void)
 {
-    graft_sampling p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0,
-                        0,    0.0f, 0.0f, 0.1f,  1.0f, 0.0f, 1.0f};
+    graft_sampling p = {.temperature = 0.8f,
+                        .top_k = 40,
+                        .top_p = 0.95f,
+                        .min_p = 0.05f,
+                        .repetition_penalty = 1.0f,
+                        .xtc_threshold = 0.1f,
+                        .typical_p = 1.0f,
+                        .dynatemp_exponent = 1.0f,
+                        .mirostat_tau = 5.0f,
+                        .mirostat_eta = 0.1f,
+                        .dry_base = 1.75f,
+                        .dry_allowed_length = 2};
     return p;
 }
 
@@ -76,7 +94,12 @@ static bool params_valid(const graft_sampling *p)
            p->xtc_probability <= 1.0f && p->xtc_threshold >= 0.0f && p->xtc_threshold <= 1.0f &&
            p->typical_p >= 0.0f && p->typical_p <= 1.0f && p->dynatemp_range >= 0.0f &&
            isfinite(p->dynatemp_range) && p->dynatemp_exponent >= 0.0f &&
-           isfinite(p->dynatemp_exponent);
+           isfinite(p->dynatemp_exponent) && p->mirostat >= 0 && p->mirostat <= 2 &&
+           p->mirostat_tau >= 0.0f && isfinite(p->mirostat_tau) && p->mirostat_eta >= 0.0f &&
+           isfinite(p->mirostat_eta) && p->dry_multiplier >= 0.0f &&
+           isfinite(p->dry_multiplier) && p->dry_base >= 1.0f && isfinite(p->dry_base) &&
+           p->dry_allowed_length >= 0 && p->dry_penalty_last_n >= 0 &&
+           (p->dry_multiplier == 0.0f || p->dry_penalty_last_n > 0);
 }
 
 int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sampler **out)
@@ -101,17 +124,21 @@ int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sa
         s->picked = graft__calloc((size_t)n_vocab, sizeof *s->picked);
         s->distinct = graft__malloc((size_t)n_vocab * sizeof *s->distinct);
     }
-    bool typical = draws && params->typical_p < 1.0f;
+    bool typical = draws && params->typical_p < 1.0f && params->mirostat == 0;
     if (typical)
         s->typical = graft__malloc((size_t)top_k_of(params, n_vocab) * sizeof *s->typical);
+    bool dry = params->dry_multiplier > 0.0f;
+    if (dry)
+        s->dry = graft__dry_create(params, n_vocab);
     if ((draws && (s->cand == NULL || s->order == NULL || s->order_tmp == NULL)) ||
         (penalty && s->seen == NULL) || (counts && (s->picked == NULL || s->distinct == NULL)) ||
-        (typical && s->typical == NULL)) {
+        (typical && s->typical == NULL) || (dry && s->dry == NULL)) {
         graft_sampler_free(s);
         return GRAFT_ENOMEM;
     }
     s->params = *params;
     s->n_vocab = n_vocab;
+    s->mu = 2.0 * params->mirostat_tau;
     graft__rng_seed(&s->rng, params->seed);
     *out = s;
     return GRAFT_OK;
@@ -128,6 +155,7 @@ void graft_sampler_free(graft_sampler *s)
     graft__free(s->picked);
     graft__free(s->distinct);
     graft__free(s->typical);
+    graft__dry_free(s->dry);
     graft__free(s->bias);
     graft__free(s);
 }
@@ -412,24 +440,85 @@ static int32_t apply_xtc(graft_sampler *s, int32_t n)
     return n - above + 1;
 }
 
+/* A draw among s->cand[0, n) by their probabilities; returns the index drawn and the
+ * probabilities' sum in *total. */
+static int32_t draw(graft_sampler *s, int32_t n, double *total)
+{
+    *total = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        *total += s->cand[i].prob;
+    double r = graft__rng_unit(&s->rng) * *total;
+    for (int32_t i = 0; i < n; i++) {
+        r -= s->cand[i].prob;
+        if (r < 0.0)
+            return i;
+    }
+    return n - 1;
+}
+
+/* Mirostat v1's cut among the `live` candidates of probability above 0 (best first, summing
+ * to sum): Zipf's exponent s estimated from the best 100 by least squares, and k from it so
+ * that the surprise expected of a pick among the best k is mu. */
+static int32_t mirostat_v1_keep(const graft_sampler *s, int32_t live, double sum)
+{
+    enum { M = 100 };
+    if (live < 2)
+        return 1;
+    double tb = 0.0, tt = 0.0;
+    for (int32_t i = 0; i < M - 1 && i < live - 1; i++) {
+        double t = log((double)(i + 2) / (double)(i + 1));
+        double b = log((s->cand[i].prob / sum) / (s->cand[i + 1].prob / sum));
+        tb += t * b;
+        tt += t * t;
+    }
+    double zipf = tb / tt, epsilon = zipf - 1.0;
+    double k = pow(epsilon * pow(2.0, s->mu) / (1.0 - pow((double)s->n_vocab, -epsilon)),
+                   1.0 / zipf);
+    if (!isfinite(k) || k >= live)
+        return live;
+    return k >= 1.0 ? (int32_t)k : 1;
+}
+
+/* Mirostat: every token a candidate at the temperature, cut (v1: to the best k; v2: before
+ * the first whose surprise -log2 q is above mu), a draw, and mu moved by eta times the
+ * pick's surprise (among the kept) less tau. */
+static int32_t pick_mirostat(graft_sampler *s, const float *logits)
+{
+    const graft_sampling *p = &s->params;
+    rank_candidates(s, logits, s->n_vocab);
+    double sum = 0.0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        s->cand[i].prob =
+            (float)exp((double)(s->cand[i].logit - s->cand[0].logit) / p->temperature);
+        sum += s->cand[i].prob;
+    }
+    int32_t live = 1;
+    while (live < s->n_vocab && s->cand[live].prob > 0.0f)
+        live++;
+    int32_t keep = 1;
+    if (p->mirostat == 1)
+        keep = mirostat_v1_keep(s, live, sum);
+    else
+        while (keep < live && -log2(s->cand[keep].prob / sum) <= s->mu)
+            keep++;
+    double total;
+    int32_t at = draw(s, keep, &total);
+    s->mu -= p->mirostat_eta * (-log2(s->cand[at].prob / total) - p->mirostat_tau);
+    return s->cand[at].id;
+}
+
 static int32_t pick(graft_sampler *s, float *logits)
 {
     if (s->params.temperature == 0.0f)
         return graft__argmax(logits, s->n_vocab);
+    if (s->params.mirostat != 0)
+        return pick_mirostat(s, logits);
     apply_top_n_sigma(s, logits);
     int32_t n = top_k_of(&s->params, s->n_vocab);
     rank_candidates(s, logits, n);
     n = apply_xtc(s, filter(s, n));
-    double total = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        total += s->cand[i].prob;
-    double r = graft__rng_unit(&s->rng) * total;
-    for (int32_t i = 0; i < n; i++) {
-        r -= s->cand[i].prob;
-        if (r < 0.0)
-            return s->cand[i].id;
-    }
-    return s->cand[n - 1].id;
+    double total;
+    return s->cand[draw(s, n, &total)].id;
 }
 
 int32_t graft_sampler_sample(graft_sampler *s, float *logits, const int32_t *history,
@@ -439,8 +528,34 @@ int32_t graft_sampler_sample(graft_sampler *s, float *logits, const int32_t *his
         logits[s->bias[i].token] += s->bias[i].bias;
     apply_penalty(s, logits, history, n_history);
     apply_picked_penalties(s, logits);
+    if (s->dry != NULL)
+        graft__dry_apply(s->dry, logits, history, n_history);
     int32_t token = pick(s, logits);
     if (s->picked != NULL && s->picked[token]++ == 0)
         s->distinct[s->n_distinct++] = token;
     return token;
+}
+
+int graft__sampler_set_dry_breakers(graft_sampler *s, const graft__vocab *v,
+                                    const graft__token_table *t, const char *const *breakers,
+                                    size_t n)
+{
+    if (s->dry == NULL) /* DRY off: the breakers are checked, not read */
+        return graft__dry_breakers_valid(breakers, n) ? GRAFT_OK : GRAFT_EINVAL;
+    return graft__dry_set_breakers(s->dry, v, t, breakers, n);
+}
+
+int graft_sampler_set_dry_breakers(graft_sampler *s, const graft_model *model,
+                                   const char *const *breakers, size_t n)
+{
+    if (s == NULL || model == NULL)
+        return GRAFT_EINVAL;
+    if (s->dry == NULL || !graft__dry_breakers_valid(breakers, n))
+        return graft__sampler_set_dry_breakers(s, model->vocab, NULL, breakers, n);
+    graft__token_table *t;
+    int rc = graft__token_table_create(model->vocab, s->n_vocab, &t);
+    if (rc == GRAFT_OK)
+        rc = graft__sampler_set_dry_breakers(s, model->vocab, t, breakers, n);
+    graft__token_table_free(t);
+    return rc;
 }

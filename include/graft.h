@@ -239,7 +239,7 @@ const char *graft_cpu_features(void);
 typedef struct graft_sampling {
     float temperature;        /* 0: greedy (argmax, lowest id wins ties) */
     int32_t top_k;            /* 0: off */
-    float top_p;              /* 1: off */
+    float top_p;              /* 1: off; 0 keeps the best candidate alone */
     float min_p;              /* 0: off */
     float repetition_penalty; /* 1: off */
     float presence_penalty;   /* 0: off; subtracted from the logit of a token picked before */

@@ -557,6 +557,64 @@ static void test_run_prompt(void **state)
     result_free(&r);
 }
 
+/* Mirostat and DRY reach the sampler; their windows, breakers and bounds are read as
+ * llama-cli reads them. */
+static void test_run_mirostat_and_dry(void **state)
+{
+    (void)state;
+    /* the same seed samples other text with Mirostat 1 and with 2 than without */
+    cli_result sampled[3];
+    static const char *const mirostat[3] = {"0", "1", "2"};
+    for (int i = 0; i < 3; i++) {
+        sampled[i] = GRAFT("run", "-m", stories(), "-p", "Once upon a time", "-n", "24",
+                           "--temp", "1.5", "--top-k", "0", "--top-p", "1", "--min-p", "0",
+                           "--seed", "3", "--mirostat", mirostat[i], "--mirostat-ent", "3",
+                           "--mirostat-lr", "0.2");
+        expect_status(&sampled[i], 0);
+    }
+    assert_string_not_equal(sampled[1].out, sampled[0].out);
+    assert_string_not_equal(sampled[2].out, sampled[0].out);
+    assert_string_not_equal(sampled[2].out, sampled[1].out);
+    for (int i = 0; i < 3; i++)
+        result_free(&sampled[i]);
+    /* greedy after a thrice repeated sentence: DRY changes the text; a window of 0 is DRY
+     * off; "." as the one breaker changes it again; "none" drops the breakers before it */
+    const char *repeated = "Lily had a red ball. Lily had a red ball. Lily had a red ball. "
+                           "Lily had a";
+    cli_result off = GRAFT("run", "-m", stories(), "-p", repeated, "-n", "16", "--temp", "0");
+    cli_result on = GRAFT("run", "-m", stories(), "-p", repeated, "-n", "16", "--temp", "0",
+                          "--dry-multiplier", "0.8");
+    cli_result no_window = GRAFT("run", "-m", stories(), "-p", repeated, "-n", "16", "--temp",
+                                 "0", "--dry-multiplier", "0.8", "--dry-penalty-last-n", "0");
+    cli_result dot = GRAFT("run", "-m", stories(), "-p", repeated, "-n", "16", "--temp", "0",
+                           "--dry-multiplier", "0.8", "--dry-sequence-breaker", ".");
+    cli_result dot_none = GRAFT("run", "-m", stories(), "-p", repeated, "-n", "16", "--temp",
+                                "0", "--dry-multiplier", "0.8", "--dry-sequence-breaker", ".",
+                                "--dry-sequence-breaker", "none");
+    cli_result none = GRAFT("run", "-m", stories(), "-p", repeated, "-n", "16", "--temp", "0",
+                            "--dry-multiplier", "0.8", "--dry-sequence-breaker", "none");
+    cli_result *all[] = {&off, &on, &no_window, &dot, &dot_none, &none};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        expect_status(all[i], 0);
+    assert_string_not_equal(on.out, off.out);
+    assert_string_equal(no_window.out, off.out);
+    assert_string_not_equal(dot.out, on.out);
+    assert_string_equal(dot_none.out, none.out);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        result_free(all[i]);
+    struct {
+        const char *option, *value;
+    } bad[] = {{"--mirostat", "3"}, {"--mirostat-ent", "-1"}, {"--dry-base", "0.5"},
+               {"--dry-penalty-last-n", "-2"}, {"--dry-sequence-breaker", ""},
+               {"--dry-sequence-breaker", "12345678901234567890123456789012345678901"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cli_result r = GRAFT("run", "-m", stories(), "-p", "x", bad[i].option, bad[i].value);
+        expect_status(&r, 2);
+        expect_contains(r.err, bad[i].option);
+        result_free(&r);
+    }
+}
+
 static void test_run_default_model(void **state)
 {
     (void)state;
@@ -1167,6 +1225,7 @@ int main(void)
         cmocka_unit_test(test_tokenize),
         cmocka_unit_test(test_run_golden),
         cmocka_unit_test(test_run_prompt),
+        cmocka_unit_test(test_run_mirostat_and_dry),
         cmocka_unit_test(test_run_default_model),
         cmocka_unit_test(test_logits_out),
         cmocka_unit_test(test_run_engine_options),

@@ -626,8 +626,19 @@ static void test_logit_bias_and_penalties(void **state)
     } bad[] = {
         {"{\"prompt\": \"x\", \"repeat_last_n\": -2}", "repeat_last_n"},
         {"{\"prompt\": \"x\", \"typical_p\": 1.5}", "typical_p"},
-        {"{\"prompt\": \"x\", \"mirostat\": 2}", "mirostat"},
-        {"{\"prompt\": \"x\", \"dry_multiplier\": 0.8}", "dry_multiplier"},
+        {"{\"prompt\": \"x\", \"mirostat\": 3}", "mirostat"},
+        {"{\"prompt\": \"x\", \"mirostat_tau\": -1}", "mirostat_tau"},
+        {"{\"prompt\": \"x\", \"mirostat_eta\": \"0.1\"}", "mirostat_eta"},
+        {"{\"prompt\": \"x\", \"dry_multiplier\": -0.8}", "dry_multiplier"},
+        {"{\"prompt\": \"x\", \"dry_base\": 0.5}", "dry_base"},
+        {"{\"prompt\": \"x\", \"dry_allowed_length\": -1}", "dry_allowed_length"},
+        {"{\"prompt\": \"x\", \"dry_penalty_last_n\": -2}", "dry_penalty_last_n"},
+        {"{\"prompt\": \"x\", \"dry_sequence_breakers\": \"\\n\"}", "dry_sequence_breakers"},
+        {"{\"prompt\": \"x\", \"dry_sequence_breakers\": [\":\", \"\"]}",
+         "dry_sequence_breakers[1]"},
+        {"{\"prompt\": \"x\", \"dry_sequence_breakers\": "
+         "[\"12345678901234567890123456789012345678901\"]}", "dry_sequence_breakers[0]"},
+        {"{\"prompt\": \"x\", \"dry_sequence_breakers\": [1]}", "dry_sequence_breakers[0]"},
         {"{\"prompt\": \"x\", \"xtc_probability\": 2}", "xtc_probability"},
         {"{\"prompt\": \"x\", \"xtc_threshold\": -1}", "xtc_threshold"},
         {"{\"prompt\": \"x\", \"top_n_sigma\": \"1\"}", "top_n_sigma"},
@@ -645,11 +656,13 @@ static void test_logit_bias_and_penalties(void **state)
         free(graft_test_expect_error(&r, 400, bad[i].param));
         graft_test_response_free(&r);
     }
-    /* XTC, top-n-sigma, typical_p and dynatemp reach the sampler: the same seed samples other
-     * text */
-    const char *with[] = {NULL, "xtc", "top_n_sigma", "typical_p", "dynatemp_range"};
-    json_t *sampled[5];
-    for (int w = 0; w < 5; w++) {
+    /* XTC, top-n-sigma, typical_p, dynatemp and Mirostat reach the sampler: the same seed
+     * samples other text */
+    const char *with[] = {NULL, "xtc", "top_n_sigma", "typical_p", "dynatemp_range",
+                          "mirostat 1", "mirostat 2"};
+    enum { N_WITH = sizeof with / sizeof with[0] };
+    json_t *sampled[N_WITH];
+    for (int w = 0; w < N_WITH; w++) {
         json_t *req = json_pack("{s:s, s:i, s:f, s:i, s:f, s:f, s:i}", "prompt",
                                 "Once upon a time", "max_tokens", 24, "temperature", 1.5,
                                 "top_k", 0, "top_p", 1.0, "min_p", 0.0, "seed", 3);
@@ -662,13 +675,53 @@ static void test_logit_bias_and_penalties(void **state)
             json_object_set_new(req, "typical_p", json_real(0.5));
         } else if (w == 4) {
             json_object_set_new(req, "dynatemp_range", json_real(1.0));
+        } else if (w >= 5) {
+            json_object_set_new(req, "mirostat", json_integer(w - 4));
+            json_object_set_new(req, "mirostat_tau", json_real(3.0));
         }
         sampled[w] = post("/v1/completions", req, 200);
         if (w > 0 && strcmp(choice_text(sampled[w], 0), choice_text(sampled[0], 0)) == 0)
             fail_msg("%s: the same text as without it", with[w]);
     }
-    for (int w = 0; w < 5; w++)
+    assert_string_not_equal(choice_text(sampled[5], 0), choice_text(sampled[6], 0));
+    for (int w = 0; w < N_WITH; w++)
         json_decref(sampled[w]);
+    /* top_p 0 (OpenAI's range starts there) keeps the likeliest token alone: greedy */
+    json_t *greedy_story = post("/v1/completions",
+                                json_pack("{s:s, s:i, s:f}", "prompt", story, "max_tokens", 24,
+                                          "temperature", 0.0),
+                                200);
+    json_t *top_p0 = post("/v1/completions",
+                          json_pack("{s:s, s:i, s:f, s:f, s:i}", "prompt", story, "max_tokens",
+                                    24, "temperature", 1.5, "top_p", 0.0, "seed", 3),
+                          200);
+    assert_string_equal(choice_text(top_p0, 0), choice_text(greedy_story, 0));
+    json_decref(greedy_story);
+    json_decref(top_p0);
+    /* DRY: greedy after a thrice repeated sentence, other text with it; a window of 0 is DRY
+     * off and -1 the whole history, as without it; the breakers reach the sampler */
+    const char *repeated = "Lily had a red ball. Lily had a red ball. Lily had a red ball. "
+                           "Lily had a";
+    const char *dry[] = {"off", "on", "window 0", "window -1", "breaker ."};
+    enum { N_DRY = sizeof dry / sizeof dry[0] };
+    json_t *dried[N_DRY];
+    for (int d = 0; d < N_DRY; d++) {
+        json_t *req = json_pack("{s:s, s:i, s:f}", "prompt", repeated, "max_tokens", 16,
+                                "temperature", 0.0);
+        if (d > 0)
+            json_object_set_new(req, "dry_multiplier", json_real(0.8));
+        if (d == 2 || d == 3)
+            json_object_set_new(req, "dry_penalty_last_n", json_integer(d == 2 ? 0 : -1));
+        if (d == 4)
+            json_object_set_new(req, "dry_sequence_breakers", json_pack("[s]", "."));
+        dried[d] = post("/v1/completions", req, 200);
+    }
+    assert_string_not_equal(choice_text(dried[1], 0), choice_text(dried[0], 0));
+    assert_string_equal(choice_text(dried[2], 0), choice_text(dried[0], 0));
+    assert_string_equal(choice_text(dried[3], 0), choice_text(dried[1], 0));
+    assert_string_not_equal(choice_text(dried[4], 0), choice_text(dried[1], 0));
+    for (int d = 0; d < N_DRY; d++)
+        json_decref(dried[d]);
     /* llama.cpp's samplers at their off values (its web UI sends them all) ask for nothing */
     json_t *off = post("/v1/completions",
                        json_pack("{s:s, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f}", "prompt",

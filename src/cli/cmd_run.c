@@ -82,6 +82,20 @@ static const char run_usage[] =
     "  --xtc-probability P     how often XTC drops the likeliest tokens, 0 for off (default 0)\n"
     "  --xtc-threshold T       XTC drops all tokens of probability T or more but the least\n"
     "                          likely of them (default 0.1)\n"
+    "  --mirostat N            Mirostat 1 or 2 in place of top-k, top-p, min-p, typical,\n"
+    "                          top-nsigma, XTC and dynatemp, 0 for off (default 0)\n"
+    "  --mirostat-ent TAU      Mirostat's target surprise in bits (default 5)\n"
+    "  --mirostat-lr ETA       Mirostat's learning rate (default 0.1)\n"
+    "  --dry-multiplier M      DRY: a token that would extend a repeat of the context loses\n"
+    "                          M * base^(length - allowed length), 0 for off (default 0)\n"
+    "  --dry-base B            DRY's base, at least 1 (default 1.75)\n"
+    "  --dry-allowed-length N  repeats shorter than N go unpenalised (default 2)\n"
+    "  --dry-penalty-last-n N  DRY looks at the context's last N tokens, -1 for all of it, 0\n"
+    "                          for none (default -1)\n"
+    "  --dry-sequence-breaker S\n"
+    "                          a repeat does not reach back across S (1 to 40 bytes);\n"
+    "                          repeatable: the first replaces the defaults \\n : \" *, and\n"
+    "                          \"none\" removes those given before it\n"
     "  --seed S                random seed, the same for every prompt (default 0)\n"
     "  --ctx N                 context positions (default: the longest prompt + N, with --chat\n"
     "                          every prompt and reply, with --prompt-file the model's; at most\n"
@@ -115,6 +129,8 @@ typedef struct run_options {
     int json;                     /* --json */
     int32_t n_predict;
     int32_t repeat_last_n; /* -1: the whole context, 0: no penalty */
+    int32_t dry_last_n;    /* -1: the whole context, 0: DRY off */
+    graft__cli_list dry_breakers; /* --dry-sequence-breaker, as given ("none" included) */
     int32_t n_ctx;
     int32_t threads;
     int32_t cache_entries; /* 0: not given */
@@ -166,6 +182,15 @@ static int check_combinations(const run_options *o)
                          "other");
         return GRAFT_CLI_USAGE;
     }
+    for (int i = 0; i < o->dry_breakers.n; i++) {
+        size_t len = strlen(o->dry_breakers.items[i]);
+        if (len == 0 || len > GRAFT_DRY_MAX_BREAKER_BYTES || i >= GRAFT_DRY_MAX_BREAKERS) {
+            graft__cli_error("run", "option --dry-sequence-breaker takes at most %d strings of "
+                             "1 to %d bytes", GRAFT_DRY_MAX_BREAKERS,
+                             GRAFT_DRY_MAX_BREAKER_BYTES);
+            return GRAFT_CLI_USAGE;
+        }
+    }
     if (o->logits_out != NULL && (o->prompts.n > 1 || o->prompt_file != NULL)) {
         graft__cli_error("run", "option --logits-out takes one prompt, not several -p or "
                          "--prompt-file");
@@ -178,9 +203,11 @@ static int parse_run_options(int argc, char **argv, run_options *o)
 {
     o->n_predict = 128;
     o->repeat_last_n = -1;
+    o->dry_last_n = -1;
     o->sampling = graft_sampling_default();
     o->prompts.items = calloc((size_t)argc, sizeof *o->prompts.items);
-    if (o->prompts.items == NULL) {
+    o->dry_breakers.items = calloc((size_t)argc, sizeof *o->dry_breakers.items);
+    if (o->prompts.items == NULL || o->dry_breakers.items == NULL) {
         graft__cli_error("run", "out of memory");
         return GRAFT_CLI_FAILED;
     }
@@ -206,6 +233,14 @@ static int parse_run_options(int argc, char **argv, run_options *o)
         {"--dynatemp-exp", NULL, GRAFT_CLI_FLOAT, &sp->dynatemp_exponent, 0, 100, 0},
         {"--xtc-probability", NULL, GRAFT_CLI_FLOAT, &sp->xtc_probability, 0, 1, 0},
         {"--xtc-threshold", NULL, GRAFT_CLI_FLOAT, &sp->xtc_threshold, 0, 1, 0},
+        {"--mirostat", NULL, GRAFT_CLI_INT, &sp->mirostat, 0, 2, 0},
+        {"--mirostat-ent", NULL, GRAFT_CLI_FLOAT, &sp->mirostat_tau, 0, 100, 0},
+        {"--mirostat-lr", NULL, GRAFT_CLI_FLOAT, &sp->mirostat_eta, 0, 10, 0},
+        {"--dry-multiplier", NULL, GRAFT_CLI_FLOAT, &sp->dry_multiplier, 0, 100, 0},
+        {"--dry-base", NULL, GRAFT_CLI_FLOAT, &sp->dry_base, 1, 100, 0},
+        {"--dry-allowed-length", NULL, GRAFT_CLI_INT, &sp->dry_allowed_length, 0, INT32_MAX, 0},
+        {"--dry-penalty-last-n", NULL, GRAFT_CLI_INT, &o->dry_last_n, -1, INT32_MAX, 0},
+        {"--dry-sequence-breaker", NULL, GRAFT_CLI_LIST, &o->dry_breakers, 0, 0, 0},
         {"--seed", NULL, GRAFT_CLI_U64, &sp->seed, 0, 0, 0},
         {"--ctx", NULL, GRAFT_CLI_INT, &o->n_ctx, 0, INT32_MAX, 0},
         {"--kv-mem", NULL, GRAFT_CLI_SIZE, &o->kv_mem, 1, (double)SIZE_MAX, 0},
@@ -222,6 +257,9 @@ static int parse_run_options(int argc, char **argv, run_options *o)
     if (o->repeat_last_n == 0)
         sp->repetition_penalty = 1.0f;
     sp->penalty_last_n = o->repeat_last_n > 0 ? o->repeat_last_n : 0;
+    if (o->dry_last_n == 0)
+        sp->dry_multiplier = 0.0f;
+    sp->dry_penalty_last_n = o->dry_last_n > 0 ? o->dry_last_n : 0;
     return rc != GRAFT_CLI_RUN ? rc : check_combinations(o);
 }
 
@@ -468,6 +506,13 @@ static int submit(const run_options *o, run_state *s, graft__run_turn *turn,
     config.json_schema_len = s->json_schema_len;
     config.grammar = s->grammar;
     config.grammar_len = s->grammar_len;
+    if (o->dry_breakers.n > 0) { /* those after the last "none" */
+        int first = o->dry_breakers.n;
+        while (first > 0 && strcmp(o->dry_breakers.items[first - 1], "none") != 0)
+            first--;
+        config.dry_sequence_breakers = o->dry_breakers.items + first;
+        config.n_dry_sequence_breakers = (size_t)(o->dry_breakers.n - first);
+    }
     rc = graft_session_generate(turn->session, p->tokens + turn->reused,
                                 p->n - (size_t)turn->reused, &config, on_update, on_settled,
                                 user, gen);
@@ -600,6 +645,7 @@ int graft__cli_run(int argc, char **argv)
     int rc = parse_run_options(argc, argv, &o);
     if (rc != GRAFT_CLI_RUN) {
         free(o.prompts.items);
+        free(o.dry_breakers.items);
         return rc;
     }
     run_state s = {0};
@@ -618,5 +664,6 @@ int graft__cli_run(int argc, char **argv)
         rc = run_prompts(&o, &s);
     run_free(&s);
     free(o.prompts.items);
+    free(o.dry_breakers.items);
     return rc;
 }

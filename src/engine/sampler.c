@@ -87,7 +87,7 @@ graft_sampling graft_sampling_default(void)
 static bool params_valid(const graft_sampling *p)
 {
     return p->temperature >= 0.0f && isfinite(p->temperature) && p->top_k >= 0 &&
-           p->top_p > 0.0f && p->top_p <= 1.0f && p->min_p >= 0.0f && p->min_p <= 1.0f &&
+           p->top_p >= 0.0f && p->top_p <= 1.0f && p->min_p >= 0.0f && p->min_p <= 1.0f &&
            p->repetition_penalty > 0.0f && isfinite(p->repetition_penalty) &&
            isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
            p->penalty_last_n >= 0 && isfinite(p->top_n_sigma) && p->xtc_probability >= 0.0f &&

@@ -523,6 +523,9 @@ static int start_choice(completion *c, choice *ch)
     cfg.sampling.seed += (uint64_t)ch->index;
     cfg.logit_bias = r->logit_bias;
     cfg.n_logit_bias = r->n_logit_bias;
+    cfg.dry_sequence_breakers = r->dry_breakers_given ? (const char *const *)r->dry_breakers
+                                                      : NULL;
+    cfg.n_dry_sequence_breakers = r->n_dry_breakers;
     cfg.logprobs = c->width > 0; /* asked for, or best_of ranks by them */
     cfg.top_logprobs = r->top_logprobs;
     cfg.prompt_logprobs = c->prompt_logprobs && ch->index == 0;

@@ -8,22 +8,24 @@
  * best_of (completions: the n best of that many answers), temperature, top_p, top_k, min_p, seed,
  * repetition_penalty / repeat_penalty (and llama-server's window of it, repeat_last_n /
  * penalty_last_n), top_n_sigma, typical_p, xtc_probability and xtc_threshold, dynatemp_range and
- * dynatemp_exponent, presence_penalty, frequency_penalty, logit_bias, logprobs / top_logprobs
- * (chat: a flag and a count; completions: the legacy count), tools and tool_choice (auto, none,
- * required or a named function), parallel_tool_calls, or their legacy form functions and
- * function_call (functions.c), response_format (text, json_object, json_schema) or llama-server's
- * json_schema, llama-server's grammar (GBNF), stop, stream, stream_options.include_usage,
- * ignore_eos, return_tokens, session_id, echo (completions: the prompt comes back before the
- * answer; max_tokens 0 then asks for the prompt alone), reasoning_format (chat: whether a thinking
- * model's thought is split off, reasoning.c), thinking_token_budget (chat: the tokens a thinking
- * model's thought may take before it is closed), continue_final_message (chat: the last message,
- * the assistant's, is a prefill the answer continues, chat.c), suffix and llama-server's n_indent
- * and t_max_predict_ms (completions: fill in the middle, infill.c, and code completion's ends: at a
- * line indented less than n_indent, at a line break once t_max_predict_ms have passed); /infill's
- * own fields (infill.c). A field of the wrong type or out of range is refused naming its JSON path.
- * Known fields graft cannot honour (llama.cpp's samplers that graft's chain lacks, unless sent at
- * their off value) are refused by name rather than ignored (an answer that silently differs from
- * what was asked is worse than a clear 400); unknown fields are ignored, since SDKs send extras.
+ * dynatemp_exponent, mirostat (1 or 2) with mirostat_tau and mirostat_eta, DRY (dry_multiplier,
+ * dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers), presence_penalty,
+ * frequency_penalty, logit_bias, logprobs / top_logprobs (chat: a flag and a count; completions:
+ * the legacy count), tools and tool_choice (auto, none, required or a named function),
+ * parallel_tool_calls, or their legacy form functions and function_call (functions.c),
+ * response_format (text, json_object, json_schema) or llama-server's json_schema, llama-server's
+ * grammar (GBNF), stop, stream, stream_options.include_usage, ignore_eos, return_tokens,
+ * session_id, echo (completions: the prompt comes back before the answer; max_tokens 0 then asks
+ * for the prompt alone), reasoning_format (chat: whether a thinking model's thought is split off,
+ * reasoning.c), thinking_token_budget (chat: the tokens a thinking model's thought may take before
+ * it is closed), continue_final_message (chat: the last message, the assistant's, is a prefill the
+ * answer continues, chat.c), suffix and llama-server's n_indent and t_max_predict_ms (completions:
+ * fill in the middle, infill.c, and code completion's ends: at a line indented less than n_indent,
+ * at a line break once t_max_predict_ms have passed); /infill's own fields (infill.c). A field of
+ * the wrong type or out of range is refused naming its JSON path. Known fields graft cannot honour
+ * (tfs_z, a llama.cpp sampler graft's chain lacks, unless sent at its off value) are refused by
+ * name rather than ignored (an answer that silently differs from what was asked is worse than a
+ * clear 400); unknown fields are ignored, since SDKs send extras.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -167,29 +169,64 @@ static int parse_stop(const json_t *body, graft__completion_request *r, char **p
     return GRAFT_OK;
 }
 
-/* llama.cpp's samplers that graft's chain lacks, with the value that turns each off (and the
- * side of it that is off too: mirostat is off at or below it). Sent at that value (llama.cpp's
- * web UI sends them all) they ask for nothing; otherwise they are refused, since the answer
- * would not be what was asked. */
-static const struct {
-    const char *name;
-    double off;
-    bool below_is_off;
-} llama_samplers[] = {{"tfs_z", 1.0, false},
-                      {"mirostat", 0.0, true},
-                      {"dry_multiplier", 0.0, false}};
-
-static int refuse_llama_samplers(const json_t *body, char **param, char **message)
+/* tfs_z (tail-free sampling, which llama.cpp has removed) is not in graft's chain. Sent at
+ * 1, its off value (older llama.cpp web UIs send it), it asks for nothing; otherwise it is
+ * refused, since the answer would not be what was asked. */
+static int refuse_tail_free(const json_t *body, char **param, char **message)
 {
-    for (size_t i = 0; i < sizeof llama_samplers / sizeof llama_samplers[0]; i++) {
-        const json_t *v = json_object_get(body, llama_samplers[i].name);
-        if (v == NULL || json_is_null(v))
-            continue;
-        double x = json_number_value(v), off = llama_samplers[i].off;
-        if (!json_is_number(v) || !(x == off || (llama_samplers[i].below_is_off && x < off)))
-            return graft__refuse(param, message, llama_samplers[i].name,
-                                 "'%s' (a llama.cpp sampler) is not supported by this server: "
-                                 "send %g or leave it out", llama_samplers[i].name, off);
+    const json_t *v = json_object_get(body, "tfs_z");
+    if (v == NULL || json_is_null(v) || (json_is_number(v) && json_number_value(v) == 1.0))
+        return GRAFT_OK;
+    return graft__refuse(param, message, "tfs_z", "'tfs_z' (tail-free sampling) is not "
+                         "supported by this server: send 1 or leave it out");
+}
+
+/* llama-server's integer sampling fields: mirostat (0 off, 1 or 2), DRY's allowed length and
+ * its window (-1 the whole history, 0 DRY off). */
+static int parse_llama_ints(const json_t *body, graft_sampling *s, char **param,
+                            char **message)
+{
+    long long mirostat = s->mirostat, allowed = s->dry_allowed_length, window = -1;
+    int rc;
+    if ((rc = get_int(body, "mirostat", 0, 2, &mirostat, param, message)) != GRAFT_OK ||
+        (rc = get_int(body, "dry_allowed_length", 0, INT32_MAX, &allowed, param, message)) !=
+            GRAFT_OK ||
+        (rc = get_int(body, "dry_penalty_last_n", -1, INT32_MAX, &window, param, message)) !=
+            GRAFT_OK)
+        return rc;
+    s->mirostat = (int32_t)mirostat;
+    s->dry_allowed_length = (int32_t)allowed;
+    if (window == 0)
+        s->dry_multiplier = 0.0f;
+    s->dry_penalty_last_n = window > 0 ? (int32_t)window : 0;
+    return GRAFT_OK;
+}
+
+/* dry_sequence_breakers: an array of at most GRAFT_DRY_MAX_BREAKERS strings of 1 to
+ * GRAFT_DRY_MAX_BREAKER_BYTES bytes ([]: none); absent, llama.cpp's. */
+static int parse_dry_breakers(const json_t *body, graft__completion_request *r, char **param,
+                              char **message)
+{
+    const json_t *a = json_object_get(body, "dry_sequence_breakers");
+    if (a == NULL || json_is_null(a))
+        return GRAFT_OK;
+    if (!json_is_array(a) || json_array_size(a) > GRAFT_DRY_MAX_BREAKERS)
+        return graft__refuse(param, message, "dry_sequence_breakers", "'dry_sequence_breakers' "
+                             "must be an array of at most %d strings", GRAFT_DRY_MAX_BREAKERS);
+    r->dry_breakers_given = true;
+    size_t i;
+    const json_t *v;
+    json_array_foreach(a, i, v) {
+        char path[48];
+        snprintf(path, sizeof path, "dry_sequence_breakers[%zu]", i);
+        if (!json_is_string(v) || json_string_length(v) == 0 ||
+            json_string_length(v) > GRAFT_DRY_MAX_BREAKER_BYTES ||
+            strlen(json_string_value(v)) != json_string_length(v))
+            return graft__refuse(param, message, path, "'%s' must be a string of 1 to %d bytes "
+                                 "(no NUL)", path, GRAFT_DRY_MAX_BREAKER_BYTES);
+        if ((r->dry_breakers[r->n_dry_breakers] = strdup(json_string_value(v))) == NULL)
+            return GRAFT_ENOMEM;
+        r->n_dry_breakers++;
     }
     return GRAFT_OK;
 }
@@ -226,6 +263,10 @@ static const struct {
     {"typical_p", 0, 1, offsetof(graft_sampling, typical_p)},
     {"dynatemp_range", 0, 100, offsetof(graft_sampling, dynatemp_range)},
     {"dynatemp_exponent", 0, 100, offsetof(graft_sampling, dynatemp_exponent)},
+    {"mirostat_tau", 0, 100, offsetof(graft_sampling, mirostat_tau)},
+    {"mirostat_eta", 0, 10, offsetof(graft_sampling, mirostat_eta)},
+    {"dry_multiplier", 0, 100, offsetof(graft_sampling, dry_multiplier)},
+    {"dry_base", 1, 100, offsetof(graft_sampling, dry_base)},
     {"presence_penalty", -2, 2, offsetof(graft_sampling, presence_penalty)},
     {"frequency_penalty", -2, 2, offsetof(graft_sampling, frequency_penalty)},
 };
@@ -254,7 +295,9 @@ static int parse_sampling(const json_t *body, graft__completion_request *r, char
         return rc;
     s->repetition_penalty = (float)x;
     if ((rc = parse_penalty_window(body, s, param, message)) != GRAFT_OK ||
-        (rc = refuse_llama_samplers(body, param, message)) != GRAFT_OK)
+        (rc = parse_llama_ints(body, s, param, message)) != GRAFT_OK ||
+        (rc = parse_dry_breakers(body, r, param, message)) != GRAFT_OK ||
+        (rc = refuse_tail_free(body, param, message)) != GRAFT_OK)
         return rc;
     long long seed = -1;
     if ((rc = get_int(body, "seed", -1, INT64_MAX, &seed, param, message)) != GRAFT_OK)
@@ -798,6 +841,8 @@ void graft__request_free(graft__completion_request *r)
     json_decref(r->infill);
     for (size_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
+    for (size_t i = 0; i < r->n_dry_breakers; i++)
+        free(r->dry_breakers[i]);
     free(r->session_id);
     free(r->logit_bias);
     free(r->json_schema);

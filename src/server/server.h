@@ -268,6 +268,9 @@ typedef struct graft__completion_request {
     size_t n_logit_bias;
     char *stop[GRAFT__MAX_STOP];
     size_t n_stop;
+    bool dry_breakers_given;  /* dry_sequence_breakers was sent (else llama.cpp's) ... */
+    char *dry_breakers[GRAFT_DRY_MAX_BREAKERS]; /* ... as these (n_dry_breakers) */
+    size_t n_dry_breakers;
     char *session_id;       /* a named session's id (body or header), or NULL */
     int32_t n_choices;      /* n: 1 .. GRAFT__MAX_CHOICES */
     int32_t best_of;        /* completions: the answers generated (n .. GRAFT__MAX_CHOICES),

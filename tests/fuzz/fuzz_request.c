@@ -5,16 +5,17 @@
  * An input is a request body, parsed with jansson as the server does; a JSON object goes
  * through graft__request_parse as a completion, as an /infill body and as a chat completion
  * (with ChatML, and with a thinking model's template whose generation prompt opens a
- * thought). The
- * result must be a validated request, or GRAFT_EINVAL with a message and a JSON path that
- * names a field of the body's shape (never NULL), or GRAFT_ENOMEM. The object is also
- * taken as an Anthropic Messages body (messages.c): its translation is refused with a path
- * and a message, or is a chat body that goes through the same checks. ASan and UBSan do
- * the rest. Seeds live in tests/fuzz/seeds/fuzz_request/.
+ * thought). The result must be a validated request, or GRAFT_EINVAL with a message and a
+ * JSON path that names a field of the body's shape (never NULL), or GRAFT_ENOMEM; a
+ * validated request's sampling and DRY breakers are ones the sampler accepts. The object is
+ * also taken as an Anthropic Messages body (messages.c): its translation is refused with a
+ * path and a message, or is a chat body that goes through the same checks. ASan and UBSan
+ * do the rest. Seeds live in tests/fuzz/seeds/fuzz_request/.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dry.h"
 #include "server/server.h"
 
 static graft__chat chat, thinking;
@@ -57,6 +58,14 @@ static void check(const json_t *body, graft__prompt_kind kind, const graft__chat
         require(!(r.thought_opened && r.forced_call));
         require(r.thought_budget >= 0 && (r.thought_budget == 0 || (r.thought_close != NULL &&
                                                                     with->thought_tags != NULL)));
+        graft_sampling sampling = r.sampling; /* a window of 0 is the engine's context */
+        sampling.dry_penalty_last_n += sampling.dry_penalty_last_n == 0;
+        graft_sampler *sampler = NULL;
+        require(graft_sampler_create(&sampling, 2, &sampler) != GRAFT_EINVAL);
+        graft_sampler_free(sampler);
+        require(graft__dry_breakers_valid((const char *const *)r.dry_breakers,
+                                          r.n_dry_breakers));
+        require(r.n_dry_breakers == 0 || r.dry_breakers_given);
         require(param == NULL && message == NULL);
         graft__request_free(&r);
     } else {

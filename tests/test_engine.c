@@ -328,7 +328,16 @@ static void test_generate_bad_arguments(void **state)
     int32_t bad = 100000, ok = BOS;
     assert_int_equal(graft_session_generate(s, &bad, 1, &c, NULL, NULL, NULL, &gen), GRAFT_EINVAL);
     assert_int_equal(graft_session_generate(s, &ok, 0, &c, NULL, NULL, NULL, &gen), GRAFT_EINVAL);
-    c.sampling.top_p = 0.0f;
+    c.sampling.top_p = 1.5f;
+    assert_int_equal(graft_session_generate(s, &ok, 1, &c, NULL, NULL, NULL, &gen), GRAFT_EINVAL);
+    c.sampling.top_p = 1.0f;
+    c.sampling.mirostat = 3;
+    assert_int_equal(graft_session_generate(s, &ok, 1, &c, NULL, NULL, NULL, &gen), GRAFT_EINVAL);
+    c.sampling.mirostat = 0;
+    c.sampling.dry_multiplier = 0.8f;
+    const char *const too_long[] = {"12345678901234567890123456789012345678901"};
+    c.dry_sequence_breakers = too_long;
+    c.n_dry_sequence_breakers = 1;
     assert_int_equal(graft_session_generate(s, &ok, 1, &c, NULL, NULL, NULL, &gen), GRAFT_EINVAL);
     assert_null(gen);
     assert_int_equal(graft_session_position(s), 0);

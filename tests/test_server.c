@@ -946,6 +946,47 @@ static void test_llama_completion(void **state)
 
 /* A pool of 10 KV blocks: an idle named session holding 7 of them is closed when a request
  * needs 8 and the prefix cache had nothing to give; the request is answered, not refused. */
+/* llama-server's names of OpenAI's paths without /v1 answer as those paths do. */
+static void test_paths_without_v1(void **state)
+{
+    (void)state;
+    const char *chat = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+                       "\"max_tokens\": 8, \"temperature\": 0}";
+    const char *completion = "{\"prompt\": \"Once\", \"max_tokens\": 8, \"temperature\": 0}";
+    const struct {
+        const char *method, *alias, *path, *body;
+    } same[] = {{"GET", "/models", "/v1/models", NULL},
+                {"GET", "/v1/health", "/health", NULL},
+                {"POST", "/completions", "/v1/completions", completion},
+                {"POST", "/chat/completions", "/v1/chat/completions", chat}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        response a = graft_test_request(&main_server, same[i].method, same[i].alias,
+                                        same[i].body);
+        response b = graft_test_request(&main_server, same[i].method, same[i].path,
+                                        same[i].body);
+        assert_int_equal(a.status, 200);
+        assert_int_equal(b.status, 200);
+        json_t *ja = graft_test_json_of(&a), *jb = graft_test_json_of(&b);
+        json_t *ca = json_array_get(json_object_get(ja, "choices"), 0);
+        json_t *cb = json_array_get(json_object_get(jb, "choices"), 0);
+        assert_true(same[i].body == NULL || ca != NULL);
+        const char *fields[] = {"text", "message", "object", "status", "data"};
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+            json_t *fa = json_object_get(f < 2 ? ca : ja, fields[f]);
+            json_t *fb = json_object_get(f < 2 ? cb : jb, fields[f]);
+            if (fa == NULL ? fb != NULL : !json_equal(fa, fb))
+                fail_msg("%s: '%s' differs from %s's", same[i].alias, fields[f], same[i].path);
+        }
+        json_decref(ja);
+        json_decref(jb);
+        graft_test_response_free(&a);
+        graft_test_response_free(&b);
+    }
+    response r = graft_test_request(&main_server, "GET", "/chat/completions", NULL);
+    assert_int_equal(r.status, 405);
+    graft_test_response_free(&r);
+}
+
 static void test_named_sessions_give_kv_back(void **state)
 {
     (void)state;
@@ -988,6 +1029,7 @@ int main(void)
         cmocka_unit_test(test_tokenize_roundtrip),
         cmocka_unit_test(test_props_and_apply_template),
         cmocka_unit_test(test_llama_completion),
+        cmocka_unit_test(test_paths_without_v1),
         cmocka_unit_test(test_chat_stories),
         cmocka_unit_test(test_named_sessions),
         cmocka_unit_test(test_chat_qwen_template),

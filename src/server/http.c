@@ -7,8 +7,10 @@
  * GET /metrics, POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
  * POST /detokenize, GET /v1/sessions, DELETE /v1/sessions/{id}, POST /v1/responses, GET and
  * DELETE /v1/responses/{id}, POST /v1/messages and /v1/messages/count_tokens, and
- * llama-server's POST /completion, POST /infill, POST /apply-template and GET /props; any
- * other path is a JSON 404, a known path with another method a 405.
+ * llama-server's POST /completion, POST /infill, POST /apply-template and GET /props; and
+ * llama-server's other names of OpenAI's paths, for clients whose base URL lacks /v1:
+ * /completions, /chat/completions, /models and /v1/health. Any other path is a JSON 404, a
+ * known path with another method a 405.
  *
  * Admission: at most `slots` completions generate at once; up to max_queue more wait for a
  * slot; beyond that a request is answered 429 with Retry-After at once (the connection is
@@ -385,9 +387,20 @@ static const struct {
                     {"/v1/messages", "POST"},     {"/v1/messages/count_tokens", "POST"},
                     {"/infill", "POST"}};
 
+/* Other paths of routes, as llama-server names them. */
+static const struct {
+    const char *alias, *path;
+} aliases[] = {{"/completions", "/v1/completions"},
+               {"/chat/completions", "/v1/chat/completions"},
+               {"/models", "/v1/models"},
+               {"/v1/health", "/health"}};
+
 /* The route of url that takes method, else the first route of url (for a 405), or R_NONE. */
 static route find_route(const char *url, const char *method)
 {
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcmp(url, aliases[i].alias) == 0)
+            url = aliases[i].path;
     route found = R_NONE;
     for (int i = 0; i < R_NONE; i++) {
         size_t n = strlen(routes[i].path);

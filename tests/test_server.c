@@ -946,6 +946,77 @@ static void test_llama_completion(void **state)
 
 /* A pool of 10 KV blocks: an idle named session holding 7 of them is closed when a request
  * needs 8 and the prefix cache had nothing to give; the request is answered, not refused. */
+/* llama-server's n_probs on /completion: completion_probabilities, a token each, with its
+ * id, the log-probability /v1/completions gives it and n_probs alternatives (greedy: the
+ * first is the token itself); streamed, the chunks' lists make the whole one. */
+static void test_llama_n_probs(void **state)
+{
+    (void)state;
+    enum { N = 12, PROBS = 3 };
+    const char *body = "{\"prompt\": \"Once upon a time, there was a dog\", \"n_predict\": 12, "
+                       "\"temperature\": 0, \"n_probs\": 3, \"return_tokens\": true}";
+    json_t *whole = graft_test_post_json(&main_server, "/completion", json_loads(body, 0, NULL),
+                                         200);
+    json_t *probs = json_object_get(whole, "completion_probabilities");
+    json_t *ids = json_object_get(whole, "tokens");
+    assert_int_equal(json_array_size(probs), N);
+    json_t *openai = graft_test_post_json(
+        &main_server, "/v1/completions",
+        json_pack("{s:s, s:i, s:f, s:i}", "prompt", "Once upon a time, there was a dog",
+                  "max_tokens", N, "temperature", 0.0, "logprobs", PROBS),
+        200);
+    json_t *lps = json_object_get(json_object_get(json_array_get(json_object_get(openai,
+                                                                                 "choices"),
+                                                                 0),
+                                                  "logprobs"),
+                                  "token_logprobs");
+    for (size_t t = 0; t < N; t++) {
+        json_t *p = json_array_get(probs, t);
+        json_t *top = json_object_get(p, "top_logprobs");
+        assert_int_equal(json_integer_value(json_object_get(p, "id")),
+                         json_integer_value(json_array_get(ids, t)));
+        assert_true(json_real_value(json_object_get(p, "logprob")) ==
+                    json_real_value(json_array_get(lps, t)));
+        assert_int_equal(json_array_size(top), PROBS);
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(top, 0), "id")),
+                         json_integer_value(json_object_get(p, "id")));
+        assert_true(json_equal(json_object_get(json_array_get(top, 0), "logprob"),
+                               json_object_get(p, "logprob")));
+        assert_true(json_is_string(json_object_get(p, "token")));
+        assert_true(json_is_array(json_object_get(p, "bytes")));
+    }
+    const char *streamed = "{\"prompt\": \"Once upon a time, there was a dog\", "
+                           "\"n_predict\": 12, \"temperature\": 0, \"n_probs\": 3, "
+                           "\"stream\": true}";
+    response st = graft_test_request(&main_server, "POST", "/completion", streamed);
+    assert_int_equal(st.status, 200);
+    json_t *joined = json_array();
+    char *save = NULL;
+    for (char *ev = strtok_r(st.body, "\n", &save); ev; ev = strtok_r(NULL, "\n", &save)) {
+        json_t *c = json_loads(ev + 6, 0, NULL);
+        assert_non_null(c);
+        json_t *part = json_object_get(c, "completion_probabilities");
+        if (part != NULL)
+            json_array_extend(joined, part);
+        json_decref(c);
+    }
+    assert_true(json_equal(joined, probs));
+    json_decref(joined);
+    graft_test_response_free(&st);
+    json_decref(whole);
+    json_decref(openai);
+    struct {
+        const char *body, *param;
+    } bad[] = {{"{\"prompt\": \"x\", \"n_probs\": 21}", "n_probs"},
+               {"{\"prompt\": \"x\", \"n_probs\": 2, \"post_sampling_probs\": true}",
+                "post_sampling_probs"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        response r = graft_test_request(&main_server, "POST", "/completion", bad[i].body);
+        free(graft_test_expect_error(&r, 400, bad[i].param));
+        graft_test_response_free(&r);
+    }
+}
+
 /* llama-server's names of OpenAI's paths without /v1 answer as those paths do. */
 static void test_paths_without_v1(void **state)
 {
@@ -1030,6 +1101,7 @@ int main(void)
         cmocka_unit_test(test_props_and_apply_template),
         cmocka_unit_test(test_llama_completion),
         cmocka_unit_test(test_paths_without_v1),
+        cmocka_unit_test(test_llama_n_probs),
         cmocka_unit_test(test_chat_stories),
         cmocka_unit_test(test_named_sessions),
         cmocka_unit_test(test_chat_qwen_template),

@@ -11,21 +11,22 @@
  * dynatemp_exponent, mirostat (1 or 2) with mirostat_tau and mirostat_eta, DRY (dry_multiplier,
  * dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers), presence_penalty,
  * frequency_penalty, logit_bias, logprobs / top_logprobs (chat: a flag and a count; completions:
- * the legacy count), tools and tool_choice (auto, none, required or a named function),
- * parallel_tool_calls, or their legacy form functions and function_call (functions.c),
- * response_format (text, json_object, json_schema) or llama-server's json_schema, llama-server's
- * grammar (GBNF), stop, stream, stream_options.include_usage, ignore_eos, return_tokens,
- * session_id, echo (completions: the prompt comes back before the answer; max_tokens 0 then asks
- * for the prompt alone), reasoning_format (chat: whether a thinking model's thought is split off,
- * reasoning.c), thinking_token_budget (chat: the tokens a thinking model's thought may take before
- * it is closed), continue_final_message (chat: the last message, the assistant's, is a prefill the
- * answer continues, chat.c), suffix and llama-server's n_indent and t_max_predict_ms (completions:
- * fill in the middle, infill.c, and code completion's ends: at a line indented less than n_indent,
- * at a line break once t_max_predict_ms have passed); /infill's own fields (infill.c). A field of
- * the wrong type or out of range is refused naming its JSON path. Known fields graft cannot honour
- * (tfs_z, a llama.cpp sampler graft's chain lacks, unless sent at its off value) are refused by
- * name rather than ignored (an answer that silently differs from what was asked is worse than a
- * clear 400); unknown fields are ignored, since SDKs send extras.
+ * the legacy count) or llama-server's n_probs, tools and tool_choice (auto, none, required or a
+ * named function), parallel_tool_calls, or their legacy form functions and function_call
+ * (functions.c), response_format (text, json_object, json_schema) or llama-server's json_schema,
+ * llama-server's grammar (GBNF), stop, stream, stream_options.include_usage, ignore_eos,
+ * return_tokens, session_id, echo (completions: the prompt comes back before the answer; max_tokens
+ * 0 then asks for the prompt alone), reasoning_format (chat: whether a thinking model's thought is
+ * split off, reasoning.c), thinking_token_budget (chat: the tokens a thinking model's thought may
+ * take before it is closed), continue_final_message (chat: the last message, the assistant's, is a
+ * prefill the answer continues, chat.c), suffix and llama-server's n_indent and t_max_predict_ms
+ * (completions: fill in the middle, infill.c, and code completion's ends: at a line indented less
+ * than n_indent, at a line break once t_max_predict_ms have passed); /infill's own fields
+ * (infill.c). A field of the wrong type or out of range is refused naming its JSON path. Known
+ * fields graft cannot honour (tfs_z, a llama.cpp sampler graft's chain lacks, unless sent at its
+ * off value; llama-server's post_sampling_probs) are refused by name rather than ignored (an answer
+ * that silently differs from what was asked is worse than a clear 400); unknown fields are ignored,
+ * since SDKs send extras.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -338,7 +339,7 @@ static int parse_logit_bias(const json_t *body, graft__completion_request *r, ch
     return GRAFT_OK;
 }
 
-/* n, logprobs and top_logprobs. */
+/* n, logprobs and top_logprobs, or llama-server's n_probs. */
 static int parse_choices(const json_t *body, graft__completion_request *r, char **param,
                          char **message)
 {
@@ -377,6 +378,23 @@ static int parse_choices(const json_t *body, graft__completion_request *r, char 
         if (top > 0 && !r->logprobs)
             return graft__refuse(param, message, "top_logprobs",
                                  "'top_logprobs' needs 'logprobs' to be true");
+    }
+    /* n_probs: log-probabilities with that many alternatives, unless OpenAI's field asked
+     * for them; post_sampling_probs (the sampler's final distribution) is not kept */
+    long long n_probs = 0;
+    bool post_sampling = false;
+    if ((rc = get_int(body, "n_probs", 0, GRAFT_MAX_TOP_LOGPROBS, &n_probs, param, message)) !=
+            GRAFT_OK ||
+        (rc = get_bool(body, "post_sampling_probs", &post_sampling, param, message)) !=
+            GRAFT_OK)
+        return rc;
+    if (post_sampling)
+        return graft__refuse(param, message, "post_sampling_probs", "'post_sampling_probs' is "
+                             "not supported: graft gives the model's log-probabilities, before "
+                             "sampling");
+    if (n_probs > 0 && !r->logprobs) {
+        r->logprobs = true;
+        top = n_probs;
     }
     r->top_logprobs = (int32_t)top;
     return GRAFT_OK;

@@ -420,6 +420,30 @@ json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, 
     return j;
 }
 
+/* llama-server's completion_probabilities for ch's tokens [from, to): each {id, token,
+ * bytes, logprob, top_logprobs: [{id, token, bytes, logprob}]}. */
+static json_t *completion_probabilities_json(const completion *c, const choice *ch,
+                                             size_t from, size_t to)
+{
+    const graft_model *model = c->ctx->model;
+    size_t width = (size_t)c->width;
+    json_t *probs = json_array();
+    for (size_t t = from; t < to; t++) {
+        const graft_token_logprob *e = ch->logprobs + t * width;
+        json_t *j = entry_json(model, &e[0]);
+        json_object_set_new(j, "id", json_integer(e[0].token));
+        json_t *top = json_array();
+        for (size_t k = 1; k < width; k++) {
+            json_t *alternative = entry_json(model, &e[k]);
+            json_object_set_new(alternative, "id", json_integer(e[k].token));
+            json_array_append_new(top, alternative);
+        }
+        json_object_set_new(j, "top_logprobs", top);
+        json_array_append_new(probs, j);
+    }
+    return probs;
+}
+
 json_t *graft__llama_json(completion *c, size_t from, size_t upto, bool stop)
 {
     choice *ch = &c->choices[0];
@@ -428,9 +452,13 @@ json_t *graft__llama_json(completion *c, size_t from, size_t upto, bool stop)
     const char *reason = graft__choice_finish_reason(ch);
     json_t *j = json_pack("{s:s%, s:b, s:i}", "content", ch->text ? ch->text + from : "",
                           upto - from, "stop", stop, "id_slot", 0);
-    if (c->req.return_tokens) {
+    if (c->req.return_tokens || c->req.logprobs) {
         size_t to = tokens_upto(ch, upto, stop);
-        json_object_set_new(j, "tokens", token_ids_json(ch, to));
+        if (c->req.return_tokens)
+            json_object_set_new(j, "tokens", token_ids_json(ch, to));
+        if (c->req.logprobs && to > ch->n_tokens_sent)
+            json_object_set_new(j, "completion_probabilities",
+                                completion_probabilities_json(c, ch, ch->n_tokens_sent, to));
         ch->n_tokens_sent = to;
     }
     if (!stop)

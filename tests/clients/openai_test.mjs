@@ -10,7 +10,8 @@
 // reasoning_content and as the Responses API's reasoning item (a second server, with QwQ's
 // template); a request graft refuses surfaces as the SDK's BadRequestError with the status and the
 // field graft names; fill in the middle with the completions API's suffix (a third server, a coder
-// model); llama-server's GBNF grammar field, sent in the body.
+// model); llama-server's GBNF grammar field, DRY and Mirostat, sent in the body; a base URL
+// without /v1, as llama-server's paths allow.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
@@ -45,6 +46,24 @@ await check('chat completion, whole', async () => {
     assert.ok(whole.choices[0].message.content.length > 10);
     assert.equal(whole.choices[0].finish_reason, 'length');
     assert.equal(whole.usage.completion_tokens, 24);
+});
+
+await check('a base URL without /v1 (llama-server\'s paths): the same answer', async () => {
+    const bare = new OpenAI({ baseURL: `http://127.0.0.1:${port}`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
+    const again = await bare.chat.completions.create({ model: 'stories260K', messages, max_tokens: 24, temperature: 0 });
+    assert.equal(again.choices[0].message.content, whole.choices[0].message.content);
+    assert.equal((await bare.models.list()).data[0].id, 'stories260K');
+});
+
+await check('DRY and Mirostat (llama-server\'s fields, sent in the body) change the text', async () => {
+    const prompt = 'Lily had a red ball. Lily had a red ball. Lily had a red ball. Lily had a';
+    const plain = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 16, temperature: 0 });
+    const dry = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 16, temperature: 0, dry_multiplier: 0.8 });
+    assert.notEqual(dry.choices[0].text, plain.choices[0].text);
+    const params = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 24, temperature: 1.5, top_k: 0, top_p: 1, min_p: 0, seed: 3 };
+    const sampled = await client.completions.create(params);
+    const mirostat = await client.completions.create({ ...params, mirostat: 2, mirostat_tau: 3 });
+    assert.notEqual(mirostat.choices[0].text, sampled.choices[0].text);
 });
 
 await check('chat completion, streamed, same text and usage', async () => {

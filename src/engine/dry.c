@@ -109,9 +109,14 @@ static int add_tail(gathered *g, const graft__vocab *v, const char *text, size_t
 
 static bool contains(const char *bytes, size_t n, const char *s, size_t len)
 {
-    for (size_t at = 0; at + len <= n; at++)
-        if (memcmp(bytes + at, s, len) == 0)
+    const char *end = bytes + n;
+    for (const char *at = bytes; (size_t)(end - at) >= len; at++) {
+        at = memchr(at, s[0], (size_t)(end - at) - len + 1);
+        if (at == NULL)
+            return false;
+        if (memcmp(at, s, len) == 0)
             return true;
+    }
     return false;
 }
 

@@ -150,6 +150,12 @@ int graft_tokenize(const graft_model *model, const char *text, size_t len, int a
  * an id out of range. */
 const char *graft_token_text(const graft_model *model, int32_t token);
 
+/* The bytes a token stands for on its own, before any UTF-8 check: a byte token's byte (a
+ * piece of a character), "▁" as a space, a byte-level BPE token's bytes; none for a control
+ * token. Writes at most cap bytes to buf; returns their full count (which may exceed cap),
+ * or -1 for an id out of range. */
+int graft_token_bytes(const graft_model *model, int32_t token, char *buf, size_t cap);
+
 /* Whether the token ends a generation (EOS, EOT and the like). */
 int graft_token_is_eog(const graft_model *model, int32_t token);
 

@@ -370,6 +370,52 @@ static void test_tokenize_roundtrip(void **state)
     free(dump);
     graft_test_response_free(&r);
     graft_test_response_free(&d);
+    /* with_pieces: each id with its text, or with its bytes where they are a piece of a
+     * character (stories260K spells an emoji in four byte tokens); the ids are the same */
+    json_t *plain = graft_test_post_json(&main_server, "/tokenize",
+                                         json_pack("{s:s}", "content", "a \xf0\x9f\x98\x80"),
+                                         200);
+    json_t *pieces = graft_test_post_json(&main_server, "/tokenize",
+                                          json_pack("{s:s, s:b}", "content",
+                                                    "a \xf0\x9f\x98\x80", "with_pieces", 1),
+                                          200);
+    json_t *ids = json_object_get(plain, "tokens"), *with = json_object_get(pieces, "tokens");
+    assert_int_equal(json_array_size(with), json_array_size(ids));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(with, 0), "piece")),
+                        " a");
+    const unsigned char emoji[4] = {0xf0, 0x9f, 0x98, 0x80};
+    for (size_t i = 0; i < json_array_size(ids); i++)
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(with, i), "id")),
+                         json_integer_value(json_array_get(ids, i)));
+    for (size_t b = 0; b < 4; b++) {
+        json_t *piece = json_object_get(json_array_get(with, json_array_size(with) - 4 + b),
+                                        "piece");
+        assert_int_equal(json_array_size(piece), 1);
+        assert_int_equal(json_integer_value(json_array_get(piece, 0)), emoji[b]);
+    }
+    /* a log-probability's bytes are the token's own: a byte token's byte, not U+FFFD's */
+    json_t *byte_token = json_object_get(json_array_get(with, json_array_size(with) - 4), "id");
+    json_t *bias = json_object();
+    char key[16];
+    snprintf(key, sizeof key, "%d", (int)json_integer_value(byte_token));
+    json_object_set_new(bias, key, json_real(100));
+    json_t *answer = graft_test_post_json(
+        &main_server, "/v1/chat/completions",
+        json_pack("{s:[{s:s, s:s}], s:i, s:f, s:b, s:o}", "messages", "role", "user",
+                  "content", "Hi", "max_tokens", 1, "temperature", 0.0, "logprobs", 1,
+                  "logit_bias", bias),
+        200);
+    json_t *entry = json_array_get(json_object_get(json_object_get(json_array_get(
+                                                       json_object_get(answer, "choices"), 0),
+                                                                   "logprobs"),
+                                                   "content"),
+                                   0);
+    json_t *bytes = json_object_get(entry, "bytes");
+    assert_int_equal(json_array_size(bytes), 1);
+    assert_int_equal(json_integer_value(json_array_get(bytes, 0)), 0xf0);
+    json_decref(answer);
+    json_decref(plain);
+    json_decref(pieces);
 }
 
 /* A metric's value in /metrics (the first line starting with `name `), or -1. */

@@ -1,6 +1,6 @@
 /*
- * tokens_api.c: the public token functions of graft.h (tokenize, token text, end of
- * generation) and the streaming detokenizer.
+ * tokens_api.c: the public token functions of graft.h (tokenize, token text and bytes, end
+ * of generation) and the streaming detokenizer.
  *
  * The detokenizer concatenates the pieces graft__token_bytes gives, as llama.cpp's
  * streaming examples print llama_token_to_piece(token, lstrip = 0, special = false) token
@@ -36,6 +36,11 @@ int graft_tokenize(const graft_model *model, const char *text, size_t len, int a
 const char *graft_token_text(const graft_model *model, int32_t token)
 {
     return model ? graft__vocab_text(model->vocab, token) : NULL;
+}
+
+int graft_token_bytes(const graft_model *model, int32_t token, char *buf, size_t cap)
+{
+    return model ? graft__token_bytes(model->vocab, token, buf, cap) : -1;
 }
 
 int graft_token_is_eog(const graft_model *model, int32_t token)

@@ -1,6 +1,7 @@
 /*
  * detokenize.c: a whole token sequence back to text, as POST /detokenize and an echoed
- * prompt give it (server.h).
+ * prompt give it, and one token's own bytes, as log-probabilities and POST /tokenize's
+ * pieces give them (server.h).
  *
  * The streaming detokenizer an answer uses, and then the inverse of SentencePiece's leading
  * space: its tokenizer puts a space before the text, so text that starts with one loses it.
@@ -45,4 +46,19 @@ int graft__detokenize(const graft_model *model, const int32_t *tokens, size_t n,
             starts[i] -= starts[i] > 0;
     }
     return GRAFT_OK;
+}
+
+json_t *graft__token_bytes_json(const graft_model *model, int32_t token)
+{
+    char buf[256];
+    int n = graft_token_bytes(model, token, buf, sizeof buf);
+    char *bytes = n > (int)sizeof buf ? malloc((size_t)n) : buf;
+    if (bytes != buf && bytes != NULL)
+        graft_token_bytes(model, token, bytes, (size_t)n);
+    json_t *list = json_array();
+    for (int i = 0; bytes != NULL && i < n; i++)
+        json_array_append_new(list, json_integer((unsigned char)bytes[i]));
+    if (bytes != buf)
+        free(bytes);
+    return list;
 }

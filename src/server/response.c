@@ -173,11 +173,8 @@ static char *token_piece(const graft_model *model, int32_t token)
 static json_t *entry_json(const graft_model *model, const graft_token_logprob *e)
 {
     char *piece = token_piece(model, e->token);
-    json_t *bytes = json_array();
-    for (const unsigned char *p = (const unsigned char *)piece; *p; p++)
-        json_array_append_new(bytes, json_integer(*p));
     json_t *j = json_pack("{s:s, s:f, s:o}", "token", piece, "logprob", (double)e->logprob,
-                          "bytes", bytes);
+                          "bytes", graft__token_bytes_json(model, e->token));
     free(piece);
     return j;
 }

@@ -81,6 +81,10 @@ static inline size_t graft__common_prefix(const int32_t *a, size_t na, const int
  * GRAFT_ENOMEM. */
 int graft__detokenize(const graft_model *model, const int32_t *tokens, size_t n, char **text,
                       size_t *len, size_t *starts);
+/* The bytes token stands for on its own as a JSON array of integers, not made valid UTF-8: a
+ * piece of a character keeps its bytes, so that a client can join a character split across
+ * tokens (logprobs' bytes, /tokenize's pieces). */
+json_t *graft__token_bytes_json(const graft_model *model, int32_t token);
 
 /* ---- configuration (the `graft serve` options) ------------------------------------------- */
 

@@ -293,6 +293,9 @@ typedef struct graft_sampling {
 graft_sampling graft_sampling_default(void);
 
 enum { GRAFT_DRY_MAX_BREAKERS = 64, GRAFT_DRY_MAX_BREAKER_BYTES = 40 };
+/* llama.cpp's DRY sequence breakers, "\n", ":", "\"" and "*": what a generation naming none
+ * gets (a static array; *n gets its count). */
+const char *const *graft_dry_default_breakers(size_t *n);
 
 /* A bias added to one token's logit before sampling (OpenAI's logit_bias). */
 typedef struct graft_logit_bias {
@@ -649,8 +652,9 @@ typedef struct graft_generate_config {
     size_t n_logit_bias;
     const char *const *dry_sequence_breakers; /* with sampling.dry_multiplier above 0: DRY's
                                                  sequence breakers (graft_sampler_set_dry_
-                                                 breakers); NULL: llama.cpp's, "\n", ":",
-                                                 "\"" and "*"; non-NULL with n 0: none */
+                                                 breakers); NULL: llama.cpp's
+                                                 (graft_dry_default_breakers); non-NULL
+                                                 with n 0: none */
     size_t n_dry_sequence_breakers;
     int32_t logprobs;     /* nonzero: each sampled token's log-probability is kept ... */
     int32_t top_logprobs; /* ... with the top_logprobs most likely tokens' (at most

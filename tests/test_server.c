@@ -928,6 +928,27 @@ static void test_props_and_apply_template(void **state)
     assert_int_equal(json_integer_value(json_object_get(
                          json_object_get(j, "default_generation_settings"), "n_ctx")), 256);
     assert_non_null(strstr(json_string_value(json_object_get(j, "chat_template")), "im_start"));
+    /* the default sampling, in llama-server's names: sent back as fields (all but
+     * max_tokens, which is none), they sample what a request without them samples */
+    json_t *params = json_object_get(json_object_get(j, "default_generation_settings"), "params");
+    assert_true(json_object_size(params) >= 20);
+    json_t *sent = json_deep_copy(params);
+    json_object_del(sent, "max_tokens");
+    json_object_set_new(sent, "prompt", json_string("Once upon a time"));
+    json_object_set_new(sent, "max_tokens", json_integer(24));
+    json_object_set_new(sent, "seed", json_integer(5));
+    json_t *with = graft_test_post_json(&main_server, "/v1/completions", sent, 200);
+    json_t *without = graft_test_post_json(&main_server, "/v1/completions",
+                                           json_pack("{s:s, s:i, s:i}", "prompt",
+                                                     "Once upon a time", "max_tokens", 24,
+                                                     "seed", 5),
+                                           200);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(with, "choices"), 0), "text")),
+                        json_string_value(json_object_get(
+                            json_array_get(json_object_get(without, "choices"), 0), "text")));
+    json_decref(with);
+    json_decref(without);
     json_decref(j);
     graft_test_response_free(&r);
     r = graft_test_request(&main_server, "POST", "/apply-template",

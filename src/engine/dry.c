@@ -20,6 +20,13 @@
 #include "engine/dry.h"
 #include "util/util.h"
 
+const char *const *graft_dry_default_breakers(size_t *n)
+{
+    static const char *const llama_breakers[] = {"\n", ":", "\"", "*"};
+    *n = sizeof llama_breakers / sizeof *llama_breakers;
+    return llama_breakers;
+}
+
 /* The exponent at which base^e would pass the largest float (llama.cpp's cap). */
 static int32_t max_exponent_of(float base)
 {

@@ -165,11 +165,12 @@ static int32_t grammar_mask(const graft_engine *e, graft_generation *gen, float 
 static int set_dry_breakers(graft_sampler *sampler, const graft_engine *e,
                             const graft_generate_config *c)
 {
-    static const char *const llama_breakers[] = {"\n", ":", "\"", "*"};
-    if (c->dry_sequence_breakers == NULL)
+    if (c->dry_sequence_breakers == NULL) {
+        size_t n;
+        const char *const *llama_breakers = graft_dry_default_breakers(&n);
         return graft__sampler_set_dry_breakers(sampler, e->model->vocab, e->tokens,
-                                               llama_breakers,
-                                               sizeof llama_breakers / sizeof *llama_breakers);
+                                               llama_breakers, n);
+    }
     return graft__sampler_set_dry_breakers(sampler, e->model->vocab, e->tokens,
                                            c->dry_sequence_breakers, c->n_dry_sequence_breakers);
 }

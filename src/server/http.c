@@ -506,14 +506,61 @@ static void route_apply_template(graft__server *s, const json_t *body, graft__re
     free(message);
 }
 
+/* The sampling a request gets for the fields it leaves out, under llama-server's names (a
+ * window of -1: the whole context). */
+static json_t *default_params_json(void)
+{
+    graft_sampling d = graft_sampling_default();
+    const struct {
+        const char *name;
+        double value;
+    } numbers[] = {{"temperature", d.temperature},
+                   {"dynatemp_range", d.dynatemp_range},
+                   {"dynatemp_exponent", d.dynatemp_exponent},
+                   {"top_k", d.top_k},
+                   {"top_p", d.top_p},
+                   {"min_p", d.min_p},
+                   {"top_n_sigma", d.top_n_sigma},
+                   {"xtc_probability", d.xtc_probability},
+                   {"xtc_threshold", d.xtc_threshold},
+                   {"typical_p", d.typical_p},
+                   {"repeat_last_n", -1},
+                   {"repeat_penalty", d.repetition_penalty},
+                   {"presence_penalty", d.presence_penalty},
+                   {"frequency_penalty", d.frequency_penalty},
+                   {"dry_multiplier", d.dry_multiplier},
+                   {"dry_base", d.dry_base},
+                   {"dry_allowed_length", d.dry_allowed_length},
+                   {"dry_penalty_last_n", -1},
+                   {"mirostat", d.mirostat},
+                   {"mirostat_tau", d.mirostat_tau},
+                   {"mirostat_eta", d.mirostat_eta},
+                   {"n_probs", 0},
+                   {"max_tokens", -1}};
+    json_t *params = json_object();
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
+        json_object_set_new(params, numbers[i].name,
+                            numbers[i].value == (json_int_t)numbers[i].value
+                                ? json_integer((json_int_t)numbers[i].value)
+                                : json_real(numbers[i].value));
+    size_t n;
+    const char *const *breakers = graft_dry_default_breakers(&n);
+    json_t *list = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, json_string(breakers[i]));
+    json_object_set_new(params, "dry_sequence_breakers", list);
+    return params;
+}
+
 /* llama-server's GET /props: the server's settings as its clients read them. */
 static void route_props(graft__server *s, graft__reply *reply)
 {
     graft_sampling d = graft_sampling_default();
-    json_t *settings = json_pack("{s:i, s:f, s:i, s:f, s:f, s:f}", "n_ctx", (int)s->ctx.max_context,
-                                 "temperature", d.temperature, "top_k", (int)d.top_k, "top_p",
-                                 d.top_p, "min_p", d.min_p, "repeat_penalty",
-                                 d.repetition_penalty);
+    json_t *settings = json_pack("{s:i, s:f, s:i, s:f, s:f, s:f, s:o}", "n_ctx",
+                                 (int)s->ctx.max_context, "temperature", d.temperature, "top_k",
+                                 (int)d.top_k, "top_p", d.top_p, "min_p", d.min_p,
+                                 "repeat_penalty", d.repetition_penalty, "params",
+                                 default_params_json());
     graft__reply_json(reply, 200,
                       json_pack("{s:o, s:i, s:s, s:s, s:s, s:s, s:s}", "default_generation_settings",
                                 settings, "total_slots", (int)s->config.slots, "model_alias",

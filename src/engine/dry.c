@@ -114,6 +114,7 @@ static int add_tail(gathered *g, const graft__vocab *v, const char *text, size_t
     return GRAFT_OK;
 }
 
+/* Whether s[0, len) (len >= 1) occurs in bytes[0, n). */
 static bool contains(const char *bytes, size_t n, const char *s, size_t len)
 {
     const char *end = bytes + n;

@@ -308,8 +308,8 @@ typedef struct graft_sampler graft_sampler;
 int graft_sampler_create(const graft_sampling *params, int32_t n_vocab, graft_sampler **out);
 void graft_sampler_free(graft_sampler *sampler);
 /* METHOD: graft_sampler. Sets the logit biases (copied; a token listed twice gets both
- * biases added). GRAFT_EINVAL: a token outside the vocabulary or a bias not finite;
- * GRAFT_ENOMEM. */
+ * biases added; -INFINITY: the token is never sampled). GRAFT_EINVAL: a token outside the
+ * vocabulary, a bias of NaN or +INFINITY; GRAFT_ENOMEM. */
 int graft_sampler_set_logit_bias(graft_sampler *sampler, const graft_logit_bias *bias, size_t n);
 /* Picks the next token from `logits` (n_vocab values, modified in place). Order: logit
  * biases; the repetition penalty over `history` (its last penalty_last_n tokens); presence and

@@ -82,9 +82,24 @@ static void test_logit_bias_moves_greedy_pick(void **state)
     memset(logits, 0, sizeof logits);
     logits[3] = 1.0f;
     assert_int_equal(graft_sampler_sample(s, logits, NULL, 0), 0); /* ties: lowest id */
-    graft_logit_bias outside = {V, 1.0f}, not_finite = {1, NAN};
+    graft_logit_bias outside = {V, 1.0f}, not_a_number = {1, NAN}, up = {1, INFINITY};
     assert_int_equal(graft_sampler_set_logit_bias(s, &outside, 1), GRAFT_EINVAL);
-    assert_int_equal(graft_sampler_set_logit_bias(s, &not_finite, 1), GRAFT_EINVAL);
+    assert_int_equal(graft_sampler_set_logit_bias(s, &not_a_number, 1), GRAFT_EINVAL);
+    assert_int_equal(graft_sampler_set_logit_bias(s, &up, 1), GRAFT_EINVAL);
+    graft_sampler_free(s);
+    /* -INFINITY: never sampled, greedy or drawn, even where every other logit is far below */
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    assert_int_equal(graft_sampler_create(&p, V, &s), GRAFT_OK);
+    graft_logit_bias never = {3, -INFINITY};
+    assert_int_equal(graft_sampler_set_logit_bias(s, &never, 1), GRAFT_OK);
+    for (int step = 0; step < 64; step++) {
+        for (int i = 0; i < V; i++)
+            logits[i] = i == 3 ? 50.0f : -50.0f + (float)i;
+        assert_int_not_equal(graft_sampler_sample(s, logits, NULL, 0), 3);
+    }
     graft_sampler_free(s);
 }
 

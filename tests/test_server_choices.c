@@ -579,9 +579,56 @@ static void test_logit_bias_and_penalties(void **state)
                                     1, "temperature", 0.0, "logit_bias", key, -100),
                           200);
     assert_string_not_equal(choice_text(banned, 0), first);
+    /* llama-server's forms: [[id, bias]] and false (never sampled) ban it alike */
+    json_t *pairs = post("/v1/completions",
+                         json_pack("{s:s, s:i, s:f, s:[[I, f]]}", "prompt", "The dog",
+                                   "max_tokens", 1, "temperature", 0.0, "logit_bias", id,
+                                   -100.0),
+                         200);
+    json_t *never = post("/v1/completions",
+                         json_pack("{s:s, s:i, s:f, s:[[I, b]]}", "prompt", "The dog",
+                                   "max_tokens", 1, "temperature", 0.0, "logit_bias", id, 0),
+                         200);
+    assert_string_equal(choice_text(pairs, 0), choice_text(banned, 0));
+    assert_string_equal(choice_text(never, 0), choice_text(banned, 0));
+    json_decref(pairs);
+    json_decref(never);
     json_decref(banned);
     json_decref(tok);
     json_decref(plain);
+    /* a text's tokens, as a pair or as an object's key, false: none of them is sampled,
+     * where the greedy story has them */
+    const char *girl = "Once upon a time there was a little girl named";
+    json_t *lily = post("/tokenize", json_pack("{s:s}", "content", "Lily"), 200);
+    json_t *texts[3];
+    for (int form = 0; form < 3; form++) {
+        json_t *req = json_pack("{s:s, s:i, s:f, s:b}", "prompt", girl, "max_tokens", 12,
+                                "temperature", 0.0, "return_tokens", 1);
+        if (form == 1)
+            json_object_set_new(req, "logit_bias", json_pack("[[s, b]]", "Lily", 0));
+        if (form == 2)
+            json_object_set_new(req, "logit_bias", json_pack("{s:b}", "Lily", 0));
+        texts[form] = post("/v1/completions", req, 200);
+    }
+    json_t *lily_ids = json_object_get(lily, "tokens");
+    bool had = false;
+    for (int form = 0; form < 3; form++) {
+        json_t *ids = json_object_get(json_array_get(json_object_get(texts[form], "choices"), 0),
+                                      "tokens");
+        for (size_t t = 0; t < json_array_size(ids); t++)
+            for (size_t k = 0; k < json_array_size(lily_ids); k++) {
+                bool same = json_equal(json_array_get(ids, t), json_array_get(lily_ids, k));
+                if (form == 0)
+                    had = had || same;
+                else if (same)
+                    fail_msg("form %d: a token of 'Lily' was sampled", form);
+            }
+    }
+    assert_true(had);
+    assert_string_equal(choice_text(texts[1], 0), choice_text(texts[2], 0));
+    for (int form = 0; form < 3; form++)
+        json_decref(texts[form]);
+    json_decref(lily);
 
     /* penalties: deterministic, and a strong one changes a greedy story that repeats */
     json_t *body = json_pack("{s:s, s:i, s:f}", "prompt", "Once upon a time", "max_tokens", 60,
@@ -645,7 +692,14 @@ static void test_logit_bias_and_penalties(void **state)
         {"{\"prompt\": \"x\", \"dynatemp_range\": -0.5}", "dynatemp_range"},
         {"{\"prompt\": \"x\", \"tfs_z\": 0.95}", "tfs_z"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"99999\": 1}}", "logit_bias.99999"},
-        {"{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", "logit_bias.abc"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"abc\": \"1\"}}", "logit_bias.abc"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": true}}", "logit_bias.5"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [[5]]}", "logit_bias[0]"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [[-5, 1]]}", "logit_bias[0][0]"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [[\"\", 1]]}", "logit_bias[0][0]"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [[5, 101]]}", "logit_bias[0][1]"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [[99999, 1]]}", "logit_bias.99999"},
+        {"{\"prompt\": \"x\", \"logit_bias\": 5}", "logit_bias"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": 101}}", "logit_bias.5"},
         {"{\"prompt\": \"x\", \"presence_penalty\": 3}", "presence_penalty"},
         {"{\"prompt\": \"x\", \"frequency_penalty\": \"a\"}", "frequency_penalty"},

@@ -165,7 +165,8 @@ int graft_sampler_set_logit_bias(graft_sampler *s, const graft_logit_bias *bias,
     if (s == NULL || (n > 0 && bias == NULL))
         return GRAFT_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (bias[i].token < 0 || bias[i].token >= s->n_vocab || !isfinite(bias[i].bias))
+        if (bias[i].token < 0 || bias[i].token >= s->n_vocab || isnan(bias[i].bias) ||
+            bias[i].bias == INFINITY)
             return GRAFT_EINVAL;
     graft_logit_bias *copy = NULL;
     if (n > 0) {

@@ -260,6 +260,31 @@ static void fork_on_settled(graft_generation *gen, void *user)
 
 /* ---- setup and teardown -------------------------------------------------------------------- */
 
+/* llama-server's logit_bias texts: each token of each text joins logit_bias with its bias. */
+static int bias_texts(completion *c, graft__reply *reply)
+{
+    graft__completion_request *r = &c->req;
+    for (size_t i = 0; i < r->n_logit_bias_texts; i++) {
+        const graft__bias_text *b = &r->logit_bias_texts[i];
+        int32_t *tokens = NULL;
+        size_t n = 0;
+        graft_logit_bias *grown = NULL;
+        if (graft_tokenize(c->ctx->model, b->text, strlen(b->text), 0, 0, &tokens, &n) ==
+            GRAFT_OK)
+            grown = realloc(r->logit_bias, (r->n_logit_bias + n + 1) * sizeof *grown);
+        if (grown == NULL) {
+            graft_free(tokens);
+            graft__reply_error(reply, 503, "server_error", NULL, "out of memory");
+            return -1;
+        }
+        r->logit_bias = grown;
+        for (size_t t = 0; t < n; t++)
+            r->logit_bias[r->n_logit_bias++] = (graft_logit_bias){tokens[t], b->bias};
+        graft_free(tokens);
+    }
+    return 0;
+}
+
 /* A prompt filled in the middle: within the context, less the answer's room (max_tokens, or
  * a quarter of the context without it), where /infill may cut it to fit. */
 static int infill_prompt(completion *c, const graft_model_info *info, graft__reply *reply)
@@ -318,6 +343,8 @@ static int tokenize_prompt(completion *c, graft__reply *reply)
             c->prompt[i] = r->prompt_tokens[i];
         }
     }
+    if (bias_texts(c, reply) != 0)
+        return -1;
     for (size_t i = 0; i < r->n_logit_bias; i++)
         if (r->logit_bias[i].token >= info.n_vocab) {
             char path[40];

@@ -28,6 +28,7 @@
  * that silently differs from what was asked is worse than a clear 400); unknown fields are ignored,
  * since SDKs send extras.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -307,34 +308,102 @@ static int parse_sampling(const json_t *body, graft__completion_request *r, char
     return GRAFT_OK;
 }
 
-/* logit_bias: {"token id": bias in [-100, 100], ...}. */
+/* A logit_bias value: a bias in [-100, 100], or (llama-server's) false: never sampled. */
+static int bias_value(const json_t *v, const char *path, float *bias, char **param,
+                      char **message)
+{
+    if (json_is_false(v)) {
+        *bias = -INFINITY;
+        return GRAFT_OK;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+        return graft__refuse(param, message, path, "'%s' must be a number in [-100, 100] or "
+                             "false", path);
+    *bias = (float)json_number_value(v);
+    return GRAFT_OK;
+}
+
+/* One entry: a token id, or a text whose tokens each get the bias once it is tokenized. */
+static int add_bias(graft__completion_request *r, long long id, const char *text, float bias)
+{
+    if (text == NULL) {
+        r->logit_bias[r->n_logit_bias++] = (graft_logit_bias){(int32_t)id, bias};
+        return GRAFT_OK;
+    }
+    char *copy = strdup(text);
+    if (copy == NULL)
+        return GRAFT_ENOMEM;
+    r->logit_bias_texts[r->n_logit_bias_texts++] = (graft__bias_text){copy, bias};
+    return GRAFT_OK;
+}
+
+/* A key of the object form: a token id when all digits (OpenAI's), else a text. */
+static const char *id_or_text(const char *key, long long *id)
+{
+    char *end = NULL;
+    errno = 0;
+    *id = strtoll(key, &end, 10);
+    bool digits = key[0] >= '0' && key[0] <= '9' && *end == '\0';
+    return digits && errno == 0 && *id <= INT32_MAX ? NULL : key;
+}
+
+/* logit_bias: OpenAI's {"token id": bias, ...}, or llama-server's forms: keys that are texts,
+ * [[token id or text, bias], ...], and false for a bias (never sampled). */
 static int parse_logit_bias(const json_t *body, graft__completion_request *r, char **param,
                             char **message)
 {
     const json_t *b = json_object_get(body, "logit_bias");
     if (b == NULL || json_is_null(b))
         return GRAFT_OK;
-    if (!json_is_object(b))
-        return graft__refuse(param, message, "logit_bias",
-                             "'logit_bias' must be an object of token ids to biases");
-    if (json_object_size(b) == 0)
+    size_t n = json_is_object(b) ? json_object_size(b) : json_is_array(b) ? json_array_size(b) : 0;
+    if (!json_is_object(b) && !json_is_array(b))
+        return graft__refuse(param, message, "logit_bias", "'logit_bias' must be an object of "
+                             "token ids to biases, or an array of [token id or text, bias]");
+    if (n == 0)
         return GRAFT_OK;
-    r->logit_bias = malloc(json_object_size(b) * sizeof *r->logit_bias);
-    if (r->logit_bias == NULL)
+    r->logit_bias = malloc(n * sizeof *r->logit_bias);
+    r->logit_bias_texts = malloc(n * sizeof *r->logit_bias_texts);
+    if (r->logit_bias == NULL || r->logit_bias_texts == NULL)
         return GRAFT_ENOMEM;
-    const char *key;
-    const json_t *v;
-    json_object_foreach((json_t *)b, key, v) {
-        char path[80], *end = NULL;
-        snprintf(path, sizeof path, "logit_bias.%.60s", key);
-        long long id = strtoll(key, &end, 10);
-        if (key[0] < '0' || key[0] > '9' || *end != '\0' || id > INT32_MAX)
-            return graft__refuse(param, message, path, "'%s': the key must be a token id", path);
-        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
-            return graft__refuse(param, message, path, "'%s' must be a number in [-100, 100]",
+    char path[80];
+    float bias = 0.0f;
+    long long id = 0;
+    int rc;
+    if (json_is_object(b)) {
+        const char *key;
+        const json_t *v;
+        json_object_foreach((json_t *)b, key, v) {
+            snprintf(path, sizeof path, "logit_bias.%.60s", key);
+            const char *text = id_or_text(key, &id);
+            if (key[0] == '\0')
+                return graft__refuse(param, message, path, "'%s': an empty key is neither a "
+                                     "token id nor a text", path);
+            if ((rc = bias_value(v, path, &bias, param, message)) != GRAFT_OK ||
+                (rc = add_bias(r, id, text, bias)) != GRAFT_OK)
+                return rc;
+        }
+        return GRAFT_OK;
+    }
+    size_t i;
+    const json_t *pair;
+    json_array_foreach(b, i, pair) {
+        const json_t *what = json_array_get(pair, 0);
+        snprintf(path, sizeof path, "logit_bias[%zu]", i);
+        if (!json_is_array(pair) || json_array_size(pair) != 2)
+            return graft__refuse(param, message, path, "'%s' must be a pair [token id or text, "
+                                 "bias]", path);
+        snprintf(path, sizeof path, "logit_bias[%zu][0]", i);
+        if (!(json_is_string(what) && json_string_length(what) > 0) &&
+            !(json_is_integer(what) && json_integer_value(what) >= 0 &&
+              json_integer_value(what) <= INT32_MAX))
+            return graft__refuse(param, message, path, "'%s' must be a token id or a text",
                                  path);
-        r->logit_bias[r->n_logit_bias++] =
-            (graft_logit_bias){(int32_t)id, (float)json_number_value(v)};
+        snprintf(path, sizeof path, "logit_bias[%zu][1]", i);
+        id = json_is_integer(what) ? json_integer_value(what) : 0;
+        if ((rc = bias_value(json_array_get(pair, 1), path, &bias, param, message)) != GRAFT_OK ||
+            (rc = add_bias(r, id, json_is_string(what) ? json_string_value(what) : NULL,
+                           bias)) != GRAFT_OK)
+            return rc;
     }
     return GRAFT_OK;
 }
@@ -863,6 +932,9 @@ void graft__request_free(graft__completion_request *r)
         free(r->dry_breakers[i]);
     free(r->session_id);
     free(r->logit_bias);
+    for (size_t i = 0; i < r->n_logit_bias_texts; i++)
+        free(r->logit_bias_texts[i].text);
+    free(r->logit_bias_texts);
     free(r->json_schema);
     free(r->grammar);
     memset(r, 0, sizeof *r);

@@ -251,6 +251,12 @@ size_t graft__channel_take(graft__channel *ch, graft__channel_entry *out,
 
 enum { GRAFT__MAX_STOP = 8 };
 
+/* llama-server's logit_bias entry by text: every token of the text gets the bias. */
+typedef struct graft__bias_text {
+    char *text;
+    float bias;
+} graft__bias_text;
+
 typedef struct graft__completion_request {
     bool chat;              /* /v1/chat/completions */
     bool stream;
@@ -268,8 +274,10 @@ typedef struct graft__completion_request {
     bool prompt_only;       /* echo with max_tokens 0: the prompt is computed, nothing sampled */
     graft_sampling sampling;
     graft_logit_bias *logit_bias; /* (n_logit_bias) token ids checked against the vocabulary
-                                     when the prompt is tokenized */
+                                     when the prompt is tokenized, and then ... */
     size_t n_logit_bias;
+    graft__bias_text *logit_bias_texts; /* ... these texts' tokens (llama-server's form) */
+    size_t n_logit_bias_texts;
     char *stop[GRAFT__MAX_STOP];
     size_t n_stop;
     bool dry_breakers_given;  /* dry_sequence_breakers was sent (else llama.cpp's) ... */

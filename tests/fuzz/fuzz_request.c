@@ -12,6 +12,7 @@
  * path and a message, or is a chat body that goes through the same checks. ASan and UBSan
  * do the rest. Seeds live in tests/fuzz/seeds/fuzz_request/.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,11 @@ static void check(const json_t *body, graft__prompt_kind kind, const graft__chat
         require(r.top_logprobs >= 0 && r.top_logprobs <= GRAFT_MAX_TOP_LOGPROBS);
         require(r.top_logprobs == 0 || r.logprobs);
         require(r.n_logit_bias == 0 || r.logit_bias != NULL);
+        for (size_t i = 0; i < r.n_logit_bias; i++)
+            require(r.logit_bias[i].token >= 0 && !isnan(r.logit_bias[i].bias) &&
+                    r.logit_bias[i].bias != INFINITY);
+        for (size_t i = 0; i < r.n_logit_bias_texts; i++)
+            require(r.logit_bias_texts[i].text[0] != '\0');
         require(!r.tools || is_chat);
         require(!r.legacy_functions || (is_chat && r.one_call));
         require(r.thought_tags == NULL || r.thought_tags == with->thought_tags);

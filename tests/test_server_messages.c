@@ -250,6 +250,29 @@ static void test_whole_message_is_the_chat_answer(void **state)
     assert_true(usage_of(ended, "output_tokens") < 16);
     json_decref(ended);
     json_decref(chat_ended);
+
+    /* llama.cpp's samplers pass on as they are: the chat answer with Mirostat and DRY,
+     * which is not the answer without them */
+    json_t *shaped = story(false, 24);
+    json_t *chat_shaped = chat_body(STORY_SYSTEM,
+                                    json_pack("[o]", message("user", STORY_QUESTION)), 24);
+    json_t *chat_seeded = json_deep_copy(chat_shaped);
+    json_t *fields = json_pack("{s:f, s:i, s:i, s:f, s:f}", "temperature", 1.0, "seed", 7,
+                               "mirostat", 2, "mirostat_tau", 3.0, "dry_multiplier", 0.8);
+    json_object_update(shaped, fields);
+    json_object_update(chat_shaped, fields);
+    json_object_set_new(chat_seeded, "temperature", json_real(1.0));
+    json_object_set_new(chat_seeded, "seed", json_integer(7));
+    json_decref(fields);
+    json_t *shaped_answer = ask(&plain, "/v1/messages", shaped);
+    json_t *chat_shaped_answer = ask(&plain, "/v1/chat/completions", chat_shaped);
+    json_t *chat_seeded_answer = ask(&plain, "/v1/chat/completions", chat_seeded);
+    expect_chat_answer(shaped_answer, chat_shaped_answer);
+    assert_false(json_equal(json_object_get(chat_message(chat_shaped_answer), "content"),
+                            json_object_get(chat_message(chat_seeded_answer), "content")));
+    json_decref(shaped_answer);
+    json_decref(chat_shaped_answer);
+    json_decref(chat_seeded_answer);
 }
 
 /* ---- streams --------------------------------------------------------------------------------- */

@@ -460,6 +460,22 @@ static void test_whole_response_is_the_chat_answer(void **state)
                                           message("user", STORY_QUESTION), "max_tokens",
                                           STORY_TOKENS, "temperature", 1.0, "seed", 7));
     assert_string_equal(message_text(sampled), chat_content(chat_sampled));
+    /* llama.cpp's samplers pass on as they are: Mirostat and DRY give the chat answer with
+     * them, which is not the answer without */
+    json_t *shaped = greedy(json_string(STORY_QUESTION), STORY_TOKENS, NULL, NULL);
+    json_object_set_new(shaped, "temperature", json_real(1.0));
+    json_object_set_new(shaped, "seed", json_integer(7));
+    json_object_set_new(shaped, "mirostat", json_integer(2));
+    json_object_set_new(shaped, "dry_multiplier", json_real(0.8));
+    json_t *shaped_answer = respond(shaped);
+    json_t *chat_shaped = chat(json_pack("{s:[o], s:i, s:f, s:i, s:i, s:f}", "messages",
+                                         message("user", STORY_QUESTION), "max_tokens",
+                                         STORY_TOKENS, "temperature", 1.0, "seed", 7, "mirostat",
+                                         2, "dry_multiplier", 0.8));
+    assert_string_equal(message_text(shaped_answer), chat_content(chat_shaped));
+    assert_string_not_equal(chat_content(chat_shaped), chat_content(chat_sampled));
+    json_decref(chat_shaped);
+    json_decref(shaped_answer);
     json_decref(chat_sampled);
     json_decref(sampled);
 

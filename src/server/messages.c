@@ -1,6 +1,6 @@
 /*
- * messages.c: Anthropic's Messages API (POST /v1/messages, POST /v1/messages/count_tokens),
- * what Claude Code and Anthropic's SDKs speak, on the chat completion path.
+ * messages.c: Anthropic's Messages API (POST /v1/messages, POST /v1/messages/count_tokens), what
+ * Claude Code and Anthropic's SDKs speak, on the chat completion path.
  *
  * A request is translated into a chat completion request: `system` (a string or text blocks)
  * becomes the system message; each message's blocks become chat messages (a user's text blocks its
@@ -11,15 +11,15 @@
  * disable_parallel_tool_use) their chat counterparts; `stop_sequences` the stop strings; `thinking`
  * the template's enable_thinking (its budget_tokens the chat's thinking_token_budget);
  * `output_format` (json_schema) the response_format; max_tokens (required), temperature, top_p,
- * top_k, stream and graft's own fields (seed, min_p, penalties, logit_bias, session_id,
- * chat_template_kwargs, reasoning_format) as they are. The completion runs as any chat completion
- * (prompt reuse, tool calls, thoughts, JSON output), and its one choice is answered as a Message:
- * the thought as a thinking block, the text as a text block (also when there is nothing else), each
- * call as a tool_use block; usage counts the prompt tokens graft reused as cache_read_input_tokens
- * and the rest as input_tokens. Streams give the API's events. What the API has and graft does not
- * (images, documents, server tools, MCP servers) is refused with a 400 naming the field; metadata,
- * service_tier and cache_control are ignored (every prompt is cached). Errors come in the API's
- * shape (graft__messages_error_shape).
+ * top_k, stream and graft's own fields (seed, min_p, penalties, llama.cpp's samplers, logit_bias,
+ * session_id, chat_template_kwargs, reasoning_format) as they are. The completion runs as any chat
+ * completion (prompt reuse, tool calls, thoughts, JSON output), and its one choice is answered as a
+ * Message: the thought as a thinking block, the text as a text block (also when there is nothing
+ * else), each call as a tool_use block; usage counts the prompt tokens graft reused as
+ * cache_read_input_tokens and the rest as input_tokens. Streams give the API's events. What the API
+ * has and graft does not (images, documents, server tools, MCP servers) is refused with a 400
+ * naming the field; metadata, service_tier and cache_control are ignored (every prompt is cached).
+ * Errors come in the API's shape (graft__messages_error_shape).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,15 +326,10 @@ int graft__messages_to_chat(const json_t *body, bool counting, json_t **out, cha
     *out = chat;
     if (chat == NULL || msgs == NULL || json_object_set_new(chat, "messages", msgs) != 0)
         return -1;
-    static const char *const same[] = {
-        "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-        "frequency_penalty", "repeat_penalty", "repetition_penalty", "session_id",
-        "chat_template_kwargs", "reasoning_format", "logit_bias", "stream"};
-    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
-        json_t *v = json_object_get(body, same[i]);
-        if (v != NULL && !json_is_null(v))
-            json_object_set(chat, same[i], v);
-    }
+    static const char *const same[] = {"max_tokens", "session_id", "chat_template_kwargs",
+                                       "reasoning_format", "stream"};
+    graft__copy_fields(chat, body, same, sizeof same / sizeof same[0]);
+    graft__copy_sampling_fields(chat, body);
     if (!counting && json_object_get(chat, "max_tokens") == NULL)
         return graft__refuse(param, message, "max_tokens", "'max_tokens' is required");
     static const char *const refused[] = {"mcp_servers", "container"};

@@ -273,6 +273,31 @@ static const struct {
     {"frequency_penalty", -2, 2, offsetof(graft_sampling, frequency_penalty)},
 };
 
+/* Every field parse_sampling and parse_logit_bias read (tfs_z included, so that it is
+ * refused wherever it is sent). */
+static const char *const sampling_fields[] = {
+    "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "repeat_penalty",
+    "repeat_last_n", "penalty_last_n", "presence_penalty", "frequency_penalty", "top_n_sigma",
+    "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range", "dynatemp_exponent",
+    "mirostat", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base",
+    "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "tfs_z",
+    "logit_bias"};
+
+void graft__copy_fields(json_t *to, const json_t *from, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_object_get(from, names[i]);
+        if (v != NULL && !json_is_null(v))
+            json_object_set(to, names[i], v);
+    }
+}
+
+void graft__copy_sampling_fields(json_t *to, const json_t *from)
+{
+    graft__copy_fields(to, from, sampling_fields,
+                       sizeof sampling_fields / sizeof sampling_fields[0]);
+}
+
 static int parse_sampling(const json_t *body, graft__completion_request *r, char **param,
                           char **message)
 {

@@ -294,16 +294,10 @@ static int to_chat(const json_t *body, const json_t *history, graft__responses *
     json_t *chat = json_object(), *messages = json_array();
     *out = chat;
     json_object_set_new(chat, "messages", messages);
-    static const char *const same[] = {
-        "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
-        "frequency_penalty", "repeat_penalty", "repetition_penalty", "logit_bias",
-        "parallel_tool_calls", "session_id", "chat_template_kwargs", "stream",
-        "max_output_tokens"};
-    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
-        json_t *v = json_object_get(body, same[i]);
-        if (v != NULL && !json_is_null(v))
-            json_object_set(chat, same[i], v);
-    }
+    static const char *const same[] = {"stop", "parallel_tool_calls", "session_id",
+                                       "chat_template_kwargs", "stream", "max_output_tokens"};
+    graft__copy_fields(chat, body, same, sizeof same / sizeof same[0]);
+    graft__copy_sampling_fields(chat, body);
     if (json_is_true(json_object_get(body, "background")))
         return graft__refuse(param, message, "background", "%s responses are not supported",
                              "background");

@@ -340,6 +340,12 @@ int graft__request_parse(const json_t *body, graft__prompt_kind kind,
 int graft__refuse(char **param, char **message, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void graft__request_free(graft__completion_request *r);
+/* Sets in `to` the fields of `from` named by names[0, n) that are there and not null. */
+void graft__copy_fields(json_t *to, const json_t *from, const char *const *names, size_t n);
+/* The same for every sampling field a completion request reads (the penalties, llama.cpp's
+ * samplers and logit_bias included): what the Messages and Responses APIs pass on to the
+ * chat completion they make. */
+void graft__copy_sampling_fields(json_t *to, const json_t *from);
 /* Whether t is a token id as a request may give one (an integer in [0, INT32_MAX]), into *id;
  * the vocabulary is checked later. */
 bool graft__json_token_id(const json_t *t, int32_t *id);

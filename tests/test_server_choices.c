@@ -691,6 +691,7 @@ static void test_logit_bias_and_penalties(void **state)
         {"{\"prompt\": \"x\", \"top_n_sigma\": \"1\"}", "top_n_sigma"},
         {"{\"prompt\": \"x\", \"dynatemp_range\": -0.5}", "dynatemp_range"},
         {"{\"prompt\": \"x\", \"tfs_z\": 0.95}", "tfs_z"},
+        {"{\"prompt\": \"x\", \"min_keep\": 2}", "min_keep"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"99999\": 1}}", "logit_bias.99999"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"abc\": \"1\"}}", "logit_bias.abc"},
         {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": true}}", "logit_bias.5"},
@@ -778,10 +779,11 @@ static void test_logit_bias_and_penalties(void **state)
         json_decref(dried[d]);
     /* llama.cpp's samplers at their off values (its web UI sends them all) ask for nothing */
     json_t *off = post("/v1/completions",
-                       json_pack("{s:s, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f}", "prompt",
-                                 story, "max_tokens", 24, "temperature", 0.0, "typical_p", 1.0,
-                                 "mirostat", 0, "dry_multiplier", 0.0, "xtc_probability", 0.0,
-                                 "top_n_sigma", -1.0, "dynatemp_range", 0.0, "tfs_z", 1.0),
+                       json_pack("{s:s, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:i}",
+                                 "prompt", story, "max_tokens", 24, "temperature", 0.0,
+                                 "typical_p", 1.0, "mirostat", 0, "dry_multiplier", 0.0,
+                                 "xtc_probability", 0.0, "top_n_sigma", -1.0, "dynatemp_range",
+                                 0.0, "tfs_z", 1.0, "min_keep", 0),
                        200);
     json_t *none = post("/v1/completions",
                         json_pack("{s:s, s:i, s:f}", "prompt", story, "max_tokens", 24,

@@ -23,10 +23,10 @@
  * (completions: fill in the middle, infill.c, and code completion's ends: at a line indented less
  * than n_indent, at a line break once t_max_predict_ms have passed); /infill's own fields
  * (infill.c). A field of the wrong type or out of range is refused naming its JSON path. Known
- * fields graft cannot honour (tfs_z, a llama.cpp sampler graft's chain lacks, unless sent at its
- * off value; llama-server's post_sampling_probs) are refused by name rather than ignored (an answer
- * that silently differs from what was asked is worse than a clear 400); unknown fields are ignored,
- * since SDKs send extras.
+ * fields graft cannot honour (tfs_z and min_keep, llama.cpp's sampling fields graft's chain lacks,
+ * unless sent at their off value; llama-server's post_sampling_probs) are refused by name rather
+ * than ignored (an answer that silently differs from what was asked is worse than a clear 400);
+ * unknown fields are ignored, since SDKs send extras.
  */
 #include <errno.h>
 #include <math.h>
@@ -171,16 +171,25 @@ static int parse_stop(const json_t *body, graft__completion_request *r, char **p
     return GRAFT_OK;
 }
 
-/* tfs_z (tail-free sampling, which llama.cpp has removed) is not in graft's chain. Sent at
- * 1, its off value (older llama.cpp web UIs send it), it asks for nothing; otherwise it is
- * refused, since the answer would not be what was asked. */
-static int refuse_tail_free(const json_t *body, char **param, char **message)
+/* llama.cpp's sampling fields graft's chain lacks, with the value that turns each off: tfs_z
+ * (tail-free sampling, which llama.cpp has removed) and min_keep (the fewest tokens its
+ * filters keep). Sent at that value (llama.cpp's web UIs send them) they ask for nothing;
+ * otherwise they are refused, since the answer would not be what was asked. */
+static int refuse_llama_samplers(const json_t *body, char **param, char **message)
 {
-    const json_t *v = json_object_get(body, "tfs_z");
-    if (v == NULL || json_is_null(v) || (json_is_number(v) && json_number_value(v) == 1.0))
-        return GRAFT_OK;
-    return graft__refuse(param, message, "tfs_z", "'tfs_z' (tail-free sampling) is not "
-                         "supported by this server: send 1 or leave it out");
+    static const struct {
+        const char *name;
+        double off;
+    } absent[] = {{"tfs_z", 1.0}, {"min_keep", 0.0}};
+    for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++) {
+        const json_t *v = json_object_get(body, absent[i].name);
+        if (v != NULL && !json_is_null(v) &&
+            !(json_is_number(v) && json_number_value(v) == absent[i].off))
+            return graft__refuse(param, message, absent[i].name, "'%s' (a llama.cpp sampling "
+                                 "field) is not supported by this server: send %g or leave it "
+                                 "out", absent[i].name, absent[i].off);
+    }
+    return GRAFT_OK;
 }
 
 /* llama-server's integer sampling fields: mirostat (0 off, 1 or 2), DRY's allowed length and
@@ -273,14 +282,14 @@ static const struct {
     {"frequency_penalty", -2, 2, offsetof(graft_sampling, frequency_penalty)},
 };
 
-/* Every field parse_sampling and parse_logit_bias read (tfs_z included, so that it is
- * refused wherever it is sent). */
+/* Every field parse_sampling and parse_logit_bias read (tfs_z and min_keep included, so
+ * that they are refused wherever they are sent). */
 static const char *const sampling_fields[] = {
     "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "repeat_penalty",
     "repeat_last_n", "penalty_last_n", "presence_penalty", "frequency_penalty", "top_n_sigma",
     "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range", "dynatemp_exponent",
     "mirostat", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base",
-    "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "tfs_z",
+    "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "tfs_z", "min_keep",
     "logit_bias"};
 
 void graft__copy_fields(json_t *to, const json_t *from, const char *const *names, size_t n)
@@ -324,7 +333,7 @@ static int parse_sampling(const json_t *body, graft__completion_request *r, char
     if ((rc = parse_penalty_window(body, s, param, message)) != GRAFT_OK ||
         (rc = parse_llama_ints(body, s, param, message)) != GRAFT_OK ||
         (rc = parse_dry_breakers(body, r, param, message)) != GRAFT_OK ||
-        (rc = refuse_tail_free(body, param, message)) != GRAFT_OK)
+        (rc = refuse_llama_samplers(body, param, message)) != GRAFT_OK)
         return rc;
     long long seed = -1;
     if ((rc = get_int(body, "seed", -1, INT64_MAX, &seed, param, message)) != GRAFT_OK)

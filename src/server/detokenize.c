@@ -48,17 +48,42 @@ int graft__detokenize(const graft_model *model, const int32_t *tokens, size_t n,
     return GRAFT_OK;
 }
 
+/* Token's bytes (graft_token_bytes) in a new buffer, their count in *n; NULL when out of
+ * memory. */
+static char *token_bytes(const graft_model *model, int32_t token, size_t *n)
+{
+    int len = graft_token_bytes(model, token, NULL, 0);
+    *n = len > 0 ? (size_t)len : 0;
+    char *bytes = malloc(*n > 0 ? *n : 1);
+    if (bytes != NULL && *n > 0)
+        graft_token_bytes(model, token, bytes, *n);
+    return bytes;
+}
+
+static json_t *bytes_array(const char *bytes, size_t n)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; bytes != NULL && i < n; i++)
+        json_array_append_new(list, json_integer((unsigned char)bytes[i]));
+    return list;
+}
+
 json_t *graft__token_bytes_json(const graft_model *model, int32_t token)
 {
-    char buf[256];
-    int n = graft_token_bytes(model, token, buf, sizeof buf);
-    char *bytes = n > (int)sizeof buf ? malloc((size_t)n) : buf;
-    if (bytes != buf && bytes != NULL)
-        graft_token_bytes(model, token, bytes, (size_t)n);
-    json_t *list = json_array();
-    for (int i = 0; bytes != NULL && i < n; i++)
-        json_array_append_new(list, json_integer((unsigned char)bytes[i]));
-    if (bytes != buf)
-        free(bytes);
+    size_t n;
+    char *bytes = token_bytes(model, token, &n);
+    json_t *list = bytes_array(bytes, n);
+    free(bytes);
     return list;
+}
+
+json_t *graft__token_piece_json(const graft_model *model, int32_t token)
+{
+    size_t n;
+    char *bytes = token_bytes(model, token, &n);
+    json_t *piece = bytes != NULL ? json_stringn(bytes, n) : NULL; /* NULL: not UTF-8 */
+    if (piece == NULL)
+        piece = bytes_array(bytes, n);
+    free(bytes);
+    return piece;
 }

@@ -305,23 +305,6 @@ static void route_metrics(graft__server *s, graft__reply *reply)
     reply->content_type = "text/plain; version=0.0.4";
 }
 
-/* llama-server's piece of a token: its text where its bytes are valid UTF-8, else the
- * bytes (jansson refuses a string that is not UTF-8). */
-static json_t *piece_json(const graft_model *model, int32_t token)
-{
-    json_t *bytes = graft__token_bytes_json(model, token);
-    size_t n = json_array_size(bytes);
-    char *text = malloc(n ? n : 1);
-    for (size_t i = 0; text != NULL && i < n; i++)
-        text[i] = (char)json_integer_value(json_array_get(bytes, i));
-    json_t *piece = text != NULL ? json_stringn(text, n) : NULL;
-    free(text);
-    if (piece == NULL)
-        return bytes;
-    json_decref(bytes);
-    return piece;
-}
-
 /* POST /tokenize: {"tokens": [ids]}, or with with_pieces [{id, piece}]. */
 static void route_tokenize(graft__server *s, const json_t *body, graft__reply *reply)
 {
@@ -344,7 +327,8 @@ static void route_tokenize(graft__server *s, const json_t *body, graft__reply *r
     for (size_t i = 0; i < n; i++)
         json_array_append_new(list, with_pieces ? json_pack("{s:i, s:o}", "id", tokens[i],
                                                             "piece",
-                                                            piece_json(s->ctx.model, tokens[i]))
+                                                            graft__token_piece_json(
+                                                                s->ctx.model, tokens[i]))
                                                 : json_integer(tokens[i]));
     graft_free(tokens);
     graft__reply_json(reply, 200, json_pack("{s:o}", "tokens", list));

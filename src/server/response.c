@@ -169,14 +169,36 @@ static char *token_piece(const graft_model *model, int32_t token)
     return out ? out : strdup("");
 }
 
-/* {token, logprob, bytes} of one entry (chat's shape). */
-static json_t *entry_json(const graft_model *model, const graft_token_logprob *e)
+/* {token, logprob, bytes} of one entry (chat's shape), with llama-server's id when with_id. */
+static json_t *entry_json(const graft_model *model, const graft_token_logprob *e, bool with_id)
 {
     char *piece = token_piece(model, e->token);
     json_t *j = json_pack("{s:s, s:f, s:o}", "token", piece, "logprob", (double)e->logprob,
                           "bytes", graft__token_bytes_json(model, e->token));
+    if (with_id)
+        json_object_set_new(j, "id", json_integer(e->token));
     free(piece);
     return j;
+}
+
+/* ch's tokens [from, to) as entries, each with its alternatives as top_logprobs: chat's
+ * logprobs content, or (with_id) llama-server's completion_probabilities. */
+static json_t *entries_json(const completion *c, const choice *ch, size_t from, size_t to,
+                            bool with_id)
+{
+    const graft_model *model = c->ctx->model;
+    size_t width = (size_t)c->width;
+    json_t *entries = json_array();
+    for (size_t t = from; t < to; t++) {
+        const graft_token_logprob *e = ch->logprobs + t * width;
+        json_t *j = entry_json(model, &e[0], with_id);
+        json_t *top = json_array();
+        for (size_t k = 1; k < width; k++)
+            json_array_append_new(top, entry_json(model, &e[k], with_id));
+        json_object_set_new(j, "top_logprobs", top);
+        json_array_append_new(entries, j);
+    }
+    return entries;
 }
 
 /* The completions API's {tokens, token_logprobs, top_logprobs, text_offset}, filled a token
@@ -237,19 +259,8 @@ static json_t *logprobs_json(const completion *c, const choice *ch, size_t from,
 {
     const graft_model *model = c->ctx->model;
     size_t width = (size_t)c->width;
-    if (c->req.chat) {
-        json_t *content = json_array();
-        for (size_t t = from; t < to; t++) {
-            const graft_token_logprob *e = ch->logprobs + t * width;
-            json_t *j = entry_json(model, &e[0]);
-            json_t *top = json_array();
-            for (size_t k = 1; k < width; k++)
-                json_array_append_new(top, entry_json(model, &e[k]));
-            json_object_set_new(j, "top_logprobs", top);
-            json_array_append_new(content, j);
-        }
-        return json_pack("{s:o}", "content", content);
-    }
+    if (c->req.chat)
+        return json_pack("{s:o}", "content", entries_json(c, ch, from, to, false));
     legacy_logprobs l = legacy_new();
     if (with_prompt)
         legacy_append_prompt(c, &l);
@@ -417,30 +428,6 @@ json_t *graft__choice_json(completion *c, choice *ch, size_t from, size_t upto, 
     return j;
 }
 
-/* llama-server's completion_probabilities for ch's tokens [from, to): each {id, token,
- * bytes, logprob, top_logprobs: [{id, token, bytes, logprob}]}. */
-static json_t *completion_probabilities_json(const completion *c, const choice *ch,
-                                             size_t from, size_t to)
-{
-    const graft_model *model = c->ctx->model;
-    size_t width = (size_t)c->width;
-    json_t *probs = json_array();
-    for (size_t t = from; t < to; t++) {
-        const graft_token_logprob *e = ch->logprobs + t * width;
-        json_t *j = entry_json(model, &e[0]);
-        json_object_set_new(j, "id", json_integer(e[0].token));
-        json_t *top = json_array();
-        for (size_t k = 1; k < width; k++) {
-            json_t *alternative = entry_json(model, &e[k]);
-            json_object_set_new(alternative, "id", json_integer(e[k].token));
-            json_array_append_new(top, alternative);
-        }
-        json_object_set_new(j, "top_logprobs", top);
-        json_array_append_new(probs, j);
-    }
-    return probs;
-}
-
 json_t *graft__llama_json(completion *c, size_t from, size_t upto, bool stop)
 {
     choice *ch = &c->choices[0];
@@ -455,7 +442,7 @@ json_t *graft__llama_json(completion *c, size_t from, size_t upto, bool stop)
             json_object_set_new(j, "tokens", token_ids_json(ch, to));
         if (c->req.logprobs && to > ch->n_tokens_sent)
             json_object_set_new(j, "completion_probabilities",
-                                completion_probabilities_json(c, ch, ch->n_tokens_sent, to));
+                                entries_json(c, ch, ch->n_tokens_sent, to, true));
         ch->n_tokens_sent = to;
     }
     if (!stop)

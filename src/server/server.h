@@ -85,6 +85,9 @@ int graft__detokenize(const graft_model *model, const int32_t *tokens, size_t n,
  * piece of a character keeps its bytes, so that a client can join a character split across
  * tokens (logprobs' bytes, /tokenize's pieces). */
 json_t *graft__token_bytes_json(const graft_model *model, int32_t token);
+/* llama-server's piece of a token: its text where its bytes are valid UTF-8, else those
+ * bytes as graft__token_bytes_json gives them. */
+json_t *graft__token_piece_json(const graft_model *model, int32_t token);
 
 /* ---- configuration (the `graft serve` options) ------------------------------------------- */
 
